@@ -1,0 +1,72 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// flags is a FlagSet whose every flag also reads an FDN_* environment
+// variable; a flag given on the command line wins over the environment.
+type flags struct {
+	*flag.FlagSet
+	getenv func(string) string
+	errs   []error
+}
+
+func newFlags(name string, getenv func(string) string, out io.Writer) *flags {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	return &flags{FlagSet: fs, getenv: getenv}
+}
+
+func (f *flags) env(name, env string) (string, bool) {
+	v := f.getenv(env)
+	return v, v != ""
+}
+
+func (f *flags) String(name, env, def, usage string) *string {
+	if v, ok := f.env(name, env); ok {
+		def = v
+	}
+	return f.FlagSet.String(name, def, usage+" ("+env+")")
+}
+
+func (f *flags) Bool(name, env string, def bool, usage string) *bool {
+	if v, ok := f.env(name, env); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s: %q is not a boolean", env, v))
+		}
+		def = b
+	}
+	return f.FlagSet.Bool(name, def, usage+" ("+env+")")
+}
+
+func (f *flags) Duration(name, env string, def time.Duration, usage string) *time.Duration {
+	if v, ok := f.env(name, env); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s: %q is not a duration", env, v))
+		}
+		def = d
+	}
+	return f.FlagSet.Duration(name, def, usage+" ("+env+")")
+}
+
+// parse parses args and reports environment errors first, since they were
+// found first.
+func (f *flags) parse(args []string) error {
+	if len(f.errs) > 0 {
+		return f.errs[0]
+	}
+	if err := f.FlagSet.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", f.Args())
+	}
+	return nil
+}

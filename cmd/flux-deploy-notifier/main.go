@@ -1,0 +1,57 @@
+// Command flux-deploy-notifier turns Flux's Kustomization events into one
+// verdict per commit, for people (mail) and pipelines (/verdict).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "flux-deploy-notifier:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+const usage = `flux-deploy-notifier: one verdict per commit for Flux CD deploys
+
+Usage:
+  flux-deploy-notifier serve  [flags]   receive Flux events, serve /verdict
+  flux-deploy-notifier sample [flags]   post a sample rollout to a running service
+
+Run "flux-deploy-notifier <command> -h" for the flags of a command.
+Every flag can also be set with the environment variable shown in its help.
+`
+
+// run is main without the process: tests call it with their own arguments,
+// environment and output.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], getenv, stdout, stderr)
+	case "sample":
+		return sample(ctx, args[1:], getenv, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}

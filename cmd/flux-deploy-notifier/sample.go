@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+)
+
+// sample posts, signed as notification-controller would, the events of one
+// rollout of a new commit through three layers (infra <- platform <- apps),
+// then prints its verdict: a newcomer sees the service work end to end.
+func sample(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newFlags("sample", getenv, stderr)
+	url := f.String("url", "FDN_URL", "http://127.0.0.1:8080", "base URL of a running flux-deploy-notifier")
+	tokenFile := f.String("token-file", "FDN_HMAC_TOKEN_FILE", "./data/dev-token", "token the service was started with")
+	scenario := f.String("scenario", "FDN_SAMPLE_SCENARIO", "clean", "clean or prune-failed")
+	cluster := f.String("cluster", "FDN_SAMPLE_CLUSTER", "dev", "cluster name sent as metadata.cluster")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if *scenario != "clean" && *scenario != "prune-failed" {
+		return fmt.Errorf("--scenario must be clean or prune-failed, not %q", *scenario)
+	}
+	token, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return fmt.Errorf("read token: %w", err)
+	}
+	events := sampleEvents(*scenario, *cluster, time.Now().UTC().Add(-20*time.Second))
+	client := &http.Client{Timeout: 10 * time.Second}
+	base := strings.TrimRight(*url, "/")
+	for _, ev := range events {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhook", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Gotk-Component", ev.ReportingController)
+		req.Header.Set("X-Signature", webhook.Sign(token, body))
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("post event: %w", err)
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("post event: %s: %s", resp.Status, bytes.TrimSpace(msg))
+		}
+	}
+	rev := events[0].Metadata["revision"]
+	fmt.Fprintf(stdout, "posted %d events of a %s rollout of %s\n", len(events), *scenario, rev)
+	verdictURL := fmt.Sprintf("%s/verdict?rev=%s&cluster=%s", base, rev[strings.LastIndexByte(rev, ':')+1:], *cluster)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, verdictURL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("get verdict: %w", err)
+	}
+	defer resp.Body.Close()
+	fmt.Fprintf(stdout, "GET %s\n", verdictURL)
+	_, err = io.Copy(stdout, resp.Body)
+	return err
+}
+
+func sampleEvents(scenario, cluster string, t0 time.Time) []flux.Event {
+	raw := make([]byte, 20)
+	_, _ = rand.Read(raw)
+	sum := sha1.Sum(raw)
+	rev := "main@sha1:" + hex.EncodeToString(sum[:])
+	at := func(s int) string { return t0.Add(time.Duration(s) * time.Second).Format(time.RFC3339) }
+	meta := map[string]string{"revision": rev, "cluster": cluster}
+	ks := func(name, sev, reason, msg string, s int) flux.Event {
+		return flux.Event{
+			InvolvedObject: flux.ObjectRef{Kind: flux.KindKustomization, Namespace: "flux-system", Name: name,
+				APIVersion: "kustomize.toolkit.fluxcd.io/v1"},
+			Severity: sev, Timestamp: at(s), Message: msg, Reason: reason, Metadata: meta,
+			ReportingController: "kustomize-controller",
+		}
+	}
+	evs := []flux.Event{
+		{
+			InvolvedObject: flux.ObjectRef{Kind: flux.KindGitRepository, Namespace: "flux-system", Name: "flux-system",
+				APIVersion: "source.toolkit.fluxcd.io/v1"},
+			Severity: "info", Timestamp: at(0), Reason: flux.ReasonNewArtifact, Metadata: meta,
+			Message:             "stored artifact for commit 'Bump web to v1.4.2'",
+			ReportingController: "source-controller",
+		},
+		ks("platform", "info", flux.ReasonDependencyNotReady, "Dependencies do not meet ready condition, retrying in 30s", 1),
+		ks("apps", "info", flux.ReasonDependencyNotReady, "Dependencies do not meet ready condition, retrying in 30s", 1),
+		ks("infra", "info", flux.ReasonProgressing, "ConfigMap/infra/cluster-settings configured", 2),
+		ks("infra", "info", flux.ReasonReconciliationSucceeded, "Reconciliation finished in 212ms, next run in 10m0s", 2),
+		ks("platform", "info", flux.ReasonProgressing, "Deployment/platform/ingress-nginx configured", 4),
+		ks("platform", "info", flux.ReasonProgressing, "Health check passed in 2.1s", 6),
+		ks("platform", "info", flux.ReasonReconciliationSucceeded, "Reconciliation finished in 2.4s, next run in 10m0s", 6),
+		ks("apps", "info", flux.ReasonProgressing, "Deployment/apps/web configured\nConfigMap/apps/old-config deleted", 8),
+	}
+	if scenario == "prune-failed" {
+		evs[len(evs)-1].Message = "Deployment/apps/web configured"
+		return append(evs, ks("apps", "error", flux.ReasonPruneFailed,
+			`delete failed, errors: ConfigMap/apps/old-config delete failed: configmaps "old-config" is forbidden: `+
+				`ValidatingAdmissionPolicy 'protect-configmaps' with binding 'protect-configmaps' denied request: `+
+				`ConfigMaps labelled protect=true may not be deleted;`, 9))
+	}
+	return append(evs,
+		ks("apps", "info", flux.ReasonProgressing, "Health check passed in 3.4s", 12),
+		ks("apps", "info", flux.ReasonReconciliationSucceeded, "Reconciliation finished in 3.9s, next run in 10m0s", 12))
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+)
+
+type serveConfig struct {
+	listen         string
+	dataDir        string
+	tokenFile      string
+	generateToken  bool
+	insecureNoAuth bool
+	engine         rollout.Config
+	logLevel       slog.Level
+	logFormat      string
+}
+
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	f := newFlags("serve", getenv, stderr)
+	var c serveConfig
+	listen := f.String("listen", "FDN_LISTEN", "127.0.0.1:8080", "address to serve the webhook and API on")
+	dataDir := f.String("data-dir", "FDN_DATA_DIR", "./data", "directory of the state database")
+	tokenFile := f.String("hmac-token-file", "FDN_HMAC_TOKEN_FILE", "", "file holding the token of the Provider Secret: HMAC key (generic-hmac) and Bearer token (generic)")
+	generate := f.Bool("generate-token", "FDN_GENERATE_TOKEN", false, "create --hmac-token-file with a random token when it does not exist (development)")
+	insecure := f.Bool("insecure-no-auth", "FDN_INSECURE_NO_AUTH", false, "accept unauthenticated events when no token file is given")
+	layers := f.String("layers", "FDN_LAYERS", "", "Kustomizations every rollout must reach, as namespace/name,namespace/name")
+	stuck := f.Duration("stuck-after", "FDN_STUCK_AFTER", 30*time.Minute, "time from a revision's first evidence after which it is stuck")
+	retention := f.Duration("retention", "FDN_RETENTION", 720*time.Hour, "how long rollouts are kept after their last evidence")
+	cluster := f.String("default-cluster", "FDN_DEFAULT_CLUSTER", "default", "cluster name of events without metadata.cluster")
+	level := f.String("log-level", "FDN_LOG_LEVEL", "info", "debug, info, warn or error")
+	format := f.String("log-format", "FDN_LOG_FORMAT", "json", "json or text")
+	if err := f.parse(args); err != nil {
+		return c, err
+	}
+	c = serveConfig{
+		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
+		insecureNoAuth: *insecure, logFormat: *format,
+		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, DefaultCluster: *cluster},
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return c, fmt.Errorf("--log-level: %w", err)
+	}
+	if c.logFormat != "json" && c.logFormat != "text" {
+		return c, fmt.Errorf("--log-format must be json or text, not %q", c.logFormat)
+	}
+	if *stuck <= 0 {
+		return c, errors.New("--stuck-after must be positive")
+	}
+	if *retention < *stuck {
+		return c, errors.New("--retention must be at least --stuck-after")
+	}
+	if c.tokenFile == "" && !c.insecureNoAuth {
+		return c, errors.New("--hmac-token-file is required (or --insecure-no-auth to accept unauthenticated events)")
+	}
+	if c.generateToken && c.tokenFile == "" {
+		return c, errors.New("--generate-token needs --hmac-token-file")
+	}
+	for _, l := range strings.Split(*layers, ",") {
+		if l = strings.TrimSpace(l); l == "" {
+			continue
+		}
+		ns, name, ok := strings.Cut(l, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return c, fmt.Errorf("--layers: %q is not namespace/name", l)
+		}
+		c.engine.Layers = append(c.engine.Layers, rollout.Emitter{Kind: rollout.KindLayer, Namespace: ns, Name: name})
+	}
+	return c, nil
+}
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseServe(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(c, stderr)
+
+	var token []byte
+	if c.tokenFile != "" {
+		if token, err = loadToken(c.tokenFile, c.generateToken, stdout); err != nil {
+			return err
+		}
+	} else {
+		log.Warn("serving without authentication: anyone who can reach the webhook can forge deploy verdicts")
+	}
+
+	db, err := store.Open(c.dataDir)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	engine, err := rollout.NewEngine(db, c.engine, log, time.Now)
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	hook := webhook.New(token, engine, log, reg)
+	srv := &http.Server{
+		Handler:           api.Routes(engine, hook, reg, log),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "flux-deploy-notifier listening on %s\n", url)
+	log.Info("listening", "addr", ln.Addr().String(), "data_dir", c.dataDir, "layers", len(c.engine.Layers),
+		"stuck_after", c.engine.StuckAfter.String())
+
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- engine.Run(engineCtx) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- srv.Serve(ln) }()
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveDone:
+	}
+	// Drain HTTP first: in-flight webhooks are waiting on the engine.
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if serr := srv.Shutdown(shutdownCtx); serr != nil {
+		log.Warn("http shutdown", "err", serr)
+	}
+	stopEngine()
+	<-engineDone
+	log.Info("stopped")
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func newLogger(c serveConfig, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.logLevel}
+	if c.logFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// loadToken reads the token as exact bytes: notification-controller keys
+// the HMAC with the Secret's bytes, trailing newline included.
+func loadToken(path string, generate bool, stdout io.Writer) ([]byte, error) {
+	tok, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) && generate {
+		raw := make([]byte, 24)
+		if _, err := rand.Read(raw); err != nil {
+			return nil, err
+		}
+		tok = []byte(hex.EncodeToString(raw))
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, tok, 0o600); err != nil {
+			return nil, fmt.Errorf("write token: %w", err)
+		}
+		// Printed once, to the terminal of the person who ran make run,
+		// never to the log.
+		fmt.Fprintf(stdout, "generated a development token in %s: %s\n", path, tok)
+		fmt.Fprintf(stdout, "post a sample rollout with: make sample   (or: flux-deploy-notifier sample --token-file %s)\n", path)
+		return tok, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read token: %w", err)
+	}
+	if len(tok) == 0 {
+		return nil, fmt.Errorf("token file %s is empty", path)
+	}
+	return tok, nil
+}

@@ -1,0 +1,168 @@
+// Package api serves what pipelines and operators read: verdicts, the list
+// of recent rollouts, health and metrics. It reads the engine's published
+// snapshot and never blocks the engine.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Rollouts is the engine's read side.
+type Rollouts interface {
+	Lookup(q rollout.Query) (*rollout.View, error)
+	Wait(ctx context.Context, q rollout.Query) (*rollout.View, error)
+	Get(k rollout.Key) *rollout.View
+	List(cluster string, limit int) []*rollout.View
+	Ready() bool
+}
+
+// MaxWait bounds a long poll on /verdict.
+const MaxWait = 5 * time.Minute
+
+// Routes builds the service's one router. webhook receives Flux events.
+func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log *slog.Logger) http.Handler {
+	s := &server{rs: rs, log: log}
+	r := chi.NewRouter()
+	r.Method(http.MethodPost, "/webhook", webhook)
+	r.Get("/verdict", s.verdict)
+	r.Get("/rollouts", s.rollouts)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", s.readyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	return r
+}
+
+type server struct {
+	rs  Rollouts
+	log *slog.Logger
+}
+
+// verdictResponse is a view plus what only the read side can add.
+type verdictResponse struct {
+	*rollout.View
+	SupersededByVerdict *rollout.Verdict `json:"superseded_by_verdict,omitempty"`
+}
+
+// unknownResponse keeps the verdict shape for a revision never seen, so a
+// pipeline can always read .verdict.
+type unknownResponse struct {
+	Revision     string  `json:"revision"`
+	Hash         string  `json:"hash"`
+	Cluster      string  `json:"cluster,omitempty"`
+	Verdict      string  `json:"verdict"`
+	Terminal     bool    `json:"terminal"`
+	Summary      string  `json:"summary"`
+	FirstSeen    *string `json:"first_seen"`
+	CompletedAt  *string `json:"completed_at"`
+	SupersededBy *string `json:"superseded_by"`
+	Layers       []any   `json:"layers"`
+	Failures     []any   `json:"failures"`
+}
+
+func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
+	qs := r.URL.Query()
+	rev := qs.Get("rev")
+	if rev == "" {
+		writeError(w, http.StatusBadRequest, "rev", "rev is required: a revision, a 40/64 hex hash or a prefix of 7+ hex digits")
+		return
+	}
+	hash, prefix, err := flux.ParseQuery(rev)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "rev", err.Error())
+		return
+	}
+	var wait time.Duration
+	if ws := qs.Get("wait"); ws != "" {
+		if wait, err = time.ParseDuration(ws); err != nil || wait < 0 {
+			writeError(w, http.StatusBadRequest, "wait", "wait must be a duration such as 30s, at most 5m")
+			return
+		}
+		wait = min(wait, MaxWait)
+	}
+	q := rollout.Query{Cluster: qs.Get("cluster"), Hash: hash, Prefix: prefix}
+	var v *rollout.View
+	if wait > 0 {
+		// The server's write timeout is shorter than a long poll.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		v, err = s.rs.Wait(ctx, q)
+		cancel()
+	} else {
+		v, err = s.rs.Lookup(q)
+	}
+	var amb *rollout.AmbiguousError
+	switch {
+	case errors.Is(err, rollout.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, unknownResponse{
+			Revision: rev, Hash: hash, Cluster: q.Cluster, Verdict: rollout.VerdictUnknown.String(),
+			Summary: "no evidence of this revision yet", Layers: []any{}, Failures: []any{},
+		})
+		return
+	case errors.As(err, &amb):
+		writeJSON(w, http.StatusConflict, map[string]any{"error": amb.Error(), "field": "rev", "matches": amb.Matches})
+		return
+	case err != nil:
+		s.log.Error("look up verdict", "err", err)
+		writeError(w, http.StatusInternalServerError, "", "internal error")
+		return
+	}
+	resp := verdictResponse{View: v}
+	if v.SupersedeKey != nil {
+		if sv := s.rs.Get(*v.SupersedeKey); sv != nil {
+			resp.SupersededByVerdict = &sv.Verdict
+		}
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
+	limit := 50
+	if ls := r.URL.Query().Get("limit"); ls != "" {
+		n, err := strconv.Atoi(ls)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "limit", "limit must be 1 to 1000")
+			return
+		}
+		limit = n
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rollouts": s.rs.List(r.URL.Query().Get("cluster"), limit)})
+}
+
+func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !s.rs.Ready() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "checks": map[string]string{"engine": "not running"}})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "checks": map[string]string{"engine": "ok"}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, field, msg string) {
+	body := map[string]string{"error": msg}
+	if field != "" {
+		body["field"] = field
+	}
+	writeJSON(w, status, body)
+}

@@ -1,0 +1,271 @@
+package flux
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Event is what notification-controller posts: the union of the event
+// v1beta1 and v1 shapes (v1 adds action and relatedObject). Decoding ignores
+// unknown fields, so a newer Flux that adds one does not break delivery.
+type Event struct {
+	InvolvedObject      ObjectRef         `json:"involvedObject"`
+	RelatedObject       *ObjectRef        `json:"relatedObject,omitempty"`
+	Severity            string            `json:"severity"`
+	Timestamp           string            `json:"timestamp"`
+	Message             string            `json:"message"`
+	Reason              string            `json:"reason"`
+	Action              string            `json:"action,omitempty"`
+	Metadata            map[string]string `json:"metadata,omitempty"`
+	ReportingController string            `json:"reportingController,omitempty"`
+	ReportingInstance   string            `json:"reportingInstance,omitempty"`
+}
+
+// ObjectRef is the part of a Kubernetes ObjectReference Flux fills in.
+type ObjectRef struct {
+	Kind            string `json:"kind"`
+	Namespace       string `json:"namespace"`
+	Name            string `json:"name"`
+	UID             string `json:"uid,omitempty"`
+	APIVersion      string `json:"apiVersion,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+// Kinds of the objects this service understands.
+const (
+	KindKustomization = "Kustomization"
+	KindGitRepository = "GitRepository"
+	KindOCIRepository = "OCIRepository"
+	KindBucket        = "Bucket"
+)
+
+// IsSource reports whether kind is a source that produces revisions.
+func IsSource(kind string) bool {
+	return kind == KindGitRepository || kind == KindOCIRepository || kind == KindBucket
+}
+
+// FieldError names the field of an event that is missing or malformed.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Decoded is a validated event with its metadata normalised.
+type Decoded struct {
+	Event
+	At        time.Time // Flux's timestamp
+	Cluster   string    // metadata "cluster", or "" when absent
+	Revision  string    // metadata "revision", as sent
+	Origin    string    // metadata "originRevision", as sent
+	Rev       Revision  // Revision parsed; zero when absent
+	OriginRev Revision  // Origin parsed; zero when absent
+}
+
+// Decode parses and validates one event body. Errors are *FieldError for
+// anything a client must fix, naming the field.
+func Decode(body []byte) (Decoded, error) {
+	var d Decoded
+	if err := json.Unmarshal(body, &d.Event); err != nil {
+		return Decoded{}, &FieldError{Field: "body", Reason: "not a JSON event: " + trimErr(err)}
+	}
+	if err := d.validate(); err != nil {
+		return Decoded{}, err
+	}
+	return d, nil
+}
+
+func (d *Decoded) validate() error {
+	o := d.InvolvedObject
+	for _, f := range []struct{ name, val string }{
+		{"involvedObject.kind", o.Kind},
+		{"involvedObject.namespace", o.Namespace},
+		{"involvedObject.name", o.Name},
+	} {
+		if f.val == "" {
+			return &FieldError{Field: f.name, Reason: "required"}
+		}
+		if !validName(f.val) {
+			return &FieldError{Field: f.name, Reason: "must be 1-253 printable characters without '/' or spaces"}
+		}
+	}
+	if d.Timestamp == "" {
+		return &FieldError{Field: "timestamp", Reason: "required"}
+	}
+	at, err := time.Parse(time.RFC3339, d.Timestamp)
+	if err != nil {
+		return &FieldError{Field: "timestamp", Reason: "must be RFC 3339"}
+	}
+	d.At = at.UTC()
+	for k, v := range d.Metadata {
+		switch metaKey(k) {
+		case "revision":
+			d.Revision = v
+		case "originRevision":
+			d.Origin = v
+		case "cluster":
+			d.Cluster = v
+		}
+	}
+	if d.Cluster != "" && !validName(d.Cluster) {
+		return &FieldError{Field: "metadata.cluster", Reason: "must be 1-253 printable characters without '/' or spaces"}
+	}
+	if o.Kind == KindKustomization && d.Revision == "" {
+		return &FieldError{Field: "metadata.revision", Reason: "required for Kustomization events"}
+	}
+	if d.Revision != "" {
+		if d.Rev, err = ParseRevision(d.Revision); err != nil {
+			return &FieldError{Field: "metadata.revision", Reason: err.Error()}
+		}
+	}
+	if d.Origin != "" {
+		if d.OriginRev, err = ParseRevision(d.Origin); err != nil {
+			return &FieldError{Field: "metadata.originRevision", Reason: err.Error()}
+		}
+	}
+	return nil
+}
+
+// metaKey strips the API group prefix older controllers put on metadata keys
+// ("kustomize.toolkit.fluxcd.io/revision"); notification-controller strips it
+// itself since v0.x, but captured payloads and other senders still have it.
+func metaKey(k string) string {
+	if i := strings.LastIndexByte(k, '/'); i >= 0 && strings.HasSuffix(k[:i], ".toolkit.fluxcd.io") {
+		return k[i+1:]
+	}
+	return k
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, r := range s {
+		if r == '/' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func trimErr(err error) string {
+	s := err.Error()
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return s
+}
+
+// Class is what an event says about its object's progress on a revision.
+type Class int
+
+const (
+	ClassIgnored     Class = iota // nothing about a revision's progress
+	ClassProgressing              // changes applied, health passed: attempting, not done
+	ClassWaiting                  // DependencyNotReady: attempting, blocked behind another layer
+	ClassCanceled                 // HealthCheckCanceled: left for a newer revision, not a failure
+	ClassFailed                   // the revision failed on this object
+	ClassSucceeded                // ReconciliationSucceeded: positive evidence of applied
+	ClassArtifact                 // a source produced the revision
+)
+
+// Reasons kustomize-controller and source-controller emit that carry meaning
+// beyond their severity.
+const (
+	ReasonProgressing             = "Progressing"
+	ReasonReconciliationSucceeded = "ReconciliationSucceeded"
+	ReasonDependencyNotReady      = "DependencyNotReady"
+	ReasonHealthCheckCanceled     = "HealthCheckCanceled"
+	ReasonPruneFailed             = "PruneFailed"
+	ReasonHealthCheckFailed       = "HealthCheckFailed"
+	ReasonReconciliationFailed    = "ReconciliationFailed"
+	ReasonBuildFailed             = "BuildFailed"
+	ReasonArtifactFailed          = "ArtifactFailed"
+	ReasonNewArtifact             = "NewArtifact"
+)
+
+// failureReasons fail a revision whatever the severity says.
+var failureReasons = map[string]bool{
+	ReasonPruneFailed: true, ReasonHealthCheckFailed: true, ReasonReconciliationFailed: true,
+	ReasonBuildFailed: true, ReasonArtifactFailed: true, "InvalidCELExpression": true,
+	"AccessDenied": true, "FeatureGateDisabled": true,
+}
+
+// KnownReason reports whether reason is one this package names.
+func KnownReason(reason string) bool {
+	switch reason {
+	case "", ReasonProgressing, ReasonReconciliationSucceeded, ReasonDependencyNotReady,
+		ReasonHealthCheckCanceled, ReasonNewArtifact:
+		return true
+	}
+	return failureReasons[reason]
+}
+
+// Classify maps an event of a Kustomization or a source to its meaning.
+func Classify(kind, reason, severity string) Class {
+	if IsSource(kind) {
+		// A source event with a revision is the earliest sign of it; source
+		// errors concern fetching, not the rollout of any revision.
+		if severity == "error" {
+			return ClassIgnored
+		}
+		return ClassArtifact
+	}
+	if kind != KindKustomization {
+		return ClassIgnored
+	}
+	switch {
+	case reason == ReasonDependencyNotReady:
+		return ClassWaiting
+	case reason == ReasonHealthCheckCanceled:
+		return ClassCanceled
+	case failureReasons[reason] || severity == "error":
+		return ClassFailed
+	case reason == ReasonReconciliationSucceeded:
+		return ClassSucceeded
+	default:
+		return ClassProgressing
+	}
+}
+
+// CommitSubject extracts the commit subject from source-controller's
+// NewArtifact message: "stored artifact for commit '<subject>'".
+func CommitSubject(reason, msg string) string {
+	if reason != ReasonNewArtifact {
+		return ""
+	}
+	const lead = "stored artifact for commit '"
+	i := strings.Index(msg, lead)
+	if i < 0 {
+		return ""
+	}
+	s := msg[i+len(lead):]
+	if j := strings.LastIndexByte(s, '\''); j >= 0 {
+		s = s[:j]
+	}
+	return strings.TrimSpace(s)
+}
+
+// String names a class for logs and tests.
+func (c Class) String() string {
+	switch c {
+	case ClassProgressing:
+		return "progressing"
+	case ClassWaiting:
+		return "waiting"
+	case ClassCanceled:
+		return "canceled"
+	case ClassFailed:
+		return "failed"
+	case ClassSucceeded:
+		return "succeeded"
+	case ClassArtifact:
+		return "artifact"
+	default:
+		return fmt.Sprintf("ignored(%d)", int(c))
+	}
+}

@@ -1,0 +1,282 @@
+// Package rollout is the domain: observations of layers and revisions come
+// in, one verdict per rollout (cluster, revision hash) comes out. It imports
+// nothing internal; adapters translate Flux events and cluster state into
+// Observations and read Views.
+package rollout
+
+import (
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Signal is what an observation says about an emitter's progress on a
+// revision.
+type Signal uint8
+
+const (
+	SignalProgressing Signal = iota + 1 // changes applied or health passed: attempting
+	SignalWaiting                       // blocked behind a dependency: attempting
+	SignalCanceled                      // left for a newer revision: not a failure
+	SignalFailed                        // the revision failed on this layer
+	SignalSucceeded                     // positive evidence the layer applied the revision
+	SignalArtifact                      // a source produced the revision
+)
+
+var signalNames = [...]string{"", "progressing", "waiting", "canceled", "failed", "succeeded", "artifact"}
+
+func (s Signal) String() string {
+	if int(s) < len(signalNames) {
+		return signalNames[s]
+	}
+	return "invalid"
+}
+
+// rank orders marks of the same second: the one that says more about
+// progress wins, and a failure sorts before a success.
+func (s Signal) rank() int {
+	switch s {
+	case SignalWaiting:
+		return 1
+	case SignalProgressing, SignalArtifact:
+		return 2
+	case SignalCanceled:
+		return 3
+	case SignalFailed:
+		return 4
+	case SignalSucceeded:
+		return 5
+	}
+	return 0
+}
+
+// Emitter is the object an observation is about: a layer (Kustomization) or
+// a source (GitRepository, OCIRepository, Bucket).
+type Emitter struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+// KindLayer is the kind of the objects that make up a rollout.
+const KindLayer = "Kustomization"
+
+// IsLayer reports whether the emitter is a layer rather than a source.
+func (e Emitter) IsLayer() bool { return e.Kind == KindLayer }
+
+// Layer names a layer the way people and --layers do: namespace/name.
+func (e Emitter) Layer() string { return e.Namespace + "/" + e.Name }
+
+func (e Emitter) String() string { return e.Kind + "/" + e.Namespace + "/" + e.Name }
+
+// less orders emitters for stable output.
+func (e Emitter) less(o Emitter) bool {
+	if e.Namespace != o.Namespace {
+		return e.Namespace < o.Namespace
+	}
+	if e.Name != o.Name {
+		return e.Name < o.Name
+	}
+	return e.Kind < o.Kind
+}
+
+// Object is a Kubernetes object a failure names (PruneFailed).
+type Object struct {
+	Kind      string    `json:"kind"`
+	Namespace string    `json:"namespace,omitempty"`
+	Name      string    `json:"name"`
+	Error     string    `json:"error"`
+	At        time.Time `json:"at"`
+}
+
+// Observation is one fact about one emitter and one revision.
+type Observation struct {
+	Cluster    string
+	Emitter    Emitter
+	Revision   string // full Flux revision as reported
+	Hash       string // the revision's identity
+	Origin     string // originRevision (OCI), as reported
+	OriginHash string // the origin revision's identity
+	At         time.Time
+	Signal     Signal
+	Reason     string
+	Message    string
+	Objects    []Object // for failures that name objects
+	Subject    string   // commit subject, when a source told it
+}
+
+// maxMessage bounds what is kept of a Flux message (up to 39,000 characters
+// on the wire): enough for people to act, small enough to keep every
+// rollout in memory.
+const maxMessage = 8 << 10
+
+// Mark is one remembered event.
+type Mark struct {
+	At      time.Time `json:"at"`
+	Signal  Signal    `json:"signal"`
+	Reason  string    `json:"reason,omitempty"`
+	Message string    `json:"message,omitempty"`
+}
+
+// after orders marks by Flux time, then by what they say, then by text, so
+// that the latest mark does not depend on arrival order.
+func (m Mark) after(o Mark) bool {
+	if !m.At.Equal(o.At) {
+		return m.At.After(o.At)
+	}
+	if m.Signal.rank() != o.Signal.rank() {
+		return m.Signal.rank() > o.Signal.rank()
+	}
+	if m.Reason != o.Reason {
+		return m.Reason > o.Reason
+	}
+	return m.Message > o.Message
+}
+
+// Failure is every failure of one reason on one layer for one revision.
+type Failure struct {
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"` // of the earliest occurrence
+	First   time.Time `json:"first"`
+	Last    time.Time `json:"last"`
+	Objects []Object  `json:"objects,omitempty"`
+}
+
+// Evidence is everything known about one emitter and one revision. Merge is
+// commutative, associative and idempotent, so duplicated and reordered
+// deliveries reach the same Evidence.
+type Evidence struct {
+	Revision      string    `json:"revision"`
+	Origin        string    `json:"origin,omitempty"`
+	OriginHash    string    `json:"origin_hash,omitempty"`
+	Subject       string    `json:"subject,omitempty"`
+	First         time.Time `json:"first"`
+	Last          time.Time `json:"last"`
+	Progress      *Mark     `json:"progress,omitempty"`  // latest attempting mark
+	Succeeded     *Mark     `json:"succeeded,omitempty"` // earliest success
+	LastSucceeded time.Time `json:"last_succeeded,omitzero"`
+	Failures      []Failure `json:"failures,omitempty"` // one per reason, sorted by reason
+}
+
+func (ev *Evidence) clone() *Evidence {
+	if ev == nil {
+		return &Evidence{}
+	}
+	c := *ev
+	if ev.Progress != nil {
+		p := *ev.Progress
+		c.Progress = &p
+	}
+	if ev.Succeeded != nil {
+		s := *ev.Succeeded
+		c.Succeeded = &s
+	}
+	c.Failures = make([]Failure, len(ev.Failures))
+	for i, f := range ev.Failures {
+		f.Objects = slices.Clone(f.Objects)
+		c.Failures[i] = f
+	}
+	return &c
+}
+
+// merge folds o into ev and reports whether anything was learned.
+func (ev *Evidence) merge(o Observation) bool {
+	changed := false
+	if ev.Revision == "" || betterRevision(o.Revision, ev.Revision) {
+		changed = changed || ev.Revision != o.Revision
+		ev.Revision = o.Revision
+	}
+	if o.OriginHash != "" && (ev.OriginHash == "" || o.OriginHash < ev.OriginHash) {
+		ev.Origin, ev.OriginHash, changed = o.Origin, o.OriginHash, true
+	}
+	if o.Subject != "" && (ev.Subject == "" || o.Subject < ev.Subject) {
+		ev.Subject, changed = o.Subject, true
+	}
+	if ev.First.IsZero() || o.At.Before(ev.First) {
+		ev.First, changed = o.At, true
+	}
+	if o.At.After(ev.Last) {
+		ev.Last, changed = o.At, true
+	}
+	m := Mark{At: o.At, Signal: o.Signal, Reason: o.Reason, Message: o.Message}
+	switch o.Signal {
+	case SignalSucceeded:
+		if ev.Succeeded == nil || ev.Succeeded.after(m) {
+			ev.Succeeded, changed = &m, true
+		}
+		// The latest success tells a recovery from a failure; for a clean
+		// layer it only moves forward with each heartbeat.
+		if o.At.After(ev.LastSucceeded) {
+			ev.LastSucceeded, changed = o.At, true
+		}
+	case SignalFailed:
+		changed = ev.mergeFailure(o) || changed
+	case SignalProgressing, SignalWaiting, SignalCanceled:
+		if ev.Progress == nil || m.after(*ev.Progress) {
+			ev.Progress, changed = &m, true
+		}
+	}
+	return changed
+}
+
+func (ev *Evidence) mergeFailure(o Observation) bool {
+	i, found := slices.BinarySearchFunc(ev.Failures, o.Reason, func(f Failure, r string) int {
+		return strings.Compare(f.Reason, r)
+	})
+	if !found {
+		ev.Failures = slices.Insert(ev.Failures, i, Failure{Reason: o.Reason, Message: o.Message, First: o.At, Last: o.At})
+	}
+	f := &ev.Failures[i]
+	changed := !found
+	if o.At.Before(f.First) || o.At.Equal(f.First) && o.Message < f.Message {
+		f.First, f.Message, changed = o.At, o.Message, true
+	}
+	if o.At.After(f.Last) {
+		f.Last, changed = o.At, true
+	}
+	for _, obj := range o.Objects {
+		obj.At = o.At
+		j, ok := slices.BinarySearchFunc(f.Objects, obj, compareObject)
+		switch {
+		case !ok:
+			f.Objects, changed = slices.Insert(f.Objects, j, obj), true
+		case obj.At.Before(f.Objects[j].At) || obj.At.Equal(f.Objects[j].At) && obj.Error < f.Objects[j].Error:
+			f.Objects[j], changed = obj, true
+		}
+	}
+	return changed
+}
+
+func compareObject(a, b Object) int {
+	if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// betterRevision picks one spelling of a revision deterministically when
+// the same hash was reported in two forms: Flux's current form
+// ("main@sha1:...") over the legacy one ("main/..."), then the smaller.
+func betterRevision(a, b string) bool {
+	am, bm := strings.Contains(a, ":"), strings.Contains(b, ":")
+	if am != bm {
+		return am
+	}
+	return a < b
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}

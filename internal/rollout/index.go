@@ -1,0 +1,198 @@
+package rollout
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Key identifies a rollout: one revision on one cluster.
+type Key struct {
+	Cluster string
+	Hash    string
+}
+
+// EvidenceKey identifies one Evidence record.
+type EvidenceKey struct {
+	Key
+	Emitter Emitter
+}
+
+// cluster is the engine's index of one cluster's evidence. Only the engine
+// goroutine touches it.
+type cluster struct {
+	name     string
+	rollouts map[string]*rolloutState // by hash
+	logs     map[Emitter]*emitterLog
+}
+
+type rolloutState struct {
+	key   Key
+	ev    map[Emitter]*Evidence
+	first time.Time // earliest evidence of any emitter
+	last  time.Time // latest evidence of any emitter
+	view  *View     // last published
+}
+
+// emitterLog is the revisions one emitter reported, ordered by the Flux time
+// of their first evidence (ties by hash), which is the order the emitter
+// moved through them.
+type emitterLog struct {
+	revs []logEntry
+}
+
+type logEntry struct {
+	first time.Time
+	hash  string
+}
+
+func (a logEntry) compare(b logEntry) int {
+	if c := a.first.Compare(b.first); c != 0 {
+		return c
+	}
+	return strings.Compare(a.hash, b.hash)
+}
+
+func newCluster(name string) *cluster {
+	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}}
+}
+
+// set installs ev as the evidence of (hash, e), keeping the logs ordered.
+func (c *cluster) set(hash string, e Emitter, ev *Evidence) {
+	r := c.rollouts[hash]
+	if r == nil {
+		r = &rolloutState{key: Key{c.name, hash}, ev: map[Emitter]*Evidence{}}
+		c.rollouts[hash] = r
+	}
+	old := r.ev[e]
+	r.ev[e] = ev
+	if r.first.IsZero() || ev.First.Before(r.first) {
+		r.first = ev.First
+	}
+	if ev.Last.After(r.last) {
+		r.last = ev.Last
+	}
+	lg := c.logs[e]
+	if lg == nil {
+		lg = &emitterLog{}
+		c.logs[e] = lg
+	}
+	if old != nil {
+		if old.First.Equal(ev.First) {
+			return
+		}
+		lg.remove(logEntry{old.First, hash})
+	}
+	lg.insert(logEntry{ev.First, hash})
+}
+
+// drop forgets a rollout entirely.
+func (c *cluster) drop(hash string) {
+	r := c.rollouts[hash]
+	if r == nil {
+		return
+	}
+	for e, ev := range r.ev {
+		if lg := c.logs[e]; lg != nil {
+			lg.remove(logEntry{ev.First, hash})
+			if len(lg.revs) == 0 {
+				delete(c.logs, e)
+			}
+		}
+	}
+	delete(c.rollouts, hash)
+}
+
+func (lg *emitterLog) insert(x logEntry) {
+	i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	if !found {
+		lg.revs = slices.Insert(lg.revs, i, x)
+	}
+}
+
+func (lg *emitterLog) remove(x logEntry) {
+	if i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare); found {
+		lg.revs = slices.Delete(lg.revs, i, i+1)
+	}
+}
+
+// before returns the revision the emitter reported just before x, or "".
+func (lg *emitterLog) before(x logEntry) string {
+	if lg == nil {
+		return ""
+	}
+	i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	if i == 0 {
+		return ""
+	}
+	return lg.revs[i-1].hash
+}
+
+// after returns the first revision the emitter reported after x.
+func (lg *emitterLog) after(x logEntry) (logEntry, bool) {
+	if lg == nil {
+		return logEntry{}, false
+	}
+	i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	if found {
+		i++
+	}
+	if i >= len(lg.revs) {
+		return logEntry{}, false
+	}
+	return lg.revs[i], true
+}
+
+// latest is the newest revision the emitter reported.
+func (lg *emitterLog) latest() string {
+	if lg == nil || len(lg.revs) == 0 {
+		return ""
+	}
+	return lg.revs[len(lg.revs)-1].hash
+}
+
+// position is where a rollout sits in an emitter's log: at its own evidence
+// when it has some, else where its first evidence anywhere would go.
+func (r *rolloutState) position(e Emitter) logEntry {
+	if ev := r.ev[e]; ev != nil {
+		return logEntry{ev.First, r.key.Hash}
+	}
+	return logEntry{r.first, r.key.Hash}
+}
+
+// neighbours adds to dirty the rollouts whose view may change when the
+// evidence of (hash, e) changes: the rollout itself, its predecessor and
+// successor on each of its emitters (supersession, expected layers), and
+// the successors of its predecessor on e (for whom e now carries a newer
+// revision, or for whom hash is a predecessor now carried by e).
+func (c *cluster) neighbours(hash string, e Emitter, dirty map[Key]struct{}) {
+	r := c.rollouts[hash]
+	if r == nil {
+		return
+	}
+	dirty[r.key] = struct{}{}
+	succOf := func(h string) {
+		p := c.rollouts[h]
+		if p == nil {
+			return
+		}
+		for pe := range p.ev {
+			if s, ok := c.logs[pe].after(p.position(pe)); ok {
+				dirty[Key{c.name, s.hash}] = struct{}{}
+			}
+		}
+	}
+	for re := range r.ev {
+		pos := r.position(re)
+		if p := c.logs[re].before(pos); p != "" {
+			dirty[Key{c.name, p}] = struct{}{}
+		}
+		if s, ok := c.logs[re].after(pos); ok {
+			dirty[Key{c.name, s.hash}] = struct{}{}
+		}
+	}
+	succOf(hash)
+	if p := c.logs[e].before(r.position(e)); p != "" {
+		succOf(p)
+	}
+}

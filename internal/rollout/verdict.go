@@ -1,0 +1,407 @@
+package rollout
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Verdict is the one answer per rollout (design.md, "Verdict").
+type Verdict uint8
+
+const (
+	VerdictUnknown Verdict = iota
+	VerdictApplying
+	VerdictApplied
+	VerdictFailed
+	VerdictSuperseded
+	VerdictStuck
+)
+
+var verdictNames = [...]string{"unknown", "applying", "applied", "failed", "superseded", "stuck"}
+
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return "invalid"
+}
+
+// MarshalText persists and serves the name, never the number.
+func (v Verdict) MarshalText() ([]byte, error) { return []byte(v.String()), nil }
+
+// UnmarshalText parses a verdict name.
+func (v *Verdict) UnmarshalText(b []byte) error {
+	i := slices.Index(verdictNames[:], string(b))
+	if i < 0 {
+		return fmt.Errorf("unknown verdict %q", b)
+	}
+	*v = Verdict(i)
+	return nil
+}
+
+// Terminal reports whether a pipeline can stop waiting.
+func (v Verdict) Terminal() bool {
+	return v == VerdictApplied || v == VerdictFailed || v == VerdictSuperseded || v == VerdictStuck
+}
+
+// LayerState is one layer's progress on one rollout.
+type LayerState string
+
+const (
+	LayerPending     LayerState = "pending"     // expected, nothing reported for this revision
+	LayerWaiting     LayerState = "waiting"     // blocked behind a dependency
+	LayerProgressing LayerState = "progressing" // applying, checking health
+	LayerCanceled    LayerState = "canceled"    // left for a newer revision
+	LayerApplied     LayerState = "applied"
+	LayerFailed      LayerState = "failed"
+	LayerRecovered   LayerState = "recovered" // failed, then succeeded on the same revision
+)
+
+// View is the published state of one rollout; it is never mutated once
+// published.
+type View struct {
+	Cluster      string        `json:"cluster"`
+	Revision     string        `json:"revision"`
+	Hash         string        `json:"hash"`
+	Origin       string        `json:"origin_revision,omitempty"`
+	OriginHash   string        `json:"-"`
+	Verdict      Verdict       `json:"verdict"`
+	Terminal     bool          `json:"terminal"`
+	Summary      string        `json:"summary"`
+	Subject      string        `json:"subject,omitempty"`
+	Source       string        `json:"source,omitempty"`
+	ExpectedFrom string        `json:"expected_from"`
+	FirstSeen    time.Time     `json:"first_seen"`
+	LastSeen     time.Time     `json:"last_seen"`
+	Deadline     time.Time     `json:"deadline"`
+	CompletedAt  *time.Time    `json:"completed_at"`
+	Late         bool          `json:"late,omitempty"` // applied after the deadline: it was stuck
+	SupersededBy *string       `json:"superseded_by"`
+	SupersedeKey *Key          `json:"-"`
+	Behind       []string      `json:"behind,omitempty"`
+	RootCause    string        `json:"root_cause,omitempty"`
+	Layers       []LayerView   `json:"layers"`
+	Failures     []FailureView `json:"failures"`
+}
+
+// LayerView is one expected layer of a rollout.
+type LayerView struct {
+	Name     string     `json:"name"`
+	State    LayerState `json:"state"`
+	Revision string     `json:"revision,omitempty"` // this rollout's, or the layer's latest when pending
+	Reason   string     `json:"reason,omitempty"`
+	Message  string     `json:"message,omitempty"`
+	At       *time.Time `json:"at"`
+}
+
+// FailureView is one failure of one layer.
+type FailureView struct {
+	Layer        string    `json:"layer"`
+	Reason       string    `json:"reason"`
+	Message      string    `json:"message"`
+	Objects      []Object  `json:"objects"`
+	At           time.Time `json:"at"`
+	LastAt       time.Time `json:"last_at"`
+	AfterApplied bool      `json:"after_applied,omitempty"` // a later degradation, not the deploy's failure
+}
+
+// Where a rollout's expected layers came from.
+const (
+	ExpectedFromEvents = "events"
+	ExpectedFromConfig = "config"
+)
+
+// expected returns the layers a rollout must reach, sorted, and the
+// revisions it replaced. Without cluster access they are: the configured
+// layers, every layer that reported the revision, and every layer that
+// carried a revision it replaced (the one each of its emitters reported
+// just before it), because a layer that was at the old revision must move.
+func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]bool) {
+	set := make(map[Emitter]bool, len(cfg.Layers)+len(r.ev))
+	for _, l := range cfg.Layers {
+		set[l] = true
+	}
+	preds := map[string]bool{}
+	for e := range r.ev {
+		if e.IsLayer() {
+			set[e] = true
+		}
+		if p := c.logs[e].before(r.position(e)); p != "" {
+			preds[p] = true
+		}
+	}
+	for p := range preds {
+		for e := range c.rollouts[p].ev {
+			if e.IsLayer() {
+				set[e] = true
+			}
+		}
+	}
+	out := make([]Emitter, 0, len(set))
+	for e := range set {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b Emitter) int {
+		if a.less(b) {
+			return -1
+		}
+		if b.less(a) {
+			return 1
+		}
+		return 0
+	})
+	return out, preds
+}
+
+// evaluate derives a rollout's view from the evidence and the clock alone
+// (design.md, "Time and precedence"). It is pure: the same evidence and now
+// give the same view whatever order the evidence arrived in.
+func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
+	v := &View{
+		Cluster:      r.key.Cluster,
+		Hash:         r.key.Hash,
+		FirstSeen:    r.first,
+		LastSeen:     r.last,
+		Deadline:     r.first.Add(cfg.StuckAfter),
+		ExpectedFrom: ExpectedFromEvents,
+		Layers:       []LayerView{},
+		Failures:     []FailureView{},
+	}
+	if len(cfg.Layers) > 0 {
+		v.ExpectedFrom = ExpectedFromConfig
+	}
+	v.Revision = r.displayRevision()
+	for e, ev := range r.ev {
+		if ev.OriginHash != "" && (v.OriginHash == "" || ev.OriginHash < v.OriginHash) {
+			v.Origin, v.OriginHash = ev.Origin, ev.OriginHash
+		}
+		if !e.IsLayer() {
+			if v.Source == "" || e.String() < v.Source {
+				v.Source = e.String()
+			}
+			if ev.Subject != "" && (v.Subject == "" || ev.Subject < v.Subject) {
+				v.Subject = ev.Subject
+			}
+		}
+	}
+
+	expected, preds := c.expected(r, cfg)
+	var (
+		completed    = len(expected) > 0
+		completedAt  time.Time
+		firstFailure time.Time
+		supAt        time.Time
+		supHash      string
+		behind       []LayerView
+	)
+	for _, l := range expected {
+		ev := r.ev[l]
+		lv := c.layerView(r, l, ev)
+		v.Layers = append(v.Layers, lv)
+		if ev == nil || ev.Succeeded == nil {
+			completed = false
+			behind = append(behind, lv)
+		} else if ev.Succeeded.At.After(completedAt) {
+			completedAt = ev.Succeeded.At
+		}
+		if ev != nil {
+			for _, f := range ev.Failures {
+				if firstFailure.IsZero() || f.First.Before(firstFailure) {
+					firstFailure = f.First
+				}
+			}
+		}
+		// Supersession: the next revision this layer reported after this one,
+		// if it is newer everywhere and not one this rollout replaced.
+		s, ok := c.logs[l].after(r.position(l))
+		if !ok || preds[s.hash] {
+			continue
+		}
+		sr := c.rollouts[s.hash]
+		if sr == nil || !(sr.first.After(r.first) || sr.first.Equal(r.first) && s.hash > r.key.Hash) {
+			continue
+		}
+		if supHash == "" || s.first.Before(supAt) || s.first.Equal(supAt) && s.hash < supHash {
+			supAt, supHash = s.first, s.hash
+		}
+	}
+
+	for _, l := range expected {
+		if ev := r.ev[l]; ev != nil {
+			for _, f := range ev.Failures {
+				v.Failures = append(v.Failures, FailureView{
+					Layer: l.Layer(), Reason: f.Reason, Message: f.Message,
+					Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
+					AfterApplied: completed && f.First.After(completedAt),
+				})
+			}
+		}
+	}
+	slices.SortStableFunc(v.Failures, func(a, b FailureView) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Layer, b.Layer)
+	})
+
+	if supHash != "" {
+		sv := c.rollouts[supHash]
+		rev := sv.displayRevision()
+		v.SupersededBy, v.SupersedeKey = &rev, &sv.key
+	}
+
+	// A failure stamped in the same second as the completing success sorts
+	// before it; evidence stamped after the deadline cannot undo "stuck",
+	// except the full completion that turns it into a late "applied".
+	failedBy := func(t time.Time) bool { return !firstFailure.IsZero() && !firstFailure.After(t) }
+	switch {
+	case completed && failedBy(completedAt):
+		v.Verdict = VerdictFailed
+	case completed:
+		v.Verdict = VerdictApplied
+		v.CompletedAt = &completedAt
+		v.Late = completedAt.After(v.Deadline)
+	case failedBy(v.Deadline):
+		v.Verdict = VerdictFailed
+	case supHash != "" && !supAt.After(v.Deadline):
+		v.Verdict = VerdictSuperseded
+	case !now.Before(v.Deadline):
+		v.Verdict = VerdictStuck
+	default:
+		v.Verdict = VerdictApplying
+	}
+	if completed && v.Verdict == VerdictFailed {
+		v.CompletedAt = &completedAt
+	}
+	if !completed {
+		for _, b := range behind {
+			v.Behind = append(v.Behind, b.Name)
+		}
+	}
+	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
+		v.RootCause = rootCause(behind)
+	}
+	v.Terminal = v.Verdict.Terminal()
+	v.Summary = summary(v, len(expected), len(behind))
+	return v
+}
+
+func (c *cluster) layerView(r *rolloutState, l Emitter, ev *Evidence) LayerView {
+	lv := LayerView{Name: l.Layer(), State: LayerPending}
+	if ev == nil {
+		if cur := c.rollouts[c.logs[l].latest()]; cur != nil {
+			lv.Revision = cur.ev[l].Revision
+		}
+		return lv
+	}
+	lv.Revision = ev.Revision
+	var m *Mark
+	switch {
+	case len(ev.Failures) > 0:
+		last := ev.Failures[0]
+		for _, f := range ev.Failures[1:] {
+			if f.Last.After(last.Last) {
+				last = f
+			}
+		}
+		m = &Mark{At: last.Last, Reason: last.Reason, Message: last.Message}
+		lv.State = LayerFailed
+		if ev.Succeeded != nil && !ev.LastSucceeded.Before(last.Last) {
+			lv.State = LayerRecovered
+			m = &Mark{At: ev.LastSucceeded, Reason: ev.Succeeded.Reason, Message: ev.Succeeded.Message}
+		}
+	case ev.Succeeded != nil:
+		lv.State, m = LayerApplied, ev.Succeeded
+	case ev.Progress != nil:
+		m = ev.Progress
+		switch m.Signal {
+		case SignalWaiting:
+			lv.State = LayerWaiting
+		case SignalCanceled:
+			lv.State = LayerCanceled
+		default:
+			lv.State = LayerProgressing
+		}
+	default:
+		lv.State = LayerProgressing
+	}
+	if m != nil {
+		at := m.At
+		lv.Reason, lv.Message, lv.At = m.Reason, m.Message, &at
+	}
+	return lv
+}
+
+// rootCause picks, among the layers behind, the one most likely holding the
+// others back: a failed or progressing layer before a silent one, a silent
+// one before one that only waits on a dependency. Without dependsOn (cluster
+// access) this is the best events can say.
+func rootCause(behind []LayerView) string {
+	weight := func(s LayerState) int {
+		switch s {
+		case LayerFailed:
+			return 0
+		case LayerProgressing, LayerCanceled:
+			return 1
+		case LayerPending:
+			return 2
+		}
+		return 3
+	}
+	best := -1
+	for i, b := range behind {
+		if best < 0 || weight(b.State) < weight(behind[best].State) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return ""
+	}
+	return behind[best].Name
+}
+
+func summary(v *View, expected, behind int) string {
+	switch v.Verdict {
+	case VerdictApplied:
+		s := fmt.Sprintf("all %d expected layers applied it", expected)
+		if v.Late {
+			s += ", after the deadline"
+		}
+		return s
+	case VerdictFailed:
+		for _, f := range v.Failures {
+			if !f.AfterApplied {
+				return fmt.Sprintf("%s failed: %s", f.Layer, f.Reason)
+			}
+		}
+	case VerdictSuperseded:
+		return "superseded by " + *v.SupersededBy + " before every layer applied it"
+	case VerdictStuck:
+		return fmt.Sprintf("%d of %d expected layers not applied by the deadline; root cause %s", behind, expected, v.RootCause)
+	case VerdictApplying:
+		if expected == 0 {
+			return "no layer has reported it yet"
+		}
+		return fmt.Sprintf("%d of %d expected layers applied it", expected-behind, expected)
+	}
+	return ""
+}
+
+func (r *rolloutState) displayRevision() string {
+	rev := ""
+	for _, ev := range r.ev {
+		if rev == "" || betterRevision(ev.Revision, rev) {
+			rev = ev.Revision
+		}
+	}
+	return rev
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,260 @@
+// Package webhook receives the events notification-controller posts to a
+// generic or generic-hmac Provider: it bounds and authenticates the request,
+// decodes the event, and answers 202 only once the engine has stored it.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"hash"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// MaxBody is the largest event accepted. Flux caps a message at 39,000
+// characters, so a real event is far below it.
+const MaxBody = 1 << 20
+
+// Submitter stores an observation durably, or says why it could not.
+type Submitter interface {
+	Submit(ctx context.Context, o rollout.Observation) error
+}
+
+// Handler is the POST /webhook endpoint.
+type Handler struct {
+	key    []byte // HMAC key: the token file's bytes exactly
+	bearer []byte // the same token as an Authorization header can carry it
+	sub    Submitter
+	log    *slog.Logger
+	events *prometheus.CounterVec
+	bufs   sync.Pool
+}
+
+// New returns the handler. A nil token disables authentication
+// (--insecure-no-auth); the caller has warned about it.
+func New(token []byte, sub Submitter, log *slog.Logger, reg prometheus.Registerer) *Handler {
+	h := &Handler{
+		sub: sub,
+		log: log,
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fdn_events_received_total",
+			Help: "Flux events received, by involved object kind, reason and result.",
+		}, []string{"kind", "reason", "result"}),
+		bufs: sync.Pool{New: func() any { return new(bytes.Buffer) }},
+	}
+	if token != nil {
+		h.key = token
+		// A header cannot carry a line break, so a token file ending in a
+		// newline (the usual Secret) is matched without it.
+		h.bearer = bytes.TrimRight(token, "\r\n")
+	}
+	if reg != nil {
+		reg.MustRegister(h.events)
+	}
+	return h
+}
+
+// Results counted per event.
+const (
+	resultStored   = "stored"
+	resultIgnored  = "ignored"
+	resultRejected = "rejected"
+	resultFailed   = "failed"
+)
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		h.reject(w, http.StatusUnsupportedMediaType, "", "Content-Type must be application/json")
+		return
+	}
+	if r.ContentLength > MaxBody {
+		h.reject(w, http.StatusRequestEntityTooLarge, "", "body larger than 1 MiB")
+		return
+	}
+	buf := h.bufs.Get().(*bytes.Buffer)
+	defer h.bufs.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBody)); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			h.reject(w, http.StatusRequestEntityTooLarge, "", "body larger than 1 MiB")
+			return
+		}
+		h.reject(w, http.StatusBadRequest, "body", "reading body: "+err.Error())
+		return
+	}
+	body := buf.Bytes()
+	if !h.authorized(r, body) {
+		h.reject(w, http.StatusUnauthorized, "", "missing or invalid X-Signature or Authorization")
+		return
+	}
+	d, err := flux.Decode(body)
+	if err != nil {
+		var fe *flux.FieldError
+		if errors.As(err, &fe) {
+			h.reject(w, http.StatusBadRequest, fe.Field, fe.Reason)
+			return
+		}
+		h.reject(w, http.StatusBadRequest, "body", err.Error())
+		return
+	}
+	kind, reason := d.InvolvedObject.Kind, d.Reason
+	o, ok := Observation(d)
+	if !ok {
+		h.count(kind, reason, resultIgnored)
+		w.WriteHeader(http.StatusAccepted)
+		return
+	}
+	if err := h.sub.Submit(r.Context(), o); err != nil {
+		h.count(kind, reason, resultFailed)
+		if errors.Is(err, context.Canceled) {
+			return // the sender is gone; it will retry
+		}
+		h.log.Error("store event", "err", err, "cluster", o.Cluster, "revision", o.Revision, "layer", o.Emitter.Layer())
+		// 503 makes notification-controller retry; nothing was acknowledged.
+		writeError(w, http.StatusServiceUnavailable, "", "event not stored, retry")
+		return
+	}
+	h.count(kind, reason, resultStored)
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// Observation translates a decoded event into what the engine understands;
+// false when the event says nothing about a revision's progress.
+func Observation(d flux.Decoded) (rollout.Observation, bool) {
+	kind := d.InvolvedObject.Kind
+	class := flux.Classify(kind, d.Reason, d.Severity)
+	if class == flux.ClassIgnored || d.Revision == "" {
+		return rollout.Observation{}, false
+	}
+	o := rollout.Observation{
+		Cluster:  d.Cluster,
+		Emitter:  rollout.Emitter{Kind: kind, Namespace: d.InvolvedObject.Namespace, Name: d.InvolvedObject.Name},
+		Revision: d.Rev.String(),
+		Hash:     d.Rev.Hash,
+		At:       d.At,
+		Signal:   signals[class],
+		Reason:   d.Reason,
+		Message:  d.Message,
+	}
+	if d.Origin != "" {
+		o.Origin, o.OriginHash = d.OriginRev.String(), d.OriginRev.Hash
+	}
+	if class == flux.ClassArtifact {
+		o.Subject = flux.CommitSubject(d.Reason, d.Message)
+	}
+	if d.Reason == flux.ReasonPruneFailed {
+		for _, p := range flux.ParsePruneMessage(d.Message) {
+			o.Objects = append(o.Objects, rollout.Object{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Error: p.Error})
+		}
+	}
+	return o, true
+}
+
+var signals = map[flux.Class]rollout.Signal{
+	flux.ClassProgressing: rollout.SignalProgressing,
+	flux.ClassWaiting:     rollout.SignalWaiting,
+	flux.ClassCanceled:    rollout.SignalCanceled,
+	flux.ClassFailed:      rollout.SignalFailed,
+	flux.ClassSucceeded:   rollout.SignalSucceeded,
+	flux.ClassArtifact:    rollout.SignalArtifact,
+}
+
+// authorized accepts a generic-hmac X-Signature over the raw body, or the
+// generic provider's Authorization: Bearer header, both keyed by the same
+// token and compared in constant time.
+func (h *Handler) authorized(r *http.Request, body []byte) bool {
+	if h.key == nil {
+		return true
+	}
+	if sig := r.Header.Get("X-Signature"); sig != "" && validSignature(h.key, sig, body) {
+		return true
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), h.bearer) == 1
+}
+
+// validSignature checks "<algo>=<hex>". Flux sends sha256 today; its docs
+// reserve sha224, sha384 and sha512.
+func validSignature(key []byte, sig string, body []byte) bool {
+	algo, hexSig, ok := strings.Cut(sig, "=")
+	if !ok {
+		return false
+	}
+	var newHash func() hash.Hash
+	switch algo {
+	case "sha224":
+		newHash = sha256.New224
+	case "sha256":
+		newHash = sha256.New
+	case "sha384":
+		newHash = sha512.New384
+	case "sha512":
+		newHash = sha512.New
+	default:
+		return false
+	}
+	want, err := hex.DecodeString(hexSig)
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(newHash, key)
+	mac.Write(body)
+	return hmac.Equal(mac.Sum(nil), want)
+}
+
+// Sign returns the X-Signature value Flux would send for body; the sample
+// command and tests use it.
+func Sign(key, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+func (h *Handler) reject(w http.ResponseWriter, status int, field, msg string) {
+	h.count("", "", resultRejected)
+	writeError(w, status, field, msg)
+}
+
+func (h *Handler) count(kind, reason, result string) {
+	// Label values come from senders: bound them to Flux's vocabulary.
+	if !knownKinds[kind] {
+		kind = "other"
+	}
+	if !flux.KnownReason(reason) {
+		reason = "other"
+	}
+	h.events.WithLabelValues(kind, reason, result).Inc()
+}
+
+var knownKinds = map[string]bool{
+	"": true, flux.KindKustomization: true, flux.KindGitRepository: true, flux.KindOCIRepository: true,
+	flux.KindBucket: true, "HelmRelease": true, "HelmRepository": true, "HelmChart": true,
+	"ImageRepository": true, "ImagePolicy": true, "ImageUpdateAutomation": true,
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, field, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(errorBody{Error: msg, Field: field})
+}
