@@ -94,6 +94,7 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 	if err := e.load(); err != nil {
 		return nil, err
 	}
+	e.collectGarbage()
 	return e, nil
 }
 
@@ -152,7 +153,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer close(e.stopped)
 	e.snap.setReady(true)
 	defer e.snap.setReady(false)
-	e.collectGarbage()
 	gc := time.NewTicker(gcEvery)
 	defer gc.Stop()
 	timer := time.NewTimer(time.Hour)

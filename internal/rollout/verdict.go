@@ -90,7 +90,7 @@ type View struct {
 type LayerView struct {
 	Name     string     `json:"name"`
 	State    LayerState `json:"state"`
-	Revision string     `json:"revision,omitempty"` // this rollout's, or the layer's latest when pending
+	Revision string     `json:"revision,omitempty"` // this rollout's, or when pending the replaced one it was at
 	Reason   string     `json:"reason,omitempty"`
 	Message  string     `json:"message,omitempty"`
 	At       *time.Time `json:"at"`
@@ -113,12 +113,13 @@ const (
 	ExpectedFromConfig = "config"
 )
 
-// expected returns the layers a rollout must reach, sorted, and the
-// revisions it replaced. Without cluster access they are: the configured
-// layers, every layer that reported the revision, and every layer that
-// carried a revision it replaced (the one each of its emitters reported
-// just before it), because a layer that was at the old revision must move.
-func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]bool) {
+// expected returns the layers a rollout must reach, sorted, the revisions
+// it replaced, and the revision each silent layer was at. Without cluster
+// access the layers are: the configured ones, every layer that reported the
+// revision, and every layer that carried a revision it replaced (the one
+// each of its emitters reported just before it), because a layer that was
+// at the old revision must move.
+func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]bool, map[Emitter]string) {
 	set := make(map[Emitter]bool, len(cfg.Layers)+len(r.ev))
 	for _, l := range cfg.Layers {
 		set[l] = true
@@ -132,12 +133,24 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 			preds[p] = true
 		}
 	}
+	// Of two replaced revisions a silent layer carried, it was at the later.
+	wasAt := map[Emitter]logEntry{}
 	for p := range preds {
-		for e := range c.rollouts[p].ev {
-			if e.IsLayer() {
-				set[e] = true
+		for e, ev := range c.rollouts[p].ev {
+			if !e.IsLayer() {
+				continue
+			}
+			set[e] = true
+			if x := (logEntry{ev.First, p}); r.ev[e] == nil {
+				if cur, ok := wasAt[e]; !ok || cur.compare(x) < 0 {
+					wasAt[e] = x
+				}
 			}
 		}
+	}
+	was := make(map[Emitter]string, len(wasAt))
+	for e, x := range wasAt {
+		was[e] = c.rollouts[x.hash].ev[e].Revision
 	}
 	out := make([]Emitter, 0, len(set))
 	for e := range set {
@@ -152,7 +165,7 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 		}
 		return 0
 	})
-	return out, preds
+	return out, preds, was
 }
 
 // evaluate derives a rollout's view from the evidence and the clock alone
@@ -187,7 +200,7 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		}
 	}
 
-	expected, preds := c.expected(r, cfg)
+	expected, preds, was := c.expected(r, cfg)
 	var (
 		completed    = len(expected) > 0
 		completedAt  time.Time
@@ -198,7 +211,7 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 	)
 	for _, l := range expected {
 		ev := r.ev[l]
-		lv := c.layerView(r, l, ev)
+		lv := layerView(l, ev, was[l])
 		v.Layers = append(v.Layers, lv)
 		if ev == nil || ev.Succeeded == nil {
 			completed = false
@@ -288,12 +301,12 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 	return v
 }
 
-func (c *cluster) layerView(r *rolloutState, l Emitter, ev *Evidence) LayerView {
+// layerView shows one layer's progress; a layer that has not reported the
+// revision shows the replaced revision it was at, when known.
+func layerView(l Emitter, ev *Evidence, was string) LayerView {
 	lv := LayerView{Name: l.Layer(), State: LayerPending}
 	if ev == nil {
-		if cur := c.rollouts[c.logs[l].latest()]; cur != nil {
-			lv.Revision = cur.ev[l].Revision
-		}
+		lv.Revision = was
 		return lv
 	}
 	lv.Revision = ev.Revision

@@ -1,0 +1,448 @@
+package rollout_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func hashOf(label string) string {
+	s := sha1.Sum([]byte(label))
+	return hex.EncodeToString(s[:])
+}
+
+func revOf(label string) string { return "main@sha1:" + hashOf(label) }
+
+func layer(name string) rollout.Emitter {
+	return rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: name}
+}
+
+func ob(name, label string, sec int, sig rollout.Signal, reason, msg string) rollout.Observation {
+	return rollout.Observation{
+		Emitter: layer(name), Revision: revOf(label), Hash: hashOf(label),
+		At: t0.Add(time.Duration(sec) * time.Second), Signal: sig, Reason: reason, Message: msg,
+	}
+}
+
+func succ(name, label string, sec int) rollout.Observation {
+	return ob(name, label, sec, rollout.SignalSucceeded, "ReconciliationSucceeded", "Reconciliation finished in 1s, next run in 5m0s")
+}
+
+func prog(name, label string, sec int) rollout.Observation {
+	return ob(name, label, sec, rollout.SignalProgressing, "Progressing", "ConfigMap/x/y configured")
+}
+
+func waiting(name, label string, sec int) rollout.Observation {
+	return ob(name, label, sec, rollout.SignalWaiting, "DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s")
+}
+
+func fail(name, label string, sec int, reason string) rollout.Observation {
+	return ob(name, label, sec, rollout.SignalFailed, reason, reason+" on "+name)
+}
+
+// applied0 is a revision every layer applied before the tests' rollouts:
+// it tells an events-only engine which layers exist.
+var applied0 = []rollout.Observation{succ("infra", "R0", -600), succ("platform", "R0", -590), succ("apps", "R0", -580)}
+
+type harness struct {
+	t      *testing.T
+	dir    string
+	cfg    rollout.Config
+	now    func() time.Time
+	engine *rollout.Engine
+	stop   func()
+}
+
+func defaultConfig() rollout.Config {
+	return rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}
+}
+
+func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+// start runs an engine on a bbolt file in dir until the test ends or stop.
+func start(t *testing.T, dir string, cfg rollout.Config, now func() time.Time) *harness {
+	t.Helper()
+	db, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := rollout.NewEngine(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := e.Run(ctx); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	h := &harness{t: t, dir: dir, cfg: cfg, now: now, engine: e}
+	stopped := false
+	h.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		<-done
+		db.Close()
+	}
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) submit(obs ...rollout.Observation) {
+	h.t.Helper()
+	for _, o := range obs {
+		if err := h.engine.Submit(context.Background(), o); err != nil {
+			h.t.Fatalf("Submit %+v: %v", o, err)
+		}
+	}
+}
+
+func (h *harness) view(label string) *rollout.View {
+	h.t.Helper()
+	v, err := h.engine.Lookup(rollout.Query{Hash: hashOf(label)})
+	if err != nil {
+		h.t.Fatalf("Lookup %s: %v", label, err)
+	}
+	return v
+}
+
+func layerState(v *rollout.View, name string) rollout.LayerState {
+	for _, l := range v.Layers {
+		if l.Name == "flux-system/"+name {
+			return l.State
+		}
+	}
+	return "absent"
+}
+
+func TestVerdictRules(t *testing.T) {
+	within := 10 * 60 // seconds after t0: before any deadline
+	past := 31 * 60   // after R1's deadline
+	tests := []struct {
+		name  string
+		cfg   func(*rollout.Config)
+		obs   []rollout.Observation
+		now   int
+		label string
+		want  rollout.Verdict
+		check func(t *testing.T, v *rollout.View)
+	}{
+		{
+			name:  "applying while a layer is behind",
+			obs:   []rollout.Observation{waiting("apps", "R1", 0), succ("infra", "R1", 1), prog("platform", "R1", 2)},
+			label: "R1", want: rollout.VerdictApplying,
+			check: func(t *testing.T, v *rollout.View) {
+				if v.Terminal || v.CompletedAt != nil || len(v.Layers) != 3 || layerState(v, "apps") != rollout.LayerWaiting {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name:  "applied when every expected layer succeeded",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R1", 9)},
+			label: "R1", want: rollout.VerdictApplied,
+			check: func(t *testing.T, v *rollout.View) {
+				if !v.Terminal || v.CompletedAt == nil || !v.CompletedAt.Equal(t0.Add(9*time.Second)) || v.ExpectedFrom != "events" {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name:  "a layer that carried the replaced revision is expected even when silent",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5)},
+			label: "R1", want: rollout.VerdictApplying,
+			check: func(t *testing.T, v *rollout.View) {
+				if layerState(v, "apps") != rollout.LayerPending || !slices.Equal(v.Behind, []string{"flux-system/apps"}) {
+					t.Fatalf("view %+v", v)
+				}
+				if v.Layers[0].Revision != revOf("R0") {
+					t.Fatalf("pending layer shows revision %q, want the one it is at", v.Layers[0].Revision)
+				}
+			},
+		},
+		{
+			name:  "a heartbeat of the old revision changes nothing",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R0", 20)},
+			label: "R1", want: rollout.VerdictApplying,
+		},
+		{
+			name:  "a heartbeat does not make the new revision applied",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R0", 20), succ("infra", "R1", 300)},
+			label: "R0", want: rollout.VerdictApplied,
+		},
+		{
+			name: "prune failure fails the rollout and names the object",
+			obs: []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), func() rollout.Observation {
+				o := fail("apps", "R1", 9, "PruneFailed")
+				o.Objects = []rollout.Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old", Error: "forbidden"}}
+				return o
+			}()},
+			label: "R1", want: rollout.VerdictFailed,
+			check: func(t *testing.T, v *rollout.View) {
+				if len(v.Failures) != 1 || v.Failures[0].Layer != "flux-system/apps" || len(v.Failures[0].Objects) != 1 ||
+					v.Failures[0].Objects[0].Name != "old" || v.Failures[0].Objects[0].Namespace != "apps" {
+					t.Fatalf("failures %+v", v.Failures)
+				}
+			},
+		},
+		{
+			name:  "failed is sticky: a later success is shown as a recovery",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), fail("apps", "R1", 9, "PruneFailed"), succ("apps", "R1", 90)},
+			label: "R1", want: rollout.VerdictFailed,
+			check: func(t *testing.T, v *rollout.View) {
+				if layerState(v, "apps") != rollout.LayerRecovered || v.CompletedAt == nil {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name:  "a failure after completion is a degradation, the deploy stays applied",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R1", 9), fail("platform", "R1", 200, "HealthCheckFailed")},
+			label: "R1", want: rollout.VerdictApplied,
+			check: func(t *testing.T, v *rollout.View) {
+				if len(v.Failures) != 1 || !v.Failures[0].AfterApplied || layerState(v, "platform") != rollout.LayerFailed {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name:  "a failure in the second that completes it sorts first",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 9), succ("apps", "R1", 9), fail("infra", "R1", 9, "ReconciliationFailed")},
+			label: "R1", want: rollout.VerdictFailed,
+		},
+		{
+			name: "DependencyNotReady and HealthCheckCanceled are not failures",
+			obs: []rollout.Observation{waiting("apps", "R1", 0), succ("infra", "R1", 1),
+				ob("platform", "R1", 3, rollout.SignalCanceled, "HealthCheckCanceled", "Health checks canceled")},
+			label: "R1", want: rollout.VerdictApplying,
+			check: func(t *testing.T, v *rollout.View) {
+				if len(v.Failures) != 0 || layerState(v, "platform") != rollout.LayerCanceled {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name: "superseded when a newer revision reaches a layer first",
+			obs: []rollout.Observation{succ("infra", "R1", 1), prog("platform", "R1", 5),
+				ob("platform", "R1", 8, rollout.SignalCanceled, "HealthCheckCanceled", "canceled"),
+				succ("infra", "R2", 10), prog("platform", "R2", 12)},
+			label: "R1", want: rollout.VerdictSuperseded,
+			check: func(t *testing.T, v *rollout.View) {
+				if v.SupersededBy == nil || *v.SupersededBy != revOf("R2") || !v.Terminal {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name: "failed beats superseded when the old revision's own failure arrives late",
+			obs: []rollout.Observation{succ("infra", "R1", 1), prog("platform", "R1", 5),
+				succ("infra", "R2", 10), fail("platform", "R1", 35, "HealthCheckFailed"), prog("platform", "R2", 36)},
+			label: "R1", want: rollout.VerdictFailed,
+			check: func(t *testing.T, v *rollout.View) {
+				if v.SupersededBy == nil || *v.SupersededBy != revOf("R2") {
+					t.Fatalf("failed rollout should still name what superseded it: %+v", v.SupersededBy)
+				}
+			},
+		},
+		{
+			name:  "applied beats superseded when it completed before the newer revision arrived",
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R1", 9), succ("infra", "R2", 20)},
+			label: "R1", want: rollout.VerdictApplied,
+		},
+		{
+			name: "stuck after the deadline, naming the layers behind and the root cause",
+			obs:  []rollout.Observation{succ("infra", "R1", 1), prog("platform", "R1", 5), waiting("apps", "R1", 6)},
+			now:  past, label: "R1", want: rollout.VerdictStuck,
+			check: func(t *testing.T, v *rollout.View) {
+				if !slices.Equal(v.Behind, []string{"flux-system/apps", "flux-system/platform"}) || v.RootCause != "flux-system/platform" {
+					t.Fatalf("behind %v root %q", v.Behind, v.RootCause)
+				}
+			},
+		},
+		{
+			name: "stuck turns applied when the last layer applies late",
+			obs:  []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R1", 40*60)},
+			now:  41 * 60, label: "R1", want: rollout.VerdictApplied,
+			check: func(t *testing.T, v *rollout.View) {
+				if !v.Late {
+					t.Fatal("late completion not reported")
+				}
+			},
+		},
+		{
+			name: "a failure stamped after the deadline does not undo stuck",
+			obs:  []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), fail("apps", "R1", 35*60, "HealthCheckFailed")},
+			now:  36 * 60, label: "R1", want: rollout.VerdictStuck,
+		},
+		{
+			name:  "configured layers are expected before they speak",
+			cfg:   func(c *rollout.Config) { c.Layers = []rollout.Emitter{layer("tenant-a")} },
+			obs:   []rollout.Observation{succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R1", 9)},
+			label: "R1", want: rollout.VerdictApplying,
+			check: func(t *testing.T, v *rollout.View) {
+				if v.ExpectedFrom != "config" || layerState(v, "tenant-a") != rollout.LayerPending {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name: "a source alone is never applied",
+			obs: []rollout.Observation{{
+				Emitter:  rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: "flux-system"},
+				Revision: revOf("R9"), Hash: hashOf("R9"), At: t0, Signal: rollout.SignalArtifact, Subject: "Add x",
+			}},
+			label: "R9", want: rollout.VerdictApplying,
+			check: func(t *testing.T, v *rollout.View) {
+				if v.Subject != "Add x" || v.Source != "GitRepository/flux-system/flux-system" {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
+			name:  "a layer on another source is not expected",
+			obs:   []rollout.Observation{succ("other", "Q0", -100), succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R1", 9)},
+			label: "R1", want: rollout.VerdictApplied,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := defaultConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			now := tt.now
+			if now == 0 {
+				now = within
+			}
+			h := start(t, t.TempDir(), cfg, fixedClock(t0.Add(time.Duration(now)*time.Second)))
+			h.submit(applied0...)
+			h.submit(tt.obs...)
+			v := h.view(tt.label)
+			if v.Verdict != tt.want {
+				t.Fatalf("verdict %s (%s), want %s", v.Verdict, v.Summary, tt.want)
+			}
+			if v.Terminal != tt.want.Terminal() {
+				t.Fatalf("terminal %v for %s", v.Terminal, v.Verdict)
+			}
+			if tt.check != nil {
+				tt.check(t, v)
+			}
+		})
+	}
+}
+
+func TestLookup(t *testing.T) {
+	h := start(t, t.TempDir(), defaultConfig(), fixedClock(t0))
+	if _, err := h.engine.Lookup(rollout.Query{Hash: hashOf("never")}); !errors.Is(err, rollout.ErrNotFound) {
+		t.Fatalf("unknown revision: %v, want ErrNotFound", err)
+	}
+	oci := rollout.Observation{
+		Emitter: layer("apps"), Revision: "latest@sha256:" + hashOf("x") + hashOf("y")[:24], Hash: hashOf("x") + hashOf("y")[:24],
+		Origin: revOf("git"), OriginHash: hashOf("git"), At: t0, Signal: rollout.SignalProgressing,
+	}
+	a := succ("apps", "A", 0)
+	b := succ("apps", "B", 1)
+	other := succ("apps", "A", 2)
+	other.Cluster = "staging"
+	h.submit(oci, a, b, other)
+
+	v, err := h.engine.Lookup(rollout.Query{Hash: hashOf("git")})
+	if err != nil || v.Hash != oci.Hash {
+		t.Fatalf("lookup by origin revision: %v, %v", v, err)
+	}
+	v, err = h.engine.Lookup(rollout.Query{Hash: hashOf("B")[:7], Prefix: true})
+	if err != nil || v.Hash != hashOf("B") {
+		t.Fatalf("lookup by prefix: %v, %v", v, err)
+	}
+	var amb *rollout.AmbiguousError
+	if _, err := h.engine.Lookup(rollout.Query{Hash: hashOf("A")}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
+		t.Fatalf("same hash on two clusters: %v, want ambiguous", err)
+	}
+	v, err = h.engine.Lookup(rollout.Query{Cluster: "staging", Hash: hashOf("A")})
+	if err != nil || v.Cluster != "staging" {
+		t.Fatalf("lookup on one cluster: %v, %v", v, err)
+	}
+	if got := h.engine.List("", 10); len(got) != 4 || got[0].Cluster != "staging" {
+		t.Fatalf("List newest first: %d views, first %+v", len(got), got[0])
+	}
+	if got := h.engine.List("default", 1); len(got) != 1 || got[0].Hash != hashOf("B") {
+		t.Fatalf("List of one cluster, limited: %+v", got)
+	}
+}
+
+func TestStatePersistsAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	clock := fixedClock(t0.Add(10 * time.Minute))
+	h := start(t, dir, defaultConfig(), clock)
+	h.submit(applied0...)
+	h.submit(succ("infra", "R1", 1), fail("platform", "R1", 5, "HealthCheckFailed"))
+	before := h.view("R1")
+	h.stop()
+
+	h2 := start(t, dir, defaultConfig(), clock)
+	after := h2.view("R1")
+	if after.Verdict != rollout.VerdictFailed || len(after.Failures) != 1 || len(after.Layers) != len(before.Layers) {
+		t.Fatalf("after restart: %+v", after)
+	}
+	if h2.view("R0").Verdict != rollout.VerdictApplied {
+		t.Fatal("R0 lost across restart")
+	}
+}
+
+func TestGarbageCollection(t *testing.T) {
+	dir := t.TempDir()
+	cfg := defaultConfig()
+	cfg.Retention = 48 * time.Hour
+	h := start(t, dir, cfg, fixedClock(t0))
+	h.submit(applied0...)
+	h.submit(succ("infra", "R1", 10), succ("platform", "R1", 11), succ("apps", "R1", 12))
+	h.submit(succ("other", "Q1", 13))
+	h.stop()
+
+	// Three days later: R0 is old and replaced everywhere; R1 is old but
+	// still what every layer runs; Q1 is the current revision of "other".
+	h2 := start(t, dir, cfg, fixedClock(t0.Add(72*time.Hour)))
+	if _, err := h2.engine.Lookup(rollout.Query{Hash: hashOf("R0")}); !errors.Is(err, rollout.ErrNotFound) {
+		t.Fatalf("R0 not collected: %v", err)
+	}
+	for _, label := range []string{"R1", "Q1"} {
+		if _, err := h2.engine.Lookup(rollout.Query{Hash: hashOf(label)}); err != nil {
+			t.Fatalf("%s, still current, was collected: %v", label, err)
+		}
+	}
+	h2.stop()
+	h3 := start(t, dir, cfg, fixedClock(t0.Add(72*time.Hour)))
+	if _, err := h3.engine.Lookup(rollout.Query{Hash: hashOf("R0")}); !errors.Is(err, rollout.ErrNotFound) {
+		t.Fatalf("R0 came back from the store: %v", err)
+	}
+}
+
+func TestDuplicateChangesNothing(t *testing.T) {
+	h := start(t, t.TempDir(), defaultConfig(), fixedClock(t0.Add(time.Minute)))
+	o := fail("apps", "R1", 9, "PruneFailed")
+	h.submit(o)
+	learned := h.engine.Stats().Learned.Load()
+	h.submit(o, o, o)
+	if got := h.engine.Stats().Learned.Load(); got != learned {
+		t.Fatalf("duplicates changed evidence: learned %d, then %d", learned, got)
+	}
+	if got := h.engine.Stats().Observations.Load(); got != 4 {
+		t.Fatalf("observations acknowledged %d, want 4", got)
+	}
+}
