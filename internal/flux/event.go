@@ -117,6 +117,11 @@ func (d *Decoded) validate() error {
 	if o.Kind == KindKustomization && d.Revision == "" {
 		return &FieldError{Field: "metadata.revision", Reason: "required for Kustomization events"}
 	}
+	if o.Kind != KindKustomization && !IsSource(o.Kind) {
+		// Other kinds (HelmRelease: chart versions) have their own revision
+		// forms; they are only counted.
+		return nil
+	}
 	if d.Revision != "" {
 		if d.Rev, err = ParseRevision(d.Revision); err != nil {
 			return &FieldError{Field: "metadata.revision", Reason: err.Error()}

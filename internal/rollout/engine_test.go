@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -445,4 +446,38 @@ func TestDuplicateChangesNothing(t *testing.T) {
 	if got := h.engine.Stats().Observations.Load(); got != 4 {
 		t.Fatalf("observations acknowledged %d, want 4", got)
 	}
+}
+
+// TestStuckAtDeadline runs the engine's own timer in a synctest bubble: the
+// rollout turns stuck when the deadline passes, with no new evidence, and
+// a waiter is woken by it.
+func TestStuckAtDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := start(t, t.TempDir(), defaultConfig(), time.Now)
+		base := time.Now().UTC()
+		at := func(o rollout.Observation, sec int) rollout.Observation {
+			o.At = base.Add(time.Duration(sec) * time.Second)
+			return o
+		}
+		h.submit(at(succ("infra", "R0", 0), -60), at(succ("apps", "R0", 0), -60))
+		h.submit(at(succ("infra", "R1", 0), 1))
+
+		woke := make(chan *rollout.View)
+		go func() {
+			v, _ := h.engine.Wait(context.Background(), rollout.Query{Hash: hashOf("R1")})
+			woke <- v
+		}()
+		time.Sleep(29 * time.Minute)
+		synctest.Wait()
+		if v := h.view("R1"); v.Verdict != rollout.VerdictApplying {
+			t.Fatalf("before the deadline: %s", v.Verdict)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		v := <-woke
+		if v.Verdict != rollout.VerdictStuck || v.RootCause != "flux-system/apps" {
+			t.Fatalf("after the deadline: %s, root cause %q", v.Verdict, v.RootCause)
+		}
+		h.stop()
+	})
 }

@@ -90,9 +90,9 @@ type View struct {
 type LayerView struct {
 	Name     string     `json:"name"`
 	State    LayerState `json:"state"`
-	Revision string     `json:"revision,omitempty"` // this rollout's, or when pending the replaced one it was at
-	Reason   string     `json:"reason,omitempty"`
-	Message  string     `json:"message,omitempty"`
+	Revision string     `json:"revision"` // this rollout's, or when pending the replaced one it was at
+	Reason   string     `json:"reason"`
+	Message  string     `json:"message"`
 	At       *time.Time `json:"at"`
 }
 
@@ -259,6 +259,9 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		return strings.Compare(a.Layer, b.Layer)
 	})
 
+	if completed && !supAt.Before(completedAt) {
+		supHash = "" // replaced after it completed: the normal course of things
+	}
 	if supHash != "" {
 		sv := c.rollouts[supHash]
 		rev := sv.displayRevision()
@@ -392,6 +395,9 @@ func summary(v *View, expected, behind int) string {
 	case VerdictSuperseded:
 		return "superseded by " + *v.SupersededBy + " before every layer applied it"
 	case VerdictStuck:
+		if expected == 0 {
+			return "no layer reported it by the deadline"
+		}
 		return fmt.Sprintf("%d of %d expected layers not applied by the deadline; root cause %s", behind, expected, v.RootCause)
 	case VerdictApplying:
 		if expected == 0 {

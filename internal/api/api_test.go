@@ -1,0 +1,269 @@
+package api_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+)
+
+func hashOf(label string) string {
+	s := sha1.Sum([]byte(label))
+	return hex.EncodeToString(s[:])
+}
+
+type env struct {
+	url    string
+	engine *rollout.Engine
+	run    func()
+}
+
+// newEnv serves the API over loopback; the engine runs once run is called,
+// so readiness can be observed before it.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := rollout.NewEngine(db, rollout.Config{StuckAfter: time.Hour}, log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(api.Routes(e, webhook.New([]byte("t"), e, log, reg), reg, log))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	started := false
+	t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		if started {
+			<-done
+		}
+		db.Close()
+	})
+	return &env{url: srv.URL, engine: e, run: func() {
+		started = true
+		go func() { defer close(done); _ = e.Run(ctx) }()
+	}}
+}
+
+func (e *env) observe(t *testing.T, layer, label string, sig rollout.Signal, cluster string) {
+	t.Helper()
+	e.observeAt(t, layer, label, sig, cluster, time.Now())
+}
+
+func (e *env) observeAt(t *testing.T, layer, label string, sig rollout.Signal, cluster string, at time.Time) {
+	t.Helper()
+	err := e.engine.Submit(context.Background(), rollout.Observation{
+		Cluster:  cluster,
+		Emitter:  rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
+		Revision: "main@sha1:" + hashOf(label), Hash: hashOf(label),
+		At: at.UTC().Truncate(time.Second), Signal: sig, Reason: "ReconciliationSucceeded",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, url string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, out
+}
+
+func TestVerdictEndpoint(t *testing.T) {
+	e := newEnv(t)
+	e.run()
+	e.observe(t, "apps", "A", rollout.SignalSucceeded, "")
+	e.observe(t, "apps", "B", rollout.SignalProgressing, "")
+	e.observe(t, "apps", "B", rollout.SignalProgressing, "staging")
+
+	tests := []struct {
+		name  string
+		query string
+		want  int
+		check func(t *testing.T, body map[string]any)
+	}{
+		{"full revision", "rev=main@sha1:" + hashOf("A"), 200, func(t *testing.T, b map[string]any) {
+			if b["verdict"] != "applied" || b["terminal"] != true || b["hash"] != hashOf("A") || b["completed_at"] == nil {
+				t.Fatalf("%v", b)
+			}
+			for _, k := range []string{"revision", "first_seen", "superseded_by", "layers", "failures"} {
+				if _, ok := b[k]; !ok {
+					t.Fatalf("response lacks %q", k)
+				}
+			}
+			l := b["layers"].([]any)[0].(map[string]any)
+			for _, k := range []string{"name", "state", "revision", "reason", "message", "at"} {
+				if _, ok := l[k]; !ok {
+					t.Fatalf("layer lacks %q: %v", k, l)
+				}
+			}
+		}},
+		{"hash", "rev=" + hashOf("A"), 200, nil},
+		{"upper-case hash", "rev=" + strings.ToUpper(hashOf("A")), 200, nil},
+		{"prefix", "rev=" + hashOf("A")[:7], 200, nil},
+		{"an applied revision names no successor", "rev=" + hashOf("A")[:10], 200, func(t *testing.T, b map[string]any) {
+			if b["superseded_by"] != nil {
+				t.Fatalf("applied A names a successor: %v", b["superseded_by"])
+			}
+		}},
+		{"on one cluster", "rev=" + hashOf("B") + "&cluster=staging", 200, func(t *testing.T, b map[string]any) {
+			if b["cluster"] != "staging" || b["verdict"] != "applying" || b["terminal"] != false {
+				t.Fatalf("%v", b)
+			}
+		}},
+		{"never seen", "rev=" + hashOf("never"), 404, func(t *testing.T, b map[string]any) {
+			if b["verdict"] != "unknown" || b["terminal"] != false || b["hash"] != hashOf("never") {
+				t.Fatalf("%v", b)
+			}
+		}},
+		{"never seen on that cluster", "rev=" + hashOf("A") + "&cluster=staging", 404, nil},
+		{"same hash on two clusters", "rev=" + hashOf("B"), 409, func(t *testing.T, b map[string]any) {
+			if len(b["matches"].([]any)) != 2 {
+				t.Fatalf("%v", b)
+			}
+		}},
+		{"missing rev", "", 400, nil},
+		{"short prefix", "rev=abc12", 400, nil},
+		{"not a revision", "rev=main@sha1:xyz", 400, nil},
+		{"bad wait", "rev=" + hashOf("A") + "&wait=soon", 400, nil},
+		{"negative wait", "rev=" + hashOf("A") + "&wait=-1s", 400, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := get(t, e.url+"/verdict?"+tt.query)
+			if status != tt.want {
+				t.Fatalf("status %d %v, want %d", status, body, tt.want)
+			}
+			if status == 400 && (body["error"] == "" || body["field"] == nil) {
+				t.Fatalf("400 without a field: %v", body)
+			}
+			if tt.check != nil {
+				tt.check(t, body)
+			}
+		})
+	}
+}
+
+func TestVerdictWait(t *testing.T) {
+	e := newEnv(t)
+	e.run()
+	e.observe(t, "apps", "R0", rollout.SignalSucceeded, "")
+	e.observe(t, "infra", "R0", rollout.SignalSucceeded, "")
+
+	type result struct {
+		status int
+		body   map[string]any
+	}
+	results := make(chan result, 1)
+	go func() {
+		status, body := get(t, e.url+"/verdict?rev="+hashOf("R1")+"&wait=1m")
+		results <- result{status, body}
+	}()
+	// The long poll waits through "unknown" and "applying" and returns as
+	// soon as the rollout is terminal.
+	e.observe(t, "infra", "R1", rollout.SignalSucceeded, "")
+	select {
+	case r := <-results:
+		t.Fatalf("returned before the rollout was terminal: %v", r)
+	default:
+	}
+	e.observe(t, "apps", "R1", rollout.SignalSucceeded, "")
+	select {
+	case r := <-results:
+		if r.status != 200 || r.body["verdict"] != "applied" {
+			t.Fatalf("wait returned %d %v", r.status, r.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("wait did not return when the rollout was applied")
+	}
+
+	// A wait that runs out answers with the verdict as it stands.
+	e.observe(t, "infra", "R2", rollout.SignalSucceeded, "")
+	status, body := get(t, e.url+"/verdict?rev="+hashOf("R2")+"&wait=50ms")
+	if status != 200 || body["verdict"] != "applying" {
+		t.Fatalf("expired wait: %d %v", status, body)
+	}
+	status, body = get(t, e.url+"/verdict?rev="+hashOf("nothing")+"&wait=50ms")
+	if status != 404 || body["verdict"] != "unknown" {
+		t.Fatalf("expired wait on unknown: %d %v", status, body)
+	}
+}
+
+func TestRolloutsHealthMetrics(t *testing.T) {
+	e := newEnv(t)
+	if status, body := get(t, e.url+"/readyz"); status != 503 || body["ready"] != false {
+		t.Fatalf("readyz before the engine runs: %d %v", status, body)
+	}
+	e.run()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		status, _ := get(t, e.url+"/readyz")
+		if status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("readyz never turned ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if status, _ := get(t, e.url+"/healthz"); status != 200 {
+		t.Fatalf("healthz %d", status)
+	}
+
+	e.observeAt(t, "apps", "old", rollout.SignalSucceeded, "", time.Now().Add(-time.Minute))
+	e.observe(t, "apps", "new", rollout.SignalProgressing, "")
+	status, body := get(t, e.url+"/rollouts")
+	rs := body["rollouts"].([]any)
+	if status != 200 || len(rs) != 2 || rs[0].(map[string]any)["hash"] != hashOf("new") {
+		t.Fatalf("rollouts not newest first: %v", body)
+	}
+	if status, _ := get(t, e.url+"/rollouts?limit=0"); status != 400 {
+		t.Fatalf("limit=0: %d", status)
+	}
+
+	// A rejected event is counted too.
+	if resp, err := http.Post(e.url+"/webhook", "text/plain", strings.NewReader("x")); err != nil || resp.StatusCode != 415 {
+		t.Fatalf("webhook with text/plain: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	resp, err := http.Get(e.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "fdn_events_received_total") {
+		t.Fatalf("metrics %d: %.300s", resp.StatusCode, b)
+	}
+}
