@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+)
+
+// lineWriter hands each line written to it to a channel, so a test can wait
+// for the "listening on" line of run.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line)
+			return len(p), nil
+		}
+		select {
+		case w.lines <- strings.TrimSpace(line):
+		default:
+		}
+	}
+}
+
+// startServe runs the serve command in process and returns its base URL.
+func startServe(t *testing.T, env map[string]string, args ...string) string {
+	t.Helper()
+	stdout := &lineWriter{lines: make(chan string, 64)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	getenv := func(k string) string { return env[k] }
+	go func() { done <- run(ctx, append([]string{"serve"}, args...), getenv, stdout, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case line := <-stdout.lines:
+			if _, url, ok := strings.Cut(line, "listening on "); ok {
+				return url
+			}
+		case err := <-done:
+			done <- err
+			t.Fatalf("serve exited before listening: %v", err)
+		case <-timeout:
+			t.Fatal("serve did not start listening")
+		}
+	}
+}
+
+func TestServeFlagsAndEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+	}{
+		{name: "token required", args: []string{"--data-dir", dir}, wantErr: "--hmac-token-file is required"},
+		{name: "token file missing", args: []string{"--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "none")}, wantErr: "read token"},
+		{name: "bad layers", args: []string{"--insecure-no-auth", "--layers", "apps"}, wantErr: "not namespace/name"},
+		{name: "bad duration in env", env: map[string]string{"FDN_STUCK_AFTER": "soon"}, args: []string{"--insecure-no-auth"}, wantErr: "FDN_STUCK_AFTER"},
+		{name: "negative stuck-after", args: []string{"--insecure-no-auth", "--stuck-after", "-1m"}, wantErr: "positive"},
+		{name: "unknown flag", args: []string{"--nope"}, wantErr: "not defined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			getenv := func(k string) string { return tt.env[k] }
+			err := run(context.Background(), append([]string{"serve"}, tt.args...), getenv, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("err %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+	t.Run("environment configures serve", func(t *testing.T) {
+		url := startServe(t, map[string]string{
+			"FDN_LISTEN": "127.0.0.1:0", "FDN_DATA_DIR": t.TempDir(), "FDN_INSECURE_NO_AUTH": "true",
+		})
+		resp, err := http.Get(url + "/healthz")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("healthz: %v %v", resp, err)
+		}
+		resp.Body.Close()
+	})
+}
+
+// TestGeneratedTokenAndSample is what a newcomer does: make run generates a
+// token, make sample posts a rollout and shows its verdict.
+func TestGeneratedTokenAndSample(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "dev-token")
+	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", tokenFile, "--generate-token")
+	tok, err := os.ReadFile(tokenFile)
+	if err != nil || len(tok) < 32 {
+		t.Fatalf("generated token %q: %v", tok, err)
+	}
+	for scenario, want := range map[string]string{"clean": `"verdict": "applied"`, "prune-failed": `"verdict": "failed"`} {
+		var out bytes.Buffer
+		err := run(context.Background(), []string{"sample", "--url", url, "--token-file", tokenFile, "--scenario", scenario}, func(string) string { return "" }, &out, io.Discard)
+		if err != nil {
+			t.Fatalf("sample %s: %v", scenario, err)
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("sample %s printed:\n%s", scenario, out.String())
+		}
+	}
+}
+
+// TestFixturesOverHTTP replays every captured request through the real
+// HTTP stack, signed as notification-controller signs them, and checks the
+// verdicts pipelines would read against what really happened.
+func TestFixturesOverHTTP(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	token := []byte("fixture-token\n")
+	if err := os.WriteFile(tokenFile, token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The captures are from earlier today: a long deadline keeps the
+	// rollout that ended suspended from turning stuck by the wall clock.
+	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", tokenFile, "--stuck-after", "8760h", "--retention", "87600h")
+	labels := map[string]string{}
+	for _, name := range fixture.Scenarios {
+		reqs, err := fixture.Received(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range reqs {
+			req, _ := http.NewRequest(http.MethodPost, url+"/webhook", strings.NewReader(r.Body))
+			for _, h := range []string{"Content-Type", "Gotk-Component", "User-Agent"} {
+				req.Header.Set(h, strings.Join(r.Headers[h], ","))
+			}
+			req.Header.Set("X-Signature", webhook.Sign(token, []byte(r.Body)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("%s seq %d: status %d", name, r.Seq, resp.StatusCode)
+			}
+		}
+		m, err := fixture.ReadMeta(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range m.Published {
+			labels[p.Label] = p.Revision
+		}
+	}
+	want := map[string]string{
+		"R0": "applied", "R1": "applied", "R2": "failed", "R3": "failed", "R4": "failed",
+		"R5": "failed", "R6": "applied", "R7": "applied", "R8": "applied",
+	}
+	for label, verdict := range want {
+		rev, _ := flux.ParseRevision(labels[label])
+		resp, err := http.Get(url + "/verdict?rev=" + rev.Hash[:9])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Verdict      string  `json:"verdict"`
+			SupersededBy *string `json:"superseded_by"`
+			Failures     []struct {
+				Layer   string `json:"layer"`
+				Objects []struct{ Kind, Namespace, Name string }
+			} `json:"failures"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if err != nil || v.Verdict != verdict {
+			t.Errorf("%s: verdict %q (%v), want %s", label, v.Verdict, err, verdict)
+		}
+		switch label {
+		case "R2":
+			if len(v.Failures) != 1 || v.Failures[0].Layer != "flux-system/apps" || len(v.Failures[0].Objects) != 1 ||
+				fmt.Sprint(v.Failures[0].Objects[0]) != "{ConfigMap acc-apps app-protected}" {
+				t.Errorf("R2 failures %+v", v.Failures)
+			}
+		case "R4":
+			if v.SupersededBy == nil || *v.SupersededBy != labels["R5"] {
+				t.Errorf("R4 superseded_by %v, want %s", v.SupersededBy, labels["R5"])
+			}
+		}
+	}
+}
+
+// readListening reads the child's stdout until it names its address.
+func readListening(t *testing.T, r io.Reader) string {
+	t.Helper()
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if _, url, ok := strings.Cut(sc.Text(), "listening on "); ok {
+			go func() { _, _ = io.Copy(io.Discard, r) }()
+			return url
+		}
+	}
+	t.Fatalf("child exited before listening: %v", sc.Err())
+	return ""
+}
