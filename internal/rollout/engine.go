@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync/atomic"
 	"time"
 )
@@ -57,8 +56,13 @@ type Engine struct {
 	stopped  chan struct{}
 	clusters map[string]*cluster
 	due      deadlines
-	broken   bool // the last commit failed and memory could not be restored from the store
+	broken   bool // memory could not be restored from the store after a failed commit
+	reload   bool // a commit failed: fail what is in flight, then restore memory
 	loading  bool // rebuilding from the store: nothing new is happening
+	inflight int  // commits handed to the committer and not yet finished
+	nextSeq  uint64
+	// submit hands a commit to the committer; before Run it commits inline.
+	submit func(*commit)
 
 	snap  *snapshot
 	stats Stats
@@ -90,6 +94,13 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 		in:      make(chan *request, 4*maxBatch),
 		stopped: make(chan struct{}),
 		snap:    newSnapshot(),
+	}
+	e.submit = func(c *commit) { // inline until Run starts the committer
+		if len(c.changed) > 0 || len(c.deletes) > 0 {
+			c.err = e.store.Commit(c.changed, c.deletes)
+		}
+		e.inflight++
+		e.finish(c)
 	}
 	if err := e.load(); err != nil {
 		return nil, err
@@ -149,22 +160,56 @@ func (e *Engine) normalise(o *Observation) error {
 
 // Run applies observations until ctx ends. It also turns rollouts stuck at
 // their deadline and collects garbage.
+//
+// Merging and committing are pipelined: while one batch is being written
+// and fsynced, the next is merged. Commits complete in order, and a batch's
+// submitters are answered and its views published only once its commit and
+// every one before it succeeded.
 func (e *Engine) Run(ctx context.Context) error {
 	defer close(e.stopped)
+	commits := make(chan *commit, maxInflight)
+	results := make(chan *commit, maxInflight)
+	go func() {
+		for c := range commits {
+			if len(c.changed) > 0 || len(c.deletes) > 0 {
+				c.err = e.store.Commit(c.changed, c.deletes)
+			}
+			results <- c
+		}
+	}()
+	e.submit = func(c *commit) {
+		e.inflight++
+		commits <- c
+	}
+	defer func() {
+		close(commits)
+		for e.inflight > 0 {
+			e.finish(<-results)
+		}
+	}()
+
 	e.snap.setReady(true)
 	defer e.snap.setReady(false)
 	gc := time.NewTicker(gcEvery)
 	defer gc.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	batch := make([]*request, 0, maxBatch)
 	for {
 		timer.Reset(e.due.wait(e.now()))
+		// Take new work only while the pipeline has room and memory agrees
+		// with the store.
+		in := e.in
+		if e.inflight >= maxInflight || e.reload {
+			in = nil
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case req := <-e.in:
-			batch = append(batch[:0], req)
+		case c := <-results:
+			e.finish(c)
+		case req := <-in:
+			batch := make([]*request, 1, 64)
+			batch[0] = req
 		drain:
 			for len(batch) < maxBatch {
 				select {
@@ -175,7 +220,6 @@ func (e *Engine) Run(ctx context.Context) error {
 				}
 			}
 			e.process(batch)
-			clear(batch)
 		case <-timer.C:
 			e.expire()
 		case <-gc.C:
@@ -184,8 +228,28 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// process merges a batch, commits what changed in one transaction, and only
-// then answers the submitters and publishes the new views.
+// maxInflight bounds the batches merged but not yet committed.
+const maxInflight = 2
+
+// commit is one batch on its way to the store.
+type commit struct {
+	batch   []*request
+	changed map[EvidenceKey]*Evidence
+	deletes []EvidenceKey
+	views   []*View  // to publish once committed
+	removed []Key    // rollouts to unpublish once committed
+	changes []change // verdict changes to log once committed
+	err     error
+}
+
+type change struct {
+	view *View
+	from Verdict
+	new  bool
+}
+
+// process merges a batch into memory, computes the views it changes and
+// hands both to the committer.
 func (e *Engine) process(batch []*request) {
 	if e.broken {
 		if err := e.load(); err != nil {
@@ -197,42 +261,75 @@ func (e *Engine) process(batch []*request) {
 	changed := make(map[EvidenceKey]*Evidence)
 	for _, req := range batch {
 		o := &req.obs
-		ek := EvidenceKey{Key{o.Cluster, o.Hash}, o.Emitter}
+		r := e.cluster(o.Cluster).rollout(o.Hash, e.nextSeq)
+		if r.seq == e.nextSeq {
+			e.nextSeq++
+		}
+		ek := EvidenceKey{r.key, r.seq, o.Emitter}
 		ev, pending := changed[ek]
 		if !pending {
-			ev = e.cluster(o.Cluster).get(o.Hash, o.Emitter).clone()
+			ev = r.ev[o.Emitter].clone()
 		}
 		if ev.merge(*o) && !pending {
 			changed[ek] = ev
 		}
 	}
-	if len(changed) == 0 {
-		e.answer(batch, nil)
-		return
-	}
-	e.stats.Learned.Add(int64(len(changed)))
-	// Install first, so the views (and, later, the mails they make due) are
-	// computed from the state being committed; undo by reloading on failure.
-	dirty := make(map[Key]struct{})
-	for ek, ev := range changed {
-		e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev)
-	}
-	for ek := range changed {
-		e.clusters[ek.Cluster].neighbours(ek.Hash, ek.Emitter, dirty)
-	}
-	views := e.evaluate(dirty, now)
-	if err := e.store.Commit(changed, nil); err != nil {
-		e.stats.CommitErrors.Add(1)
-		e.log.Error("commit observations", "err", err, "observations", len(batch))
-		if lerr := e.load(); lerr != nil {
-			e.log.Error("restore state from store", "err", lerr)
+	c := &commit{batch: batch, changed: changed}
+	if len(changed) > 0 {
+		e.stats.Learned.Add(int64(len(changed)))
+		// Install first, so the views (and the mails they make due) are
+		// computed from the state being committed; a failed commit is undone
+		// by reloading from the store.
+		byRollout := make(map[Key][]Emitter)
+		for ek, ev := range changed {
+			e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev)
+			byRollout[ek.Key] = append(byRollout[ek.Key], ek.Emitter)
 		}
-		e.answer(batch, fmt.Errorf("%w: %v", ErrStore, err))
+		dirty := make(map[Key]struct{})
+		for k, ems := range byRollout {
+			e.clusters[k.Cluster].affected(k.Hash, ems, dirty)
+		}
+		e.recompute(c, dirty, now)
+	}
+	// Even a batch that taught nothing waits its turn: what it repeats may
+	// be known only from a batch still being committed.
+	e.submit(c)
+}
+
+// finish completes a commit: answers its submitters and publishes its
+// views, or, when it or an earlier one failed, fails them and restores
+// memory from the store once nothing is in flight.
+func (e *Engine) finish(c *commit) {
+	e.inflight--
+	if c.err != nil {
+		e.stats.CommitErrors.Add(1)
+		e.log.Error("commit observations", "err", c.err, "observations", len(c.batch))
+		e.reload = true
+	}
+	if e.reload {
+		// Later batches may have been merged on top of the failed one.
+		e.answer(c.batch, fmt.Errorf("%w: %v", ErrStore, c.err))
+		if e.inflight == 0 {
+			if err := e.load(); err != nil {
+				e.log.Error("restore state from store", "err", err)
+			}
+			e.reload = false
+		}
 		return
 	}
-	e.stats.Commits.Add(1)
-	e.publish(views)
-	e.answer(batch, nil)
+	if len(c.changed) > 0 || len(c.deletes) > 0 {
+		e.stats.Commits.Add(1)
+	}
+	for _, ch := range c.changes {
+		from := "none"
+		if !ch.new {
+			from = ch.from.String()
+		}
+		e.log.Info("rollout verdict", "cluster", ch.view.Cluster, "revision", ch.view.Revision,
+			"verdict", ch.view.Verdict.String(), "from", from, "summary", ch.view.Summary)
+	}
+	e.snap.publish(c.views, c.removed, false)
+	e.answer(c.batch, nil)
 }
 
 func (e *Engine) answer(batch []*request, err error) {
@@ -260,76 +357,64 @@ func (c *cluster) get(hash string, e Emitter) *Evidence {
 	return nil
 }
 
-// evaluate computes the views of the given rollouts without publishing them.
-func (e *Engine) evaluate(keys map[Key]struct{}, now time.Time) []*View {
-	views := make([]*View, 0, len(keys))
+// recompute evaluates the given rollouts and records in c the views that
+// changed, with their verdict changes, and arms the deadline of every
+// rollout that started applying.
+func (e *Engine) recompute(c *commit, keys map[Key]struct{}, now time.Time) {
 	for k := range keys {
-		c := e.clusters[k.Cluster]
-		if r := c.rollouts[k.Hash]; r != nil {
-			views = append(views, c.evaluate(r, &e.cfg, now))
-		}
-	}
-	return views
-}
-
-// publish makes views visible to readers, logs verdict changes and arms the
-// deadline of every rollout that started applying.
-func (e *Engine) publish(views []*View) {
-	e.snap.publish(e.changedViews(views), nil, false)
-}
-
-func (e *Engine) changedViews(views []*View) []*View {
-	changed := views[:0]
-	for _, v := range views {
-		r := e.clusters[v.Cluster].rollouts[v.Hash]
-		old := r.view
-		if old != nil && reflect.DeepEqual(old, v) {
+		cl := e.clusters[k.Cluster]
+		r := cl.rollouts[k.Hash]
+		if r == nil {
 			continue
 		}
+		// Every recomputed view is republished: comparing it with the old
+		// one would cost more than waking the few readers waiting on it.
+		v := cl.evaluate(r, &e.cfg, now)
+		old := r.view
 		r.view = v
-		changed = append(changed, v)
+		c.views = append(c.views, v)
 		if v.Verdict == VerdictApplying && (old == nil || old.Verdict != VerdictApplying || !old.Deadline.Equal(v.Deadline)) {
 			heap.Push(&e.due, deadline{v.Deadline, r.key})
 		}
-		if old == nil && e.loading {
-			continue
-		}
-		if old == nil || old.Verdict != v.Verdict {
-			from := "none"
-			if old != nil {
-				from = old.Verdict.String()
-			}
-			e.log.Info("rollout verdict", "cluster", v.Cluster, "revision", v.Revision,
-				"verdict", v.Verdict.String(), "from", from, "summary", v.Summary)
+		switch {
+		case old == nil && !e.loading:
+			c.changes = append(c.changes, change{view: v, new: true})
+		case old != nil && old.Verdict != v.Verdict:
+			c.changes = append(c.changes, change{view: v, from: old.Verdict})
 		}
 	}
-	return changed
 }
 
-// expire re-evaluates the rollouts whose deadline has passed.
+// expire re-evaluates the rollouts whose deadline has passed. The views go
+// through the commit queue so that readers never see them ahead of the
+// evidence they were computed from.
 func (e *Engine) expire() {
 	now := e.now()
 	keys := map[Key]struct{}{}
 	for len(e.due) > 0 && !e.due[0].at.After(now) {
 		d := heap.Pop(&e.due).(deadline)
-		keys[d.key] = struct{}{}
-	}
-	for k := range keys {
-		if c := e.clusters[k.Cluster]; c == nil || c.rollouts[k.Hash] == nil {
-			delete(keys, k)
+		if c := e.clusters[d.key.Cluster]; c != nil && c.rollouts[d.key.Hash] != nil {
+			keys[d.key] = struct{}{}
 		}
 	}
-	if len(keys) > 0 {
-		e.publish(e.evaluate(keys, now))
+	if len(keys) == 0 || e.reload || e.broken {
+		return
 	}
+	c := &commit{}
+	e.recompute(c, keys, now)
+	e.submit(c)
 }
 
 // load rebuilds all state from the store and publishes every view.
 func (e *Engine) load() error {
 	e.clusters = map[string]*cluster{}
 	e.due = nil
+	e.nextSeq = 1
 	err := e.store.Load(func(ek EvidenceKey, ev *Evidence) error {
-		e.cluster(ek.Cluster).set(ek.Hash, ek.Emitter, ev)
+		c := e.cluster(ek.Cluster)
+		c.rollout(ek.Hash, ek.Seq)
+		c.set(ek.Hash, ek.Emitter, ev)
+		e.nextSeq = max(e.nextSeq, ek.Seq+1)
 		return nil
 	})
 	e.broken = err != nil
@@ -344,7 +429,9 @@ func (e *Engine) load() error {
 	}
 	e.loading = true
 	defer func() { e.loading = false }()
-	e.snap.publish(e.changedViews(e.evaluate(all, e.now())), nil, true)
+	c := &commit{}
+	e.recompute(c, all, e.now())
+	e.snap.publish(c.views, nil, true)
 	return nil
 }
 
@@ -352,7 +439,7 @@ func (e *Engine) load() error {
 // retention, unless some emitter is still at that revision: the current
 // revision of a layer is what the next rollout's expected layers come from.
 func (e *Engine) collectGarbage() {
-	if e.cfg.Retention <= 0 || e.broken {
+	if e.cfg.Retention <= 0 || e.broken || e.reload {
 		return
 	}
 	cutoff := e.now().Add(-e.cfg.Retention)
@@ -366,7 +453,7 @@ func (e *Engine) collectGarbage() {
 				continue
 			}
 			for em := range r.ev {
-				deletes = append(deletes, EvidenceKey{r.key, em})
+				deletes = append(deletes, EvidenceKey{r.key, r.seq, em})
 			}
 			gone = append(gone, Key{c.name, hash})
 		}
@@ -374,15 +461,11 @@ func (e *Engine) collectGarbage() {
 	if len(gone) == 0 {
 		return
 	}
-	if err := e.store.Commit(nil, deletes); err != nil {
-		e.log.Warn("garbage-collect rollouts", "err", err)
-		return
-	}
 	for _, k := range gone {
 		e.clusters[k.Cluster].drop(k.Hash)
 	}
-	e.snap.publish(nil, gone, false)
-	e.log.Info("garbage-collected rollouts", "count", len(gone), "retention", e.cfg.Retention.String())
+	e.log.Info("garbage-collecting rollouts", "count", len(gone), "retention", e.cfg.Retention.String())
+	e.submit(&commit{deletes: deletes, removed: gone})
 }
 
 func (c *cluster) isCurrent(r *rolloutState) bool {

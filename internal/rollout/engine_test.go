@@ -57,7 +57,7 @@ func fail(name, label string, sec int, reason string) rollout.Observation {
 var applied0 = []rollout.Observation{succ("infra", "R0", -600), succ("platform", "R0", -590), succ("apps", "R0", -580)}
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	cfg    rollout.Config
 	now    func() time.Time
@@ -72,7 +72,7 @@ func defaultConfig() rollout.Config {
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }
 
 // start runs an engine on a bbolt file in dir until the test ends or stop.
-func start(t *testing.T, dir string, cfg rollout.Config, now func() time.Time) *harness {
+func start(t testing.TB, dir string, cfg rollout.Config, now func() time.Time) *harness {
 	t.Helper()
 	db, err := store.Open(dir)
 	if err != nil {

@@ -12,9 +12,12 @@ type Key struct {
 	Hash    string
 }
 
-// EvidenceKey identifies one Evidence record.
+// EvidenceKey identifies one Evidence record. Seq numbers rollouts in the
+// order they were first seen; the store orders records by it, so the
+// records of the rollouts under way, which most writes touch, are adjacent.
 type EvidenceKey struct {
 	Key
+	Seq     uint64
 	Emitter Emitter
 }
 
@@ -28,6 +31,7 @@ type cluster struct {
 
 type rolloutState struct {
 	key   Key
+	seq   uint64
 	ev    map[Emitter]*Evidence
 	first time.Time // earliest evidence of any emitter
 	last  time.Time // latest evidence of any emitter
@@ -57,13 +61,19 @@ func newCluster(name string) *cluster {
 	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}}
 }
 
+// rollout returns the rollout of hash, creating it with seq when new.
+func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
+	r := c.rollouts[hash]
+	if r == nil {
+		r = &rolloutState{key: Key{c.name, hash}, seq: seq, ev: map[Emitter]*Evidence{}}
+		c.rollouts[hash] = r
+	}
+	return r
+}
+
 // set installs ev as the evidence of (hash, e), keeping the logs ordered.
 func (c *cluster) set(hash string, e Emitter, ev *Evidence) {
 	r := c.rollouts[hash]
-	if r == nil {
-		r = &rolloutState{key: Key{c.name, hash}, ev: map[Emitter]*Evidence{}}
-		c.rollouts[hash] = r
-	}
 	old := r.ev[e]
 	r.ev[e] = ev
 	if r.first.IsZero() || ev.First.Before(r.first) {
@@ -160,22 +170,25 @@ func (r *rolloutState) position(e Emitter) logEntry {
 	return logEntry{r.first, r.key.Hash}
 }
 
-// neighbours adds to dirty the rollouts whose view may change when the
-// evidence of (hash, e) changes: the rollout itself, its predecessor and
-// successor on each of its emitters (supersession, expected layers), and
-// the successors of its predecessor on e (for whom e now carries a newer
-// revision, or for whom hash is a predecessor now carried by e).
-func (c *cluster) neighbours(hash string, e Emitter, dirty map[Key]struct{}) {
+// affected adds to dirty the rollouts whose view may change when the
+// evidence of rollout hash changed on the given emitters: the rollout
+// itself, its predecessor and successor on each of its emitters
+// (supersession, expected layers), and the successors of its predecessors
+// on the changed emitters (for whom such an emitter now carries a newer
+// revision, or for whom hash is a predecessor now carried by it).
+func (c *cluster) affected(hash string, changed []Emitter, dirty map[Key]struct{}) {
 	r := c.rollouts[hash]
 	if r == nil {
 		return
 	}
 	dirty[r.key] = struct{}{}
+	seen := map[string]bool{}
 	succOf := func(h string) {
 		p := c.rollouts[h]
-		if p == nil {
+		if p == nil || seen[h] {
 			return
 		}
+		seen[h] = true
 		for pe := range p.ev {
 			if s, ok := c.logs[pe].after(p.position(pe)); ok {
 				dirty[Key{c.name, s.hash}] = struct{}{}
@@ -192,7 +205,9 @@ func (c *cluster) neighbours(hash string, e Emitter, dirty map[Key]struct{}) {
 		}
 	}
 	succOf(hash)
-	if p := c.logs[e].before(r.position(e)); p != "" {
-		succOf(p)
+	for _, e := range changed {
+		if p := c.logs[e].before(r.position(e)); p != "" {
+			succOf(p)
+		}
 	}
 }

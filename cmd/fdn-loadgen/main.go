@@ -1,0 +1,331 @@
+// Command fdn-loadgen measures ingest: it posts signed, distinct, realistic
+// Flux events over loopback with keep-alive to the real webhook stack
+// (HMAC, decode, engine, bbolt group commit) and, in the same run, to a
+// bare net/http handler that only reads and decodes the same JSON. Figures
+// are ratios against that baseline, so a noisy machine slows both.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "fdn-loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	duration    time.Duration
+	concurrency int
+	rate        int
+	rateFor     time.Duration
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("fdn-loadgen", flag.ContinueOnError)
+	var c config
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each saturation run lasts")
+	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent connections in saturation runs")
+	fs.IntVar(&c.rate, "rate", 1000, "events per second of the latency run")
+	fs.DurationVar(&c.rateFor, "rate-duration", 5*time.Second, "how long the latency run lasts")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service run to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	token := []byte("loadgen-token")
+
+	bare, stopBare, err := serveBare()
+	if err != nil {
+		return err
+	}
+	defer stopBare()
+	svc, stopSvc, err := serveService(token)
+	if err != nil {
+		return err
+	}
+	defer stopSvc()
+
+	// Enough distinct events for the longest run at a generous rate.
+	events := newEvents(token, int(max(c.duration.Seconds(), c.rateFor.Seconds())*40000))
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency * 2, MaxConnsPerHost: c.concurrency * 2}}
+
+	bareRate, err := saturate(client, bare, events, c)
+	if err != nil {
+		return fmt.Errorf("bare handler: %w", err)
+	}
+	fmt.Fprintf(out, "bare handler (read + decode): %.0f events/s\n", bareRate)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	durable, err := saturate(client, svc, events, c)
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	fmt.Fprintf(out, "service (HMAC, decode, engine, bbolt commit before 202): %.0f events/s\n", durable)
+	p50, p99, err := paced(client, svc, events, c)
+	if err != nil {
+		return fmt.Errorf("paced: %w", err)
+	}
+	fmt.Fprintf(out, "ack latency at %d events/s: p50 %.2f ms, p99 %.2f ms\n", c.rate, ms(p50), ms(p99))
+	fmt.Fprintf(out, "ingest: %.0f events/s durable, %.2f of bare handler, ack p99 %.2f ms at %d events/s\n",
+		durable, durable/bareRate, ms(p99), c.rate)
+	return nil
+}
+
+// cpuTime is the user and system time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func serveBare() (string, func(), error) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		var ev flux.Event
+		if err := json.Unmarshal(body, &ev); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	return listen(h)
+}
+
+func serveService(token []byte) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "fdn-loadgen-")
+	if err != nil {
+		return "", nil, err
+	}
+	db, err := store.Open(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := rollout.NewEngine(db, rollout.Config{StuckAfter: 24 * time.Hour, Retention: 720 * time.Hour}, log, time.Now)
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ctx) }()
+	reg := prometheus.NewRegistry()
+	url, stop, err := listen(api.Routes(e, webhook.New(token, e, log, reg), reg, log))
+	if err != nil {
+		cancel()
+		return "", nil, err
+	}
+	return url + "/webhook", func() {
+		stop()
+		cancel()
+		<-done
+		st := e.Stats()
+		fmt.Fprintf(os.Stderr, "engine: %d observations in %d commits\n", st.Observations.Load(), st.Commits.Load())
+		db.Close()
+		os.RemoveAll(dir)
+	}, nil
+}
+
+func listen(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+type event struct {
+	body []byte
+	sig  string
+}
+
+// events is a shared, endless-enough supply: each index is used once per
+// target, so every event a target sees is distinct.
+type events struct {
+	list []event
+	next map[string]*atomic.Int64
+	mu   sync.Mutex
+}
+
+func (e *events) take(target string) (event, bool) {
+	e.mu.Lock()
+	n := e.next[target]
+	if n == nil {
+		n = new(atomic.Int64)
+		e.next[target] = n
+	}
+	e.mu.Unlock()
+	i := n.Add(1) - 1
+	if i >= int64(len(e.list)) {
+		return event{}, false
+	}
+	return e.list[i], true
+}
+
+// newEvents builds what a busy cluster sends: 20 layers moving through
+// revisions, each layer emitting DependencyNotReady, Progressing with
+// change lines, a health check and ReconciliationSucceeded.
+func newEvents(token []byte, n int) *events {
+	t0 := time.Now().UTC().Add(-time.Hour)
+	out := make([]event, 0, n)
+	for rev := 0; len(out) < n; rev++ {
+		sum := sha1.Sum(fmt.Appendf(nil, "load-%d", rev))
+		revision := "main@sha1:" + hex.EncodeToString(sum[:])
+		for l := 0; l < 20 && len(out) < n; l++ {
+			name := fmt.Sprintf("tenant-%02d", l)
+			for k, step := range [][2]string{
+				{"DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s"},
+				{"Progressing", fmt.Sprintf("Deployment/%s/web configured\nService/%s/web unchanged\nConfigMap/%s/settings-%d created", name, name, name, rev)},
+				{"Progressing", "Health check passed in 2.04s"},
+				{"ReconciliationSucceeded", "Reconciliation finished in 2.31s, next run in 10m0s"},
+			} {
+				body, _ := json.Marshal(flux.Event{
+					InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: name,
+						UID: "7d0cdc51-ddcf-4743-b223-83ca5c699632", APIVersion: "kustomize.toolkit.fluxcd.io/v1", ResourceVersion: "123456"},
+					Severity:            "info",
+					Timestamp:           t0.Add(time.Duration(rev*60+l*2+k) * time.Second).Format(time.RFC3339),
+					Message:             step[1],
+					Reason:              step[0],
+					Metadata:            map[string]string{"revision": revision, "cluster": "prod"},
+					ReportingController: "kustomize-controller",
+					ReportingInstance:   "kustomize-controller-7c7b47f5f-8bhrp",
+				})
+				out = append(out, event{body: body, sig: webhook.Sign(token, body)})
+			}
+		}
+	}
+	return &events{list: out[:n], next: map[string]*atomic.Int64{}}
+}
+
+func post(client *http.Client, url string, ev event) error {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(ev.body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Gotk-Component", "kustomize-controller")
+	req.Header.Set("X-Signature", ev.sig)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// saturate posts from c.concurrency connections for c.duration and returns
+// events acknowledged per second.
+func saturate(client *http.Client, url string, evs *events, c config) (float64, error) {
+	var (
+		n        atomic.Int64
+		firstErr error
+		errOnce  sync.Once
+		wg       sync.WaitGroup
+	)
+	stop := time.Now().Add(c.duration)
+	start := time.Now()
+	cpu0 := cpuTime()
+	defer func() {
+		fmt.Fprintf(os.Stderr, "  (%.2f cores busy)\n", (cpuTime()-cpu0).Seconds()/time.Since(start).Seconds())
+	}()
+	for range c.concurrency {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				ev, ok := evs.take(url)
+				if !ok {
+					return
+				}
+				if err := post(client, url, ev); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds(), firstErr
+}
+
+// paced posts at c.rate events per second (open loop: a slow answer does
+// not slow the sender) and returns the p50 and p99 time to acknowledgement.
+func paced(client *http.Client, url string, evs *events, c config) (time.Duration, time.Duration, error) {
+	total := int(float64(c.rate) * c.rateFor.Seconds())
+	lat := make([]time.Duration, total)
+	errs := make(chan error, total)
+	var wg sync.WaitGroup
+	interval := time.Second / time.Duration(c.rate)
+	start := time.Now()
+	for i := range total {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		ev, ok := evs.take(url)
+		if !ok {
+			return 0, 0, fmt.Errorf("ran out of distinct events")
+		}
+		wg.Go(func() {
+			t := time.Now()
+			if err := post(client, url, ev); err != nil {
+				errs <- err
+				return
+			}
+			lat[i] = time.Since(t)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, 0, err
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
