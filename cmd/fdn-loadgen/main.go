@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha1"
@@ -18,8 +19,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,22 +59,28 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent connections in saturation runs")
 	fs.IntVar(&c.rate, "rate", 1000, "events per second of the latency run")
 	fs.DurationVar(&c.rateFor, "rate-duration", 5*time.Second, "how long the latency run lasts")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service run to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service to this file")
+	serve := fs.String("serve", "", "internal: serve bare or service and print the address")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	token := []byte("loadgen-token")
+	if *serve != "" {
+		return serveChild(*serve, token, *cpuProfile, out)
+	}
 
-	bare, stopBare, err := serveBare()
+	// Each server runs in its own process, as the service does in a
+	// cluster: the load generator's goroutines do not share its scheduler.
+	bare, err := spawn("bare", "")
 	if err != nil {
 		return err
 	}
-	defer stopBare()
-	svc, stopSvc, err := serveService(token)
+	defer bare.stop()
+	svc, err := spawn("service", *cpuProfile)
 	if err != nil {
 		return err
 	}
-	defer stopSvc()
+	defer svc.stop()
 
 	// Enough distinct events for the longest run at a generous rate.
 	events := newEvents(token, int(max(c.duration.Seconds(), c.rateFor.Seconds())*40000))
@@ -81,19 +91,7 @@ func run(args []string, out io.Writer) error {
 		return fmt.Errorf("bare handler: %w", err)
 	}
 	fmt.Fprintf(out, "bare handler (read + decode): %.0f events/s\n", bareRate)
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-	}
 	durable, err := saturate(client, svc, events, c)
-	if *cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
 	if err != nil {
 		return fmt.Errorf("service: %w", err)
 	}
@@ -116,6 +114,107 @@ func cpuTime() time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// server is a child process serving one target.
+type server struct {
+	url  string
+	pid  int
+	stop func()
+}
+
+// cpu is the CPU time the server has used so far, from /proc.
+func (s *server) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses: utime and
+	// stime are the 12th and 13th of them, in clock ticks (100 per second).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// spawn starts this program as a server of the given kind; stop ends it
+// (by its PID, the only process it ever kills).
+func spawn(kind, cpuProfile string) (*server, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "-serve", kind, "-cpuprofile", cpuProfile)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() {
+		stdin.Close() // asks the child to finish and report
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("%s server: %w", kind, err)
+	}
+	url := strings.TrimSpace(line)
+	if kind == "service" {
+		url += "/webhook"
+	}
+	return &server{url: url, pid: cmd.Process.Pid, stop: stop}, nil
+}
+
+// serveChild serves until its stdin closes, then reports its CPU use.
+func serveChild(kind string, token []byte, cpuProfile string, out io.Writer) error {
+	var (
+		url  string
+		stop func()
+		err  error
+	)
+	switch kind {
+	case "bare":
+		url, stop, err = serveBare()
+	case "service":
+		url, stop, err = serveService(token)
+	default:
+		return fmt.Errorf("unknown server %q", kind)
+	}
+	if err != nil {
+		return err
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	fmt.Fprintln(out, url)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	stop()
+	return nil
+}
 
 func serveBare() (string, func(), error) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -157,7 +256,7 @@ func serveService(token []byte) (string, func(), error) {
 		cancel()
 		return "", nil, err
 	}
-	return url + "/webhook", func() {
+	return url, func() {
 		stop()
 		cancel()
 		<-done
@@ -263,7 +362,8 @@ func post(client *http.Client, url string, ev event) error {
 
 // saturate posts from c.concurrency connections for c.duration and returns
 // events acknowledged per second.
-func saturate(client *http.Client, url string, evs *events, c config) (float64, error) {
+func saturate(client *http.Client, srv *server, evs *events, c config) (float64, error) {
+	url := srv.url
 	var (
 		n        atomic.Int64
 		firstErr error
@@ -272,9 +372,11 @@ func saturate(client *http.Client, url string, evs *events, c config) (float64, 
 	)
 	stop := time.Now().Add(c.duration)
 	start := time.Now()
-	cpu0 := cpuTime()
+	cpu0, srv0 := cpuTime(), srv.cpu()
 	defer func() {
-		fmt.Fprintf(os.Stderr, "  (%.2f cores busy)\n", (cpuTime()-cpu0).Seconds()/time.Since(start).Seconds())
+		el := time.Since(start).Seconds()
+		fmt.Fprintf(os.Stderr, "  (cores busy: server %.2f, load generator %.2f)\n",
+			(srv.cpu()-srv0).Seconds()/el, (cpuTime()-cpu0).Seconds()/el)
 	}()
 	for range c.concurrency {
 		wg.Go(func() {
@@ -297,7 +399,8 @@ func saturate(client *http.Client, url string, evs *events, c config) (float64, 
 
 // paced posts at c.rate events per second (open loop: a slow answer does
 // not slow the sender) and returns the p50 and p99 time to acknowledgement.
-func paced(client *http.Client, url string, evs *events, c config) (time.Duration, time.Duration, error) {
+func paced(client *http.Client, srv *server, evs *events, c config) (time.Duration, time.Duration, error) {
+	url := srv.url
 	total := int(float64(c.rate) * c.rateFor.Seconds())
 	lat := make([]time.Duration, total)
 	errs := make(chan error, total)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -35,34 +36,37 @@ var ErrStore = errors.New("storing failed")
 // ErrStopped is returned by Submit once the engine has stopped.
 var ErrStopped = errors.New("engine stopped")
 
-// maxBatch bounds one group commit: large enough to amortise the fsync,
-// small enough to keep the latency of the first request in it low.
-const maxBatch = 1024
-
 // gcEvery is how often rollouts past retention are looked for.
 const gcEvery = time.Hour
 
-// Engine owns all rollout state. Observations are applied by one goroutine
-// (Run) in batches; each batch is committed in one store transaction before
-// any of its submitters is answered, so an acknowledged observation is
-// durable, and readers see only committed state.
+// Engine owns all rollout state. Observations are applied in batches by a
+// leader: the submitter that finds no batch under way takes every queued
+// request, merges them, commits them in one store transaction (group
+// commit), and only then answers them all. An acknowledged observation is
+// therefore durable, and readers see only committed state. Leading in the
+// submitter's own goroutine keeps the commit path free of hand-offs to
+// other goroutines, each of which would wait its turn on a busy scheduler.
 type Engine struct {
 	cfg   Config
 	store Store
 	log   *slog.Logger
 	now   func() time.Time
 
-	in       chan *request
-	stopped  chan struct{}
+	mu      sync.Mutex // guards queue, leading and closed
+	idle    *sync.Cond // signalled when leadership ends
+	queue   []*request
+	leading bool
+	closed  bool
+
+	// Owned by the leader.
 	clusters map[string]*cluster
 	due      deadlines
 	broken   bool // memory could not be restored from the store after a failed commit
-	reload   bool // a commit failed: fail what is in flight, then restore memory
 	loading  bool // rebuilding from the store: nothing new is happening
-	inflight int  // commits handed to the committer and not yet finished
 	nextSeq  uint64
-	// submit hands a commit to the committer; before Run it commits inline.
-	submit func(*commit)
+
+	nextDue atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
+	rearm   chan struct{} // tells Run an earlier deadline was armed
 
 	snap  *snapshot
 	stats Stats
@@ -76,8 +80,10 @@ type Stats struct {
 	CommitErrors atomic.Int64
 }
 
+// request is an observation to apply, or housekeeping for the leader to run.
 type request struct {
 	obs  Observation
+	tick func(c *commit, now time.Time)
 	done chan error
 }
 
@@ -91,21 +97,16 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 	}
 	e := &Engine{
 		cfg: cfg, store: store, log: log, now: now,
-		in:      make(chan *request, 4*maxBatch),
-		stopped: make(chan struct{}),
-		snap:    newSnapshot(),
+		rearm: make(chan struct{}, 1),
+		snap:  newSnapshot(),
 	}
-	e.submit = func(c *commit) { // inline until Run starts the committer
-		if len(c.changed) > 0 || len(c.deletes) > 0 {
-			c.err = e.store.Commit(c.changed, c.deletes)
-		}
-		e.inflight++
-		e.finish(c)
-	}
+	e.idle = sync.NewCond(&e.mu)
 	if err := e.load(); err != nil {
 		return nil, err
 	}
-	e.collectGarbage()
+	c := &commit{}
+	e.collectGarbage(c, now())
+	_ = e.write(c)
 	return e, nil
 }
 
@@ -118,22 +119,54 @@ func (e *Engine) Submit(ctx context.Context, o Observation) error {
 	if err := e.normalise(&o); err != nil {
 		return err
 	}
-	req := &request{obs: o, done: make(chan error, 1)}
-	select {
-	case e.in <- req:
-	case <-e.stopped:
+	return e.do(ctx, &request{obs: o, done: make(chan error, 1)})
+}
+
+// do queues a request, leads the batch when none is under way, and waits
+// for the request's answer.
+func (e *Engine) do(ctx context.Context, req *request) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
 		return ErrStopped
-	case <-ctx.Done():
-		return ctx.Err()
+	}
+	e.queue = append(e.queue, req)
+	lead := !e.leading
+	e.leading = true
+	e.mu.Unlock()
+	if lead {
+		e.lead()
 	}
 	select {
 	case err := <-req.done:
 		return err
-	case <-e.stopped:
-		return ErrStopped
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// lead processes one batch in the caller's goroutine; when more arrived
+// meanwhile it passes leadership to a new goroutine, so the caller answers
+// its own client without waiting for other batches.
+func (e *Engine) lead() {
+	e.mu.Lock()
+	n := min(len(e.queue), maxBatch)
+	batch := make([]*request, n)
+	copy(batch, e.queue)
+	e.queue = append(e.queue[:0], e.queue[n:]...)
+	e.mu.Unlock()
+
+	e.process(batch)
+
+	e.mu.Lock()
+	if len(e.queue) > 0 {
+		e.mu.Unlock()
+		go e.lead()
+		return
+	}
+	e.leading = false
+	e.idle.Broadcast()
+	e.mu.Unlock()
 }
 
 func (e *Engine) normalise(o *Observation) error {
@@ -158,88 +191,63 @@ func (e *Engine) normalise(o *Observation) error {
 	return nil
 }
 
-// Run applies observations until ctx ends. It also turns rollouts stuck at
-// their deadline and collects garbage.
-//
-// Merging and committing are pipelined: while one batch is being written
-// and fsynced, the next is merged. Commits complete in order, and a batch's
-// submitters are answered and its views published only once its commit and
-// every one before it succeeded.
+// Run marks the engine ready and runs its housekeeping until ctx ends:
+// rollouts turn stuck at their deadline, old ones are garbage-collected.
+// When it returns, queued requests have been answered and new ones are
+// refused.
 func (e *Engine) Run(ctx context.Context) error {
-	defer close(e.stopped)
-	commits := make(chan *commit, maxInflight)
-	results := make(chan *commit, maxInflight)
-	go func() {
-		for c := range commits {
-			if len(c.changed) > 0 || len(c.deletes) > 0 {
-				c.err = e.store.Commit(c.changed, c.deletes)
-			}
-			results <- c
-		}
-	}()
-	e.submit = func(c *commit) {
-		e.inflight++
-		commits <- c
-	}
-	defer func() {
-		close(commits)
-		for e.inflight > 0 {
-			e.finish(<-results)
-		}
-	}()
-
 	e.snap.setReady(true)
-	defer e.snap.setReady(false)
+	defer func() {
+		e.snap.setReady(false)
+		e.mu.Lock()
+		e.closed = true
+		for e.leading {
+			e.idle.Wait()
+		}
+		e.mu.Unlock()
+	}()
 	gc := time.NewTicker(gcEvery)
 	defer gc.Stop()
-	timer := time.NewTimer(time.Hour)
+	timer := time.NewTimer(e.untilDue())
 	defer timer.Stop()
 	for {
-		timer.Reset(e.due.wait(e.now()))
-		// Take new work only while the pipeline has room and memory agrees
-		// with the store.
-		in := e.in
-		if e.inflight >= maxInflight || e.reload {
-			in = nil
-		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case c := <-results:
-			e.finish(c)
-		case req := <-in:
-			batch := make([]*request, 1, 64)
-			batch[0] = req
-		drain:
-			for len(batch) < maxBatch {
-				select {
-				case req := <-e.in:
-					batch = append(batch, req)
-				default:
-					break drain
-				}
-			}
-			e.process(batch)
+		case <-e.rearm:
 		case <-timer.C:
-			e.expire()
+			if err := e.do(ctx, &request{tick: e.expire, done: make(chan error, 1)}); err != nil && ctx.Err() == nil {
+				e.log.Warn("turn rollouts stuck", "err", err)
+			}
 		case <-gc.C:
-			e.collectGarbage()
+			if err := e.do(ctx, &request{tick: e.collectGarbage, done: make(chan error, 1)}); err != nil && ctx.Err() == nil {
+				e.log.Warn("garbage-collect rollouts", "err", err)
+			}
 		}
+		timer.Reset(e.untilDue())
 	}
 }
 
-// maxInflight bounds the batches merged but not yet committed.
-const maxInflight = 2
+// untilDue is how long until the earliest deadline, at most an hour.
+func (e *Engine) untilDue() time.Duration {
+	n := e.nextDue.Load()
+	if n == 0 {
+		return time.Hour
+	}
+	return min(max(time.Unix(0, n).Sub(e.now()), 0), time.Hour)
+}
 
-// commit is one batch on its way to the store.
+// maxBatch bounds one group commit: large enough to amortise the fsync,
+// small enough to keep the latency of the first request in it low.
+const maxBatch = 1024
+
+// commit is what one batch writes and then publishes.
 type commit struct {
-	batch   []*request
 	changed map[EvidenceKey]*Evidence
 	deletes []EvidenceKey
 	views   []*View  // to publish once committed
 	removed []Key    // rollouts to unpublish once committed
 	changes []change // verdict changes to log once committed
-	err     error
 }
 
 type change struct {
@@ -248,8 +256,8 @@ type change struct {
 	new  bool
 }
 
-// process merges a batch into memory, computes the views it changes and
-// hands both to the committer.
+// process merges a batch into memory, runs its housekeeping, commits
+// everything in one transaction and answers every request in it.
 func (e *Engine) process(batch []*request) {
 	if e.broken {
 		if err := e.load(); err != nil {
@@ -258,32 +266,37 @@ func (e *Engine) process(batch []*request) {
 		}
 	}
 	now := e.now()
-	changed := make(map[EvidenceKey]*Evidence)
+	c := &commit{changed: make(map[EvidenceKey]*Evidence)}
 	for _, req := range batch {
+		if req.tick != nil {
+			continue
+		}
 		o := &req.obs
 		r := e.cluster(o.Cluster).rollout(o.Hash, e.nextSeq)
 		if r.seq == e.nextSeq {
 			e.nextSeq++
 		}
 		ek := EvidenceKey{r.key, r.seq, o.Emitter}
-		ev, pending := changed[ek]
+		ev, pending := c.changed[ek]
 		if !pending {
 			ev = r.ev[o.Emitter].clone()
 		}
 		if ev.merge(*o) && !pending {
-			changed[ek] = ev
+			c.changed[ek] = ev
 		}
 	}
-	c := &commit{batch: batch, changed: changed}
-	if len(changed) > 0 {
-		e.stats.Learned.Add(int64(len(changed)))
+	if len(c.changed) > 0 {
+		e.stats.Learned.Add(int64(len(c.changed)))
 		// Install first, so the views (and the mails they make due) are
 		// computed from the state being committed; a failed commit is undone
 		// by reloading from the store.
 		byRollout := make(map[Key][]Emitter)
-		for ek, ev := range changed {
-			e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev)
-			byRollout[ek.Key] = append(byRollout[ek.Key], ek.Emitter)
+		for ek, ev := range c.changed {
+			ems := byRollout[ek.Key]
+			if e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev) {
+				ems = append(ems, ek.Emitter)
+			}
+			byRollout[ek.Key] = ems
 		}
 		dirty := make(map[Key]struct{})
 		for k, ems := range byRollout {
@@ -291,33 +304,26 @@ func (e *Engine) process(batch []*request) {
 		}
 		e.recompute(c, dirty, now)
 	}
-	// Even a batch that taught nothing waits its turn: what it repeats may
-	// be known only from a batch still being committed.
-	e.submit(c)
+	for _, req := range batch {
+		if req.tick != nil {
+			req.tick(c, now)
+		}
+	}
+	e.answer(batch, e.write(c))
 }
 
-// finish completes a commit: answers its submitters and publishes its
-// views, or, when it or an earlier one failed, fails them and restores
-// memory from the store once nothing is in flight.
-func (e *Engine) finish(c *commit) {
-	e.inflight--
-	if c.err != nil {
-		e.stats.CommitErrors.Add(1)
-		e.log.Error("commit observations", "err", c.err, "observations", len(c.batch))
-		e.reload = true
-	}
-	if e.reload {
-		// Later batches may have been merged on top of the failed one.
-		e.answer(c.batch, fmt.Errorf("%w: %v", ErrStore, c.err))
-		if e.inflight == 0 {
-			if err := e.load(); err != nil {
-				e.log.Error("restore state from store", "err", err)
-			}
-			e.reload = false
-		}
-		return
-	}
+// write commits c and publishes what it computed; on failure it restores
+// memory from the store, so that nothing unstored is ever acknowledged.
+func (e *Engine) write(c *commit) error {
 	if len(c.changed) > 0 || len(c.deletes) > 0 {
+		if err := e.store.Commit(c.changed, c.deletes); err != nil {
+			e.stats.CommitErrors.Add(1)
+			e.log.Error("commit observations", "err", err)
+			if lerr := e.load(); lerr != nil {
+				e.log.Error("restore state from store", "err", lerr)
+			}
+			return fmt.Errorf("%w: %v", ErrStore, err)
+		}
 		e.stats.Commits.Add(1)
 	}
 	for _, ch := range c.changes {
@@ -329,15 +335,20 @@ func (e *Engine) finish(c *commit) {
 			"verdict", ch.view.Verdict.String(), "from", from, "summary", ch.view.Summary)
 	}
 	e.snap.publish(c.views, c.removed, false)
-	e.answer(c.batch, nil)
+	e.armDeadline()
+	return nil
 }
 
 func (e *Engine) answer(batch []*request, err error) {
-	if err == nil {
-		e.stats.Observations.Add(int64(len(batch)))
-	}
+	n := 0
 	for _, req := range batch {
+		if req.tick == nil {
+			n++
+		}
 		req.done <- err
+	}
+	if err == nil {
+		e.stats.Observations.Add(int64(n))
 	}
 }
 
@@ -385,30 +396,37 @@ func (e *Engine) recompute(c *commit, keys map[Key]struct{}, now time.Time) {
 	}
 }
 
-// expire re-evaluates the rollouts whose deadline has passed. The views go
-// through the commit queue so that readers never see them ahead of the
-// evidence they were computed from.
-func (e *Engine) expire() {
-	now := e.now()
+// expire re-evaluates the rollouts whose deadline has passed.
+func (e *Engine) expire(c *commit, now time.Time) {
 	keys := map[Key]struct{}{}
 	for len(e.due) > 0 && !e.due[0].at.After(now) {
 		d := heap.Pop(&e.due).(deadline)
-		if c := e.clusters[d.key.Cluster]; c != nil && c.rollouts[d.key.Hash] != nil {
+		if cl := e.clusters[d.key.Cluster]; cl != nil && cl.rollouts[d.key.Hash] != nil {
 			keys[d.key] = struct{}{}
 		}
 	}
-	if len(keys) == 0 || e.reload || e.broken {
-		return
-	}
-	c := &commit{}
 	e.recompute(c, keys, now)
-	e.submit(c)
+}
+
+// armDeadline tells Run when the next rollout may turn stuck.
+func (e *Engine) armDeadline() {
+	var next int64
+	if len(e.due) > 0 {
+		next = e.due[0].at.UnixNano()
+	}
+	if old := e.nextDue.Swap(next); next != 0 && (old == 0 || next < old) {
+		select {
+		case e.rearm <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // load rebuilds all state from the store and publishes every view.
 func (e *Engine) load() error {
 	e.clusters = map[string]*cluster{}
 	e.due = nil
+	e.broken = true // until the load below succeeds
 	e.nextSeq = 1
 	err := e.store.Load(func(ek EvidenceKey, ev *Evidence) error {
 		c := e.cluster(ek.Cluster)
@@ -417,10 +435,10 @@ func (e *Engine) load() error {
 		e.nextSeq = max(e.nextSeq, ek.Seq+1)
 		return nil
 	})
-	e.broken = err != nil
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
+	e.broken = false
 	all := map[Key]struct{}{}
 	for _, c := range e.clusters {
 		for _, r := range c.rollouts {
@@ -432,40 +450,37 @@ func (e *Engine) load() error {
 	c := &commit{}
 	e.recompute(c, all, e.now())
 	e.snap.publish(c.views, nil, true)
+	e.armDeadline()
 	return nil
 }
 
 // collectGarbage forgets rollouts whose last evidence is older than the
 // retention, unless some emitter is still at that revision: the current
 // revision of a layer is what the next rollout's expected layers come from.
-func (e *Engine) collectGarbage() {
-	if e.cfg.Retention <= 0 || e.broken || e.reload {
+func (e *Engine) collectGarbage(c *commit, now time.Time) {
+	if e.cfg.Retention <= 0 {
 		return
 	}
-	cutoff := e.now().Add(-e.cfg.Retention)
-	var (
-		deletes []EvidenceKey
-		gone    []Key
-	)
-	for _, c := range e.clusters {
-		for hash, r := range c.rollouts {
-			if !r.last.Before(cutoff) || c.isCurrent(r) {
+	cutoff := now.Add(-e.cfg.Retention)
+	var gone []Key
+	for _, cl := range e.clusters {
+		for hash, r := range cl.rollouts {
+			if !r.last.Before(cutoff) || cl.isCurrent(r) {
 				continue
 			}
 			for em := range r.ev {
-				deletes = append(deletes, EvidenceKey{r.key, r.seq, em})
+				c.deletes = append(c.deletes, EvidenceKey{r.key, r.seq, em})
 			}
-			gone = append(gone, Key{c.name, hash})
+			gone = append(gone, Key{cl.name, hash})
 		}
-	}
-	if len(gone) == 0 {
-		return
 	}
 	for _, k := range gone {
 		e.clusters[k.Cluster].drop(k.Hash)
 	}
-	e.log.Info("garbage-collecting rollouts", "count", len(gone), "retention", e.cfg.Retention.String())
-	e.submit(&commit{deletes: deletes, removed: gone})
+	c.removed = append(c.removed, gone...)
+	if len(gone) > 0 {
+		e.log.Info("garbage-collecting rollouts", "count", len(gone), "retention", e.cfg.Retention.String())
+	}
 }
 
 func (c *cluster) isCurrent(r *rolloutState) bool {

@@ -72,7 +72,11 @@ func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 }
 
 // set installs ev as the evidence of (hash, e), keeping the logs ordered.
-func (c *cluster) set(hash string, e Emitter, ev *Evidence) {
+// It reports whether other rollouts may see the change: the emitter is new
+// to the rollout, or its first evidence or revision spelling changed. Other
+// changes (a layer progressing, failing, succeeding) concern this rollout
+// alone.
+func (c *cluster) set(hash string, e Emitter, ev *Evidence) (visible bool) {
 	r := c.rollouts[hash]
 	old := r.ev[e]
 	r.ev[e] = ev
@@ -89,11 +93,12 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence) {
 	}
 	if old != nil {
 		if old.First.Equal(ev.First) {
-			return
+			return old.Revision != ev.Revision
 		}
 		lg.remove(logEntry{old.First, hash})
 	}
 	lg.insert(logEntry{ev.First, hash})
+	return true
 }
 
 // drop forgets a rollout entirely.
@@ -171,17 +176,21 @@ func (r *rolloutState) position(e Emitter) logEntry {
 }
 
 // affected adds to dirty the rollouts whose view may change when the
-// evidence of rollout hash changed on the given emitters: the rollout
-// itself, its predecessor and successor on each of its emitters
-// (supersession, expected layers), and the successors of its predecessors
-// on the changed emitters (for whom such an emitter now carries a newer
-// revision, or for whom hash is a predecessor now carried by it).
+// evidence of rollout hash changed, visibly to others (see set) on the
+// given emitters: the rollout itself and, when others can see the change,
+// its predecessor and successor on each of its emitters (supersession,
+// expected layers), and the successors of its predecessors on the changed
+// emitters (for whom such an emitter now carries a newer revision, or for
+// whom hash is a predecessor now carried by it).
 func (c *cluster) affected(hash string, changed []Emitter, dirty map[Key]struct{}) {
 	r := c.rollouts[hash]
 	if r == nil {
 		return
 	}
 	dirty[r.key] = struct{}{}
+	if len(changed) == 0 {
+		return
+	}
 	seen := map[string]bool{}
 	succOf := func(h string) {
 		p := c.rollouts[h]

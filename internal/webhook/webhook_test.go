@@ -41,7 +41,7 @@ type env struct {
 	db     *store.DB
 }
 
-func newEnv(t *testing.T, token []byte) *env {
+func newEnv(t testing.TB, token []byte) *env {
 	t.Helper()
 	db, err := store.Open(t.TempDir())
 	if err != nil {
