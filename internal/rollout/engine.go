@@ -145,29 +145,41 @@ func (e *Engine) do(ctx context.Context, req *request) error {
 	}
 }
 
-// lead processes one batch in the caller's goroutine; when more arrived
-// meanwhile it passes leadership to a new goroutine, so the caller answers
-// its own client without waiting for other batches.
+// lead processes batches in the caller's goroutine while requests keep
+// arriving, for at most leadRounds batches; then, if more are queued, it
+// passes leadership to a new goroutine, so that the caller's own client is
+// not kept waiting behind other batches for long. Staying leader for a few
+// rounds spares the commit path a hand-off to a goroutine that would wait
+// its turn on a busy scheduler.
 func (e *Engine) lead() {
-	e.mu.Lock()
-	n := min(len(e.queue), maxBatch)
-	batch := make([]*request, n)
-	copy(batch, e.queue)
-	e.queue = append(e.queue[:0], e.queue[n:]...)
-	e.mu.Unlock()
-
-	e.process(batch)
-
-	e.mu.Lock()
-	if len(e.queue) > 0 {
+	for range leadRounds {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.leading = false
+			e.idle.Broadcast()
+			e.mu.Unlock()
+			return
+		}
+		n := min(len(e.queue), maxBatch)
+		batch := make([]*request, n)
+		copy(batch, e.queue)
+		e.queue = append(e.queue[:0], e.queue[n:]...)
 		e.mu.Unlock()
-		go e.lead()
+		e.process(batch)
+	}
+	e.mu.Lock()
+	if len(e.queue) == 0 {
+		e.leading = false
+		e.idle.Broadcast()
+		e.mu.Unlock()
 		return
 	}
-	e.leading = false
-	e.idle.Broadcast()
 	e.mu.Unlock()
+	go e.lead()
 }
+
+// leadRounds bounds how many batches one submitter leads.
+const leadRounds = 4
 
 func (e *Engine) normalise(o *Observation) error {
 	if o.Cluster == "" {
