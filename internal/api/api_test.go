@@ -17,7 +17,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
@@ -36,32 +36,12 @@ type env struct {
 // so readiness can be observed before it.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	db, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	te := rollouttest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, false)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := rollout.NewEngine(db, rollout.Config{StuckAfter: time.Hour}, log, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(api.Routes(e, webhook.New([]byte("t"), e, log, reg), reg, log))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	started := false
-	t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if started {
-			<-done
-		}
-		db.Close()
-	})
-	return &env{url: srv.URL, engine: e, run: func() {
-		started = true
-		go func() { defer close(done); _ = e.Run(ctx) }()
-	}}
+	srv := httptest.NewServer(api.Routes(te.Engine, webhook.New([]byte("t"), te.Engine, log, reg), reg, log))
+	t.Cleanup(srv.Close)
+	return &env{url: srv.URL, engine: te.Engine, run: te.Run}
 }
 
 func (e *env) observe(t *testing.T, layer, label string, sig rollout.Signal, cluster string) {

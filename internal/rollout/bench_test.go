@@ -3,14 +3,12 @@ package rollout_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
 // benchObservations is what a busy cluster produces: 20 layers moving
@@ -35,20 +33,7 @@ func benchObservations(n int) []rollout.Observation {
 // BenchmarkSubmit measures durable ingest through the engine alone: merge,
 // verdicts, and a bbolt group commit before each acknowledgement.
 func BenchmarkSubmit(b *testing.B) {
-	db, err := store.Open(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	e, err := rollout.NewEngine(db, defaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)), fixedClock(t0))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-
+	e := rollouttest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
 	obs := benchObservations(b.N)
 	var next atomic.Int64
 	b.SetParallelism(32) // notification-controller posts from many goroutines
@@ -75,13 +60,6 @@ func BenchmarkReload(b *testing.B) {
 	h.stop()
 	b.ResetTimer()
 	for b.Loop() {
-		db, err := store.Open(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := rollout.NewEngine(db, defaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)), fixedClock(t0.Add(time.Hour))); err != nil {
-			b.Fatal(err)
-		}
-		db.Close()
+		rollouttest.Start(b, dir, defaultConfig(), fixedClock(t0.Add(time.Hour)), false).Stop()
 	}
 }

@@ -104,6 +104,7 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 	if err := e.load(); err != nil {
 		return nil, err
 	}
+	// Collect garbage before serving; a failure is logged and retried by Run.
 	c := &commit{}
 	e.collectGarbage(c, now())
 	_ = e.write(c)
@@ -152,12 +153,17 @@ func (e *Engine) do(ctx context.Context, req *request) error {
 // rounds spares the commit path a hand-off to a goroutine that would wait
 // its turn on a busy scheduler.
 func (e *Engine) lead() {
-	for range leadRounds {
+	for round := 0; ; round++ {
 		e.mu.Lock()
 		if len(e.queue) == 0 {
 			e.leading = false
 			e.idle.Broadcast()
 			e.mu.Unlock()
+			return
+		}
+		if round == leadRounds {
+			e.mu.Unlock()
+			go e.lead()
 			return
 		}
 		n := min(len(e.queue), maxBatch)
@@ -167,15 +173,6 @@ func (e *Engine) lead() {
 		e.mu.Unlock()
 		e.process(batch)
 	}
-	e.mu.Lock()
-	if len(e.queue) == 0 {
-		e.leading = false
-		e.idle.Broadcast()
-		e.mu.Unlock()
-		return
-	}
-	e.mu.Unlock()
-	go e.lead()
 }
 
 // leadRounds bounds how many batches one submitter leads.
@@ -373,16 +370,9 @@ func (e *Engine) cluster(name string) *cluster {
 	return c
 }
 
-func (c *cluster) get(hash string, e Emitter) *Evidence {
-	if r := c.rollouts[hash]; r != nil {
-		return r.ev[e]
-	}
-	return nil
-}
-
-// recompute evaluates the given rollouts and records in c the views that
-// changed, with their verdict changes, and arms the deadline of every
-// rollout that started applying.
+// recompute evaluates the given rollouts, records their views and verdict
+// changes in c, and arms the deadline of every rollout that started
+// applying.
 func (e *Engine) recompute(c *commit, keys map[Key]struct{}, now time.Time) {
 	for k := range keys {
 		cl := e.clusters[k.Cluster]
@@ -523,17 +513,4 @@ func (d *deadlines) Pop() any {
 	x := old[len(old)-1]
 	*d = old[:len(old)-1]
 	return x
-}
-
-// wait is how long until the next deadline, capped so the loop wakes up
-// at least every hour.
-func (d deadlines) wait(now time.Time) time.Duration {
-	if len(d) == 0 {
-		return time.Hour
-	}
-	w := d[0].at.Sub(now)
-	if w < 0 {
-		return 0
-	}
-	return min(w, time.Hour)
 }

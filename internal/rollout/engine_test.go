@@ -5,15 +5,13 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
-	"io"
-	"log/slog"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -74,35 +72,8 @@ func fixedClock(t time.Time) func() time.Time { return func() time.Time { return
 // start runs an engine on a bbolt file in dir until the test ends or stop.
 func start(t testing.TB, dir string, cfg rollout.Config, now func() time.Time) *harness {
 	t.Helper()
-	db, err := store.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := rollout.NewEngine(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := e.Run(ctx); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	h := &harness{t: t, dir: dir, cfg: cfg, now: now, engine: e}
-	stopped := false
-	h.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		<-done
-		db.Close()
-	}
-	t.Cleanup(h.stop)
-	return h
+	te := rollouttest.Start(t, dir, cfg, now, true)
+	return &harness{t: t, dir: dir, cfg: cfg, now: now, engine: te.Engine, stop: te.Stop}
 }
 
 func (h *harness) submit(obs ...rollout.Observation) {

@@ -2,7 +2,6 @@ package webhook_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/hmac"
 	"crypto/sha512"
 	"encoding/hex"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
@@ -43,21 +43,10 @@ type env struct {
 
 func newEnv(t testing.TB, token []byte) *env {
 	t.Helper()
-	db, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := rollout.NewEngine(db, rollout.Config{StuckAfter: time.Hour}, log, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	srv := httptest.NewServer(webhook.New(token, e, log, prometheus.NewRegistry()))
-	t.Cleanup(func() { srv.Close(); cancel(); <-done; db.Close() })
-	return &env{url: srv.URL, engine: e, db: db}
+	te := rollouttest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, true)
+	srv := httptest.NewServer(webhook.New(token, te.Engine, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry()))
+	t.Cleanup(srv.Close)
+	return &env{url: srv.URL, engine: te.Engine, db: te.DB}
 }
 
 func post(t *testing.T, url string, body []byte, header map[string]string) (int, map[string]string) {

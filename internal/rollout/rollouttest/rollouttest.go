@@ -1,0 +1,71 @@
+// Package rollouttest runs a real engine on a real bbolt file for tests of
+// the packages around it.
+package rollouttest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+// Engine is an engine under test and its store.
+type Engine struct {
+	*rollout.Engine
+	DB  *store.DB
+	Dir string
+	// Run starts the engine's Run loop (Start does unless told not to).
+	Run func()
+	// Stop ends Run and closes the store; the test's cleanup calls it too.
+	Stop func()
+}
+
+// Start opens a store in dir and an engine on it, runs the engine unless
+// run is false, and stops everything when the test ends.
+func Start(t testing.TB, dir string, cfg rollout.Config, now func() time.Time, run bool) *Engine {
+	t.Helper()
+	db, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := rollout.NewEngine(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
+	if err != nil {
+		db.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var started, stopped sync.Once
+	te := &Engine{Engine: e, DB: db, Dir: dir}
+	te.Run = func() {
+		started.Do(func() {
+			go func() {
+				defer close(done)
+				if err := e.Run(ctx); err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}()
+		})
+	}
+	te.Stop = func() {
+		stopped.Do(func() {
+			cancel()
+			ran := true
+			started.Do(func() { ran = false })
+			if ran {
+				<-done
+			}
+			db.Close()
+		})
+	}
+	t.Cleanup(te.Stop)
+	if run {
+		te.Run()
+	}
+	return te
+}
