@@ -97,8 +97,11 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 	q := rollout.Query{Cluster: qs.Get("cluster"), Hash: hash, Prefix: prefix}
 	var v *rollout.View
 	if wait > 0 {
-		// The server's write timeout is shorter than a long poll.
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
+		// The server's read and write timeouts are shorter than a long
+		// poll; an expiring read deadline would cancel the request's context.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(wait + 10*time.Second))
+		_ = rc.SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		v, err = s.rs.Wait(ctx, q)
 		cancel()

@@ -247,3 +247,27 @@ func TestRolloutsHealthMetrics(t *testing.T) {
 		t.Fatalf("metrics %d: %.300s", resp.StatusCode, b)
 	}
 }
+
+// TestLongPollOutlivesServerTimeouts: a wait longer than the server's read
+// and write timeouts is not cut short by them.
+func TestLongPollOutlivesServerTimeouts(t *testing.T) {
+	e := newEnv(t)
+	e.run()
+	e.observe(t, "apps", "R1", rollout.SignalProgressing, "")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewUnstartedServer(api.Routes(e.engine, webhook.New([]byte("t"), e.engine, log, reg), reg, log))
+	srv.Config.ReadTimeout = 100 * time.Millisecond
+	srv.Config.WriteTimeout = 100 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	const wait = 700 * time.Millisecond
+	start := time.Now()
+	status, body := get(t, srv.URL+"/verdict?rev="+hashOf("R1")+"&wait="+wait.String())
+	if status != 200 || body["verdict"] != "applying" {
+		t.Fatalf("%d %v", status, body)
+	}
+	if el := time.Since(start); el < wait {
+		t.Fatalf("long poll returned after %v, before its wait of %v", el, wait)
+	}
+}
