@@ -50,6 +50,10 @@ func Open(dir string) (*DB, error) {
 		// commit: cheaper commits for a file that stays small.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
+		// Map 256 MiB of address space up front: while the file grows
+		// within it, commits do not remap it (which blocks every reader
+		// and the writer) each time it doubles.
+		InitialMmapSize: 1 << 28,
 	})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
