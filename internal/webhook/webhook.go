@@ -87,7 +87,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	buf := h.bufs.Get().(*bytes.Buffer)
-	defer h.bufs.Put(buf)
+	defer func() {
+		// Keep buffers of ordinary events only; a rare huge one is dropped.
+		if buf.Cap() <= 64<<10 {
+			h.bufs.Put(buf)
+		}
+	}()
 	buf.Reset()
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, MaxBody)); err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -104,12 +109,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := flux.Decode(body)
 	if err != nil {
-		var fe *flux.FieldError
-		if errors.As(err, &fe) {
-			h.reject(w, http.StatusBadRequest, fe.Field, fe.Reason)
-			return
+		field, reason := "body", err.Error()
+		if fe, ok := errors.AsType[*flux.FieldError](err); ok {
+			field, reason = fe.Field, fe.Reason
 		}
-		h.reject(w, http.StatusBadRequest, "body", err.Error())
+		h.reject(w, http.StatusBadRequest, field, reason)
 		return
 	}
 	kind, reason := d.InvolvedObject.Kind, d.Reason
