@@ -3,6 +3,7 @@ package flux
 import (
 	"encoding/json"
 	"fmt"
+	"net/mail"
 	"strings"
 	"time"
 	"unicode"
@@ -64,6 +65,7 @@ type Decoded struct {
 	Origin    string    // metadata "originRevision", as sent
 	Rev       Revision  // Revision parsed; zero when absent
 	OriginRev Revision  // Origin parsed; zero when absent
+	MailTo    []string  // metadata "mail_to": addresses an Alert routes the event to
 }
 
 // Decode parses and validates one event body. Errors are *FieldError for
@@ -109,6 +111,17 @@ func (d *Decoded) validate() error {
 			d.Origin = v
 		case "cluster":
 			d.Cluster = v
+		case "mail_to":
+			for _, a := range strings.Split(v, ",") {
+				if a = strings.TrimSpace(a); a == "" {
+					continue
+				}
+				addr, err := mail.ParseAddress(a)
+				if err != nil {
+					return &FieldError{Field: "metadata.mail_to", Reason: "not a comma list of mail addresses"}
+				}
+				d.MailTo = append(d.MailTo, addr.Address)
+			}
 		}
 	}
 	if d.Cluster != "" && !validName(d.Cluster) {

@@ -21,12 +21,26 @@ type Config struct {
 	Retention time.Duration
 	// DefaultCluster names the cluster of events without metadata.cluster.
 	DefaultCluster string
+	// MailTo receive every mail (--mail-to); Alerts add recipients per layer.
+	MailTo []string
 }
 
-// Store keeps evidence durably. Commit is one transaction: all or nothing.
+// Store keeps evidence and the mail outbox durably. Commit is one
+// transaction: all or nothing.
 type Store interface {
-	Load(fn func(EvidenceKey, *Evidence) error) error
-	Commit(puts map[EvidenceKey]*Evidence, deletes []EvidenceKey) error
+	// Load calls evidence for every record and mailed for the key of every
+	// mail ever enqueued (pending, sent or dead).
+	Load(evidence func(EvidenceKey, *Evidence) error, mailed func(key string)) error
+	Commit(b *Batch) error
+}
+
+// Batch is one transaction's worth of changes.
+type Batch struct {
+	Puts    map[EvidenceKey]*Evidence
+	Deletes []EvidenceKey
+	Forget  []Key  // rollouts collected: the keys of their mails go too
+	Mails   []Mail // mails made due, for the outbox
+	At      time.Time
 }
 
 // ErrStore is returned by Submit when the observation could not be stored;
@@ -65,8 +79,11 @@ type Engine struct {
 	loading  bool // rebuilding from the store: nothing new is happening
 	nextSeq  uint64
 
+	mailed map[string]struct{} // keys of every mail enqueued: each goes out once
+
 	nextDue atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
 	rearm   chan struct{} // tells Run an earlier deadline was armed
+	notify  func()        // told when mails were enqueued
 
 	snap  *snapshot
 	stats Stats
@@ -110,6 +127,10 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 	_ = e.write(c)
 	return e, nil
 }
+
+// OnMail sets a function called after a commit that enqueued mails (the
+// outbox dispatcher's wake-up). Call it before Run.
+func (e *Engine) OnMail(f func()) { e.notify = f }
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
@@ -257,6 +278,7 @@ type commit struct {
 	views   []*View  // to publish once committed
 	removed []Key    // rollouts to unpublish once committed
 	changes []change // verdict changes to log once committed
+	mails   []Mail   // made due, enqueued in the same transaction
 }
 
 type change struct {
@@ -324,8 +346,9 @@ func (e *Engine) process(batch []*request) {
 // write commits c and publishes what it computed; on failure it restores
 // memory from the store, so that nothing unstored is ever acknowledged.
 func (e *Engine) write(c *commit) error {
-	if len(c.changed) > 0 || len(c.deletes) > 0 {
-		if err := e.store.Commit(c.changed, c.deletes); err != nil {
+	if len(c.changed) > 0 || len(c.deletes) > 0 || len(c.mails) > 0 {
+		b := &Batch{Puts: c.changed, Deletes: c.deletes, Forget: c.removed, Mails: c.mails, At: e.now()}
+		if err := e.store.Commit(b); err != nil {
 			e.stats.CommitErrors.Add(1)
 			e.log.Error("commit observations", "err", err)
 			if lerr := e.load(); lerr != nil {
@@ -345,6 +368,9 @@ func (e *Engine) write(c *commit) error {
 	}
 	e.snap.publish(c.views, c.removed, false)
 	e.armDeadline()
+	if len(c.mails) > 0 && e.notify != nil {
+		e.notify()
+	}
 	return nil
 }
 
@@ -389,6 +415,16 @@ func (e *Engine) recompute(c *commit, keys map[Key]struct{}, now time.Time) {
 		if v.Verdict == VerdictApplying && (old == nil || old.Verdict != VerdictApplying || !old.Deadline.Equal(v.Deadline)) {
 			heap.Push(&e.due, deadline{v.Deadline, r.key})
 		}
+		if !e.loading {
+			// Mails were decided when the evidence was committed; a reload
+			// decides none, so new configuration never mails old rollouts.
+			for _, m := range dueMails(v, e.cfg.MailTo, v.routes) {
+				if _, ok := e.mailed[m.Key]; !ok {
+					e.mailed[m.Key] = struct{}{}
+					c.mails = append(c.mails, m)
+				}
+			}
+		}
 		switch {
 		case old == nil && !e.loading:
 			c.changes = append(c.changes, change{view: v, new: true})
@@ -430,13 +466,14 @@ func (e *Engine) load() error {
 	e.due = nil
 	e.broken = true // until the load below succeeds
 	e.nextSeq = 1
+	e.mailed = map[string]struct{}{}
 	err := e.store.Load(func(ek EvidenceKey, ev *Evidence) error {
 		c := e.cluster(ek.Cluster)
 		c.rollout(ek.Hash, ek.Seq)
 		c.set(ek.Hash, ek.Emitter, ev)
 		e.nextSeq = max(e.nextSeq, ek.Seq+1)
 		return nil
-	})
+	}, func(key string) { e.mailed[key] = struct{}{} })
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
@@ -478,6 +515,17 @@ func (e *Engine) collectGarbage(c *commit, now time.Time) {
 	}
 	for _, k := range gone {
 		e.clusters[k.Cluster].drop(k.Hash)
+	}
+	if len(gone) > 0 {
+		forget := make(map[Key]bool, len(gone))
+		for _, k := range gone {
+			forget[k] = true
+		}
+		for key := range e.mailed {
+			if forget[mailRollout(key)] {
+				delete(e.mailed, key)
+			}
+		}
 	}
 	c.removed = append(c.removed, gone...)
 	if len(gone) > 0 {

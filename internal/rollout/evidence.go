@@ -104,6 +104,7 @@ type Observation struct {
 	Message    string
 	Objects    []Object // for failures that name objects
 	Subject    string   // commit subject, when a source told it
+	MailTo     []string // recipients the event's Alert routes it to (eventMetadata mail_to)
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters
@@ -151,6 +152,7 @@ type Evidence struct {
 	Origin        string    `json:"origin,omitempty"`
 	OriginHash    string    `json:"origin_hash,omitempty"`
 	Subject       string    `json:"subject,omitempty"`
+	MailTo        []string  `json:"mail_to,omitempty"` // sorted union of the routed recipients
 	First         time.Time `json:"first"`
 	Last          time.Time `json:"last"`
 	Progress      *Mark     `json:"progress,omitempty"`  // latest attempting mark
@@ -172,6 +174,7 @@ func (ev *Evidence) clone() *Evidence {
 		s := *ev.Succeeded
 		c.Succeeded = &s
 	}
+	c.MailTo = slices.Clone(ev.MailTo)
 	c.Failures = make([]Failure, len(ev.Failures))
 	for i, f := range ev.Failures {
 		f.Objects = slices.Clone(f.Objects)
@@ -192,6 +195,11 @@ func (ev *Evidence) merge(o Observation) bool {
 	}
 	if o.Subject != "" && (ev.Subject == "" || o.Subject < ev.Subject) {
 		ev.Subject, changed = o.Subject, true
+	}
+	for _, a := range o.MailTo {
+		if i, found := slices.BinarySearch(ev.MailTo, a); !found {
+			ev.MailTo, changed = slices.Insert(ev.MailTo, i, a), true
+		}
 	}
 	if ev.First.IsZero() || o.At.Before(ev.First) {
 		ev.First, changed = o.At, true

@@ -84,6 +84,8 @@ type View struct {
 	RootCause    string        `json:"root_cause,omitempty"`
 	Layers       []LayerView   `json:"layers"`
 	Failures     []FailureView `json:"failures"`
+
+	routes map[string][]string // emitter (layer name, or kind/ns/name of a source) to routed recipients
 }
 
 // LayerView is one expected layer of a rollout.
@@ -187,6 +189,16 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 	}
 	v.Revision = r.displayRevision()
 	for e, ev := range r.ev {
+		if len(ev.MailTo) > 0 {
+			if v.routes == nil {
+				v.routes = map[string][]string{}
+			}
+			name := e.Layer()
+			if !e.IsLayer() {
+				name = e.String()
+			}
+			v.routes[name] = ev.MailTo
+		}
 		if ev.OriginHash != "" && (v.OriginHash == "" || ev.OriginHash < v.OriginHash) {
 			v.Origin, v.OriginHash = ev.Origin, ev.OriginHash
 		}

@@ -4,6 +4,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,9 @@ import (
 var (
 	bucketMeta     = []byte("meta")
 	bucketEvidence = []byte("evidence")
+	bucketOutbox   = []byte("outbox")   // sequence -> queued mail
+	bucketMailKeys = []byte("mailkeys") // de-duplication key of every mail enqueued
+	bucketDead     = []byte("dead")     // sequence -> mail that failed for good
 	keySchema      = []byte("schema")
 )
 
@@ -74,8 +78,12 @@ func Open(dir string) (*DB, error) {
 		case string(v) != schema:
 			return fmt.Errorf("schema %q, this binary reads %q", v, schema)
 		}
-		_, err = tx.CreateBucketIfNotExists(bucketEvidence)
-		return err
+		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		db.Close()
@@ -87,10 +95,11 @@ func Open(dir string) (*DB, error) {
 // Close closes the database.
 func (d *DB) Close() error { return d.db.Close() }
 
-// Load calls fn for every evidence record.
-func (d *DB) Load(fn func(rollout.EvidenceKey, *rollout.Evidence) error) error {
+// Load calls evidence for every evidence record and mailed for the key of
+// every mail ever enqueued.
+func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, mailed func(string)) error {
 	return d.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketEvidence).ForEach(func(k, v []byte) error {
+		err := tx.Bucket(bucketEvidence).ForEach(func(k, v []byte) error {
 			ek, err := decodeKey(k)
 			if err != nil {
 				return err
@@ -99,17 +108,26 @@ func (d *DB) Load(fn func(rollout.EvidenceKey, *rollout.Evidence) error) error {
 			if err := json.Unmarshal(v, ev); err != nil {
 				return fmt.Errorf("decode evidence %q: %w", k, err)
 			}
-			return fn(ek, ev)
+			return evidence(ek, ev)
+		})
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMailKeys).ForEach(func(k, _ []byte) error {
+			mailed(string(k))
+			return nil
 		})
 	})
 }
 
-// Commit writes and deletes evidence in one transaction.
-func (d *DB) Commit(puts map[rollout.EvidenceKey]*rollout.Evidence, deletes []rollout.EvidenceKey) error {
+// Commit writes one batch in one transaction: evidence, deletions, and the
+// mails the batch made due (the transactional outbox). A mail whose key was
+// ever enqueued before is dropped, so it goes out at most once.
+func (d *DB) Commit(b *rollout.Batch) error {
 	// Encode outside the write lock: bbolt serialises writers.
 	type kv struct{ k, v []byte }
-	enc := make([]kv, 0, len(puts))
-	for ek, ev := range puts {
+	enc := make([]kv, 0, len(b.Puts))
+	for ek, ev := range b.Puts {
 		v, err := json.Marshal(ev)
 		if err != nil {
 			return fmt.Errorf("encode evidence: %w", err)
@@ -117,20 +135,123 @@ func (d *DB) Commit(puts map[rollout.EvidenceKey]*rollout.Evidence, deletes []ro
 		enc = append(enc, kv{encodeKey(ek), v})
 	}
 	return d.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketEvidence)
+		evb := tx.Bucket(bucketEvidence)
 		for _, e := range enc {
-			if err := b.Put(e.k, e.v); err != nil {
+			if err := evb.Put(e.k, e.v); err != nil {
 				return err
 			}
 		}
-		for _, ek := range deletes {
-			if err := b.Delete(encodeKey(ek)); err != nil {
+		for _, ek := range b.Deletes {
+			if err := evb.Delete(encodeKey(ek)); err != nil {
 				return err
 			}
 		}
-		return nil
+		if err := forgetMails(tx, b.Forget); err != nil {
+			return err
+		}
+		return enqueue(tx, b.Mails, b.At)
 	})
 }
+
+func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
+	keys, out := tx.Bucket(bucketMailKeys), tx.Bucket(bucketOutbox)
+	for _, m := range mails {
+		if keys.Get([]byte(m.Key)) != nil {
+			continue
+		}
+		seq, err := out.NextSequence()
+		if err != nil {
+			return err
+		}
+		v, err := json.Marshal(rollout.Queued{Mail: m, Enqueued: at, NextAttempt: at})
+		if err != nil {
+			return fmt.Errorf("encode mail: %w", err)
+		}
+		if err := out.Put(seqKey(seq), v); err != nil {
+			return err
+		}
+		if err := keys.Put([]byte(m.Key), seqKey(seq)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forgetMails drops the sent-mail log of collected rollouts.
+func forgetMails(tx *bolt.Tx, gone []rollout.Key) error {
+	c := tx.Bucket(bucketMailKeys).Cursor()
+	for _, k := range gone {
+		prefix := []byte(rollout.MailKeyPrefix(k))
+		for key, _ := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, _ = c.Seek(prefix) {
+			if err := c.Delete(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Pending returns every mail in the outbox, oldest first.
+func (d *DB) Pending() ([]rollout.Queued, error) {
+	return d.list(bucketOutbox)
+}
+
+// Dead returns every dead-lettered mail.
+func (d *DB) Dead() ([]rollout.Queued, error) {
+	return d.list(bucketDead)
+}
+
+func (d *DB) list(bucket []byte) ([]rollout.Queued, error) {
+	var out []rollout.Queued
+	err := d.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+			var q rollout.Queued
+			if err := json.Unmarshal(v, &q); err != nil {
+				return fmt.Errorf("decode mail %x: %w", k, err)
+			}
+			q.Seq = binary.BigEndian.Uint64(k)
+			out = append(out, q)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Sent removes a delivered mail from the outbox; its key stays, so it is
+// never enqueued again.
+func (d *DB) Sent(seq uint64) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketOutbox).Delete(seqKey(seq))
+	})
+}
+
+// Reschedule stores a mail's new delivery state after a transient failure.
+func (d *DB) Reschedule(q rollout.Queued) error {
+	return d.put(bucketOutbox, q, false)
+}
+
+// DeadLetter moves a mail that failed for good out of the outbox.
+func (d *DB) DeadLetter(q rollout.Queued) error {
+	return d.put(bucketDead, q, true)
+}
+
+func (d *DB) put(bucket []byte, q rollout.Queued, remove bool) error {
+	v, err := json.Marshal(q)
+	if err != nil {
+		return fmt.Errorf("encode mail: %w", err)
+	}
+	return d.db.Update(func(tx *bolt.Tx) error {
+		if remove {
+			if err := tx.Bucket(bucketOutbox).Delete(seqKey(q.Seq)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucket).Put(seqKey(q.Seq), v)
+	})
+}
+
+// Sequence keys are big-endian, so byte order is numeric order.
+func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
 // Keys are the rollout's sequence number (16 hex digits, so byte order is
 // numeric order), cluster, hash, kind, namespace and name, joined by NUL,

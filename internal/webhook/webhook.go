@@ -154,6 +154,7 @@ func Observation(d flux.Decoded) (rollout.Observation, bool) {
 		Signal:   signals[class],
 		Reason:   d.Reason,
 		Message:  d.Message,
+		MailTo:   d.MailTo,
 	}
 	if d.Origin != "" {
 		o.Origin, o.OriginHash = d.OriginRev.String(), d.OriginRev.Hash

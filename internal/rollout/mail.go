@@ -1,0 +1,120 @@
+package rollout
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// MailKind names the mails of design.md's mail table.
+type MailKind string
+
+const (
+	MailApplying    MailKind = "applying"
+	MailApplied     MailKind = "applied"
+	MailPruneFailed MailKind = "prune-failed"
+	MailFailed      MailKind = "failed"
+	MailStuck       MailKind = "stuck"
+)
+
+// Mail is a mail made due by a state change. It is written to the outbox in
+// the same transaction as that change; Key makes it go out at most once.
+type Mail struct {
+	Key    string   `json:"key"` // de-duplication: rollout, kind, layer/object where relevant, recipient
+	Kind   MailKind `json:"kind"`
+	To     string   `json:"to"`
+	Layer  string   `json:"layer,omitempty"`  // failed, prune-failed
+	Reason string   `json:"reason,omitempty"` // failed
+	Object *Object  `json:"object,omitempty"` // prune-failed
+	View   *View    `json:"view"`             // the rollout as it stood when the mail became due
+}
+
+// Queued is a mail in the outbox, with its delivery state: kept in the
+// record so that retries and their backoff survive restarts.
+type Queued struct {
+	Seq         uint64    `json:"-"`
+	Mail        Mail      `json:"mail"`
+	Enqueued    time.Time `json:"enqueued"`
+	Attempts    int       `json:"attempts"`
+	NextAttempt time.Time `json:"next_attempt"`
+	LastError   string    `json:"last_error,omitempty"`
+}
+
+const pruneFailed = "PruneFailed"
+
+// dueMails is the pure decision of which mails a rollout's view makes due,
+// to whom. It does not look at what was sent: the outbox drops a mail whose
+// key it has seen, so a condition that still holds never mails twice.
+// Recipients are the configured ones plus those the Alerts of the involved
+// layers route to (eventMetadata mail_to).
+func dueMails(v *View, to []string, routes map[string][]string) []Mail {
+	if len(to) == 0 && len(routes) == 0 {
+		return nil
+	}
+	all := recipients(to, routes, "")
+	var out []Mail
+	add := func(m Mail, rcpts []string, parts ...string) {
+		for _, r := range rcpts {
+			m := m
+			m.To, m.View = r, v
+			m.Key = strings.Join(append(append([]string{v.Cluster, v.Hash, string(m.Kind)}, parts...), r), "\x00")
+			out = append(out, m)
+		}
+	}
+	add(Mail{Kind: MailApplying}, all)
+	switch v.Verdict {
+	case VerdictApplied:
+		add(Mail{Kind: MailApplied}, all)
+	case VerdictStuck:
+		add(Mail{Kind: MailStuck}, all)
+	}
+	for _, f := range v.Failures {
+		rcpts := recipients(to, routes, f.Layer)
+		if f.Reason == pruneFailed && len(f.Objects) > 0 {
+			for _, o := range f.Objects {
+				o := o
+				add(Mail{Kind: MailPruneFailed, Layer: f.Layer, Object: &o}, rcpts,
+					f.Layer, o.Kind+"/"+o.Namespace+"/"+o.Name)
+			}
+			continue
+		}
+		add(Mail{Kind: MailFailed, Layer: f.Layer, Reason: f.Reason}, rcpts, f.Layer, f.Reason)
+	}
+	return out
+}
+
+// recipients of a mail about one layer, or about the whole rollout when
+// layer is empty.
+func recipients(to []string, routes map[string][]string, layer string) []string {
+	out := slices.Clone(to)
+	for l, rs := range routes {
+		if layer == "" || l == layer {
+			out = append(out, rs...)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// mailRollout is the rollout a mail key belongs to.
+func mailRollout(key string) Key {
+	parts := strings.SplitN(key, "\x00", 3)
+	if len(parts) < 3 {
+		return Key{}
+	}
+	return Key{Cluster: parts[0], Hash: parts[1]}
+}
+
+// MailKeyPrefix is how every mail key of a rollout starts.
+func MailKeyPrefix(k Key) string { return k.Cluster + "\x00" + k.Hash + "\x00" }
+
+// ParseRecipients splits a comma list of addresses, dropping blanks.
+func ParseRecipients(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
