@@ -1,0 +1,176 @@
+package mail
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Outbox is the durable queue the engine writes mails to.
+type Outbox interface {
+	Pending() ([]rollout.Queued, error)
+	Sent(seq uint64) error
+	Reschedule(q rollout.Queued) error
+	DeadLetter(q rollout.Queued) error
+}
+
+// Backoff of transient failures: first retry after backoffBase, doubling,
+// never more than backoffMax apart.
+const (
+	backoffBase = 15 * time.Second
+	backoffMax  = 30 * time.Minute
+)
+
+// Dispatcher sends what the outbox holds. No network I/O happens inside a
+// store transaction: it reads a copy, sends, then records the outcome.
+type Dispatcher struct {
+	outbox   Outbox
+	sender   Sender
+	renderer *Renderer
+	log      *slog.Logger
+	now      func() time.Time
+	wake     chan struct{}
+	lastErr  string
+
+	sent, retried, dead prometheus.Counter
+}
+
+// NewDispatcher wires the dispatcher; reg may be nil.
+func NewDispatcher(outbox Outbox, sender Sender, renderer *Renderer, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
+	d := &Dispatcher{
+		outbox: outbox, sender: sender, renderer: renderer, log: log, now: now,
+		wake:    make(chan struct{}, 1),
+		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_sent_total", Help: "Mails delivered."}),
+		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_retried_total", Help: "Transient mail failures, each retried later."}),
+		dead:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_dead_lettered_total", Help: "Mails that failed for good."}),
+	}
+	if reg != nil {
+		reg.MustRegister(d.sent, d.retried, d.dead)
+	}
+	return d
+}
+
+// Wake tells the dispatcher that mails were enqueued. It never blocks.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run sends due mails until ctx ends: at start (what a previous run left),
+// when woken, and when the earliest retry is due.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.wake:
+		case <-timer.C:
+		}
+		next := d.Flush(ctx)
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(next.Sub(d.now()), 0)
+		}
+		timer.Reset(wait)
+	}
+}
+
+// Flush sends every mail that is due, in one burst over one connection,
+// records each outcome, and returns when the next retry is due (zero when
+// nothing waits).
+func (d *Dispatcher) Flush(ctx context.Context) time.Time {
+	pending, err := d.outbox.Pending()
+	if err != nil {
+		d.warn("read outbox", err)
+		return d.now().Add(backoffBase)
+	}
+	now := d.now()
+	var (
+		due  []rollout.Queued
+		msgs []Rendered
+		next time.Time
+	)
+	for _, q := range pending {
+		if q.NextAttempt.After(now) {
+			if next.IsZero() || q.NextAttempt.Before(next) {
+				next = q.NextAttempt
+			}
+			continue
+		}
+		r, err := d.renderer.Render(q)
+		if err != nil {
+			d.deadLetter(q, err) // a template that fails now fails every time
+			continue
+		}
+		due = append(due, q)
+		msgs = append(msgs, r)
+	}
+	if len(msgs) == 0 {
+		return next
+	}
+	for i, res := range d.sender.Send(ctx, msgs) {
+		q := due[i]
+		log := d.log.With("mail", string(q.Mail.Kind), "cluster", q.Mail.View.Cluster,
+			"revision", q.Mail.View.Revision, "to", q.Mail.To, "message_id", msgs[i].MessageID)
+		switch {
+		case res.Err == nil:
+			if err := d.outbox.Sent(q.Seq); err != nil {
+				// Sent but not recorded: it goes again, with the same Message-ID.
+				d.warn("record sent mail", err)
+			}
+			d.sent.Inc()
+			log.Info("mail sent", "subject", msgs[i].Subject)
+		case res.Retry:
+			q.Attempts++
+			q.LastError = res.Err.Error()
+			q.NextAttempt = now.Add(backoff(q.Attempts))
+			if err := d.outbox.Reschedule(q); err != nil {
+				d.warn("reschedule mail", err)
+			}
+			d.retried.Inc()
+			d.warn("send mail, will retry", res.Err)
+			if next.IsZero() || q.NextAttempt.Before(next) {
+				next = q.NextAttempt
+			}
+		default:
+			d.deadLetter(q, res.Err)
+		}
+	}
+	return next
+}
+
+func (d *Dispatcher) deadLetter(q rollout.Queued, err error) {
+	q.Attempts++
+	q.LastError = err.Error()
+	if serr := d.outbox.DeadLetter(q); serr != nil {
+		d.warn("dead-letter mail", serr)
+		return
+	}
+	d.dead.Inc()
+	d.log.Error("mail failed for good, dead-lettered", "err", err, "mail", string(q.Mail.Kind),
+		"cluster", q.Mail.View.Cluster, "revision", q.Mail.View.Revision, "to", q.Mail.To)
+}
+
+// warn logs a repeating failure once per change of its text.
+func (d *Dispatcher) warn(msg string, err error) {
+	if text := msg + ": " + err.Error(); text != d.lastErr {
+		d.lastErr = text
+		d.log.Warn(msg, "err", err)
+	}
+}
+
+func backoff(attempts int) time.Duration {
+	b := backoffBase
+	for i := 1; i < attempts && b < backoffMax; i++ {
+		b *= 2
+	}
+	return min(b, backoffMax)
+}

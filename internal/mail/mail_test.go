@@ -1,0 +1,369 @@
+package mail_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"mime"
+	"mime/multipart"
+	netmail "net/mail"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func hashOf(label string) string {
+	s := sha1.Sum([]byte(label))
+	return hex.EncodeToString(s[:])
+}
+
+func ob(layer, label string, sec int, sig rollout.Signal, reason, msg string) rollout.Observation {
+	return rollout.Observation{
+		Cluster:  "prod",
+		Emitter:  rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
+		Revision: "main@sha1:" + hashOf(label), Hash: hashOf(label),
+		At: t0.Add(time.Duration(sec) * time.Second), Signal: sig, Reason: reason, Message: msg,
+	}
+}
+
+func succ(layer, label string, sec int) rollout.Observation {
+	return ob(layer, label, sec, rollout.SignalSucceeded, "ReconciliationSucceeded", "Reconciliation finished in 1s, next run in 5m0s")
+}
+
+func pruneFailed(layer, label string, sec int) rollout.Observation {
+	o := ob(layer, label, sec, rollout.SignalFailed, "PruneFailed",
+		`delete failed, errors: ConfigMap/apps/old-config delete failed: configmaps "old-config" is forbidden: denied;`)
+	o.Objects = []rollout.Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old-config", Error: `configmaps "old-config" is forbidden: denied`}}
+	return o
+}
+
+func progressing(layer, label string, sec int) rollout.Observation {
+	return ob(layer, label, sec, rollout.SignalProgressing, "Progressing", "Deployment/apps/web configured")
+}
+
+// cleanRollout is what Flux sends for a commit that reaches three layers:
+// the dependent layers wait first, so all three are known from the start.
+func cleanRollout(label string, sec int) []rollout.Observation {
+	wait := func(layer string) rollout.Observation {
+		return ob(layer, label, sec, rollout.SignalWaiting, "DependencyNotReady", "Dependencies do not meet ready condition")
+	}
+	return []rollout.Observation{wait("platform"), wait("apps"), succ("infra", label, sec), succ("platform", label, sec+5), succ("apps", label, sec+9)}
+}
+
+// clock is the dispatcher's time, moved by the test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+type env struct {
+	te    *rollouttest.Engine
+	disp  *mail.Dispatcher
+	clock *clock
+	logs  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// start runs an engine on dir and a dispatcher sending to srv.
+func start(t *testing.T, dir string, srv *smtpServer) *env {
+	t.Helper()
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"ops@example.com"}}
+	te := rollouttest.Start(t, dir, cfg, func() time.Time { return t0.Add(10 * time.Minute) }, true)
+	r, err := mail.NewRenderer(templates.FS, "https://fdn.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, err := mail.NewSMTP(mail.SMTPConfig{
+		Host: "127.0.0.1", Port: srv.port, TLS: "starttls", Auth: "plain",
+		Username: smtpUser, Password: smtpPass, From: "flux@example.com", TLSConfig: srv.clientTLS,
+		Timeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	c := &clock{t: t0.Add(10 * time.Minute)}
+	d := mail.NewDispatcher(te.DB, sender, r, slog.New(slog.NewTextHandler(logs, nil)), c.now, nil)
+	return &env{te: te, disp: d, clock: c, logs: logs}
+}
+
+func (e *env) submit(t *testing.T, times int, obs ...rollout.Observation) {
+	t.Helper()
+	for range times {
+		for _, o := range obs {
+			if err := e.te.Submit(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func (e *env) flush() time.Time { return e.disp.Flush(context.Background()) }
+
+func TestCleanRolloutAndPruneFailureOverSTARTTLS(t *testing.T) {
+	srv := newSMTPServer(t)
+	e := start(t, t.TempDir(), srv)
+	e.submit(t, 3, cleanRollout("R0", -600)...) // every event delivered three times
+	e.flush()
+	e.submit(t, 3, succ("infra", "R1", 1), succ("platform", "R1", 5), pruneFailed("apps", "R1", 9))
+	e.flush()
+	e.flush()
+
+	want := []string{
+		"[flux] applying " + hashOf("R0")[:7] + " on prod",
+		"[flux] applied " + hashOf("R0")[:7] + " on prod in 9s",
+		"[flux] applying " + hashOf("R1")[:7] + " on prod",
+		"[flux] prune failed on prod: ConfigMap apps/old-config (" + hashOf("R1")[:7] + ")",
+	}
+	if got := srv.subjects(); !slices.Equal(got, want) {
+		t.Fatalf("subjects:\n got %q\nwant %q", got, want)
+	}
+	prune := srv.messages()[3]
+	body, _ := io.ReadAll(prune.Body)
+	for _, s := range []string{"flux-system/apps", "old-config", "is forbidden: denied"} {
+		if !strings.Contains(string(body), s) {
+			t.Errorf("prune-failed mail does not name %q", s)
+		}
+	}
+	if id := prune.Header.Get("Message-Id"); !strings.HasSuffix(id, "@flux-deploy-notifier>") {
+		t.Errorf("Message-ID %q", id)
+	}
+	if strings.Contains(e.logs.String(), smtpPass) {
+		t.Fatal("the SMTP password reached the log")
+	}
+	if pending, _ := e.te.DB.Pending(); len(pending) != 0 {
+		t.Fatalf("%d mails left in the outbox", len(pending))
+	}
+}
+
+func TestTransientFailureRetriesWithBackoff(t *testing.T) {
+	srv := newSMTPServer(t)
+	srv.fail = func(n int) error {
+		if n == 1 {
+			return &smtpError451
+		}
+		return nil
+	}
+	e := start(t, t.TempDir(), srv)
+	e.submit(t, 1, progressing("infra", "R0", 0))
+	next := e.flush()
+	if len(srv.messages()) != 0 {
+		t.Fatal("a 451 was counted as delivered")
+	}
+	pending, _ := e.te.DB.Pending()
+	if len(pending) != 1 || pending[0].Attempts != 1 || !strings.Contains(pending[0].LastError, "451") ||
+		!next.Equal(e.clock.now().Add(15*time.Second)) {
+		t.Fatalf("after a 451: next %v, outbox %+v", next, pending)
+	}
+	e.flush() // not due yet
+	if len(srv.messages()) != 0 {
+		t.Fatal("retried before the backoff")
+	}
+	e.clock.add(15 * time.Second)
+	if next := e.flush(); !next.IsZero() || len(srv.messages()) != 1 {
+		t.Fatalf("after the backoff: %d delivered, next %v", len(srv.messages()), next)
+	}
+}
+
+func TestPermanentFailureDeadLetters(t *testing.T) {
+	srv := newSMTPServer(t)
+	srv.fail = func(int) error { return &smtpError554 }
+	e := start(t, t.TempDir(), srv)
+	e.submit(t, 1, progressing("infra", "R0", 0))
+	if next := e.flush(); !next.IsZero() {
+		t.Fatalf("a 554 is scheduled for retry at %v", next)
+	}
+	dead, _ := e.te.DB.Dead()
+	pending, _ := e.te.DB.Pending()
+	if len(dead) != 1 || len(pending) != 0 || !strings.Contains(dead[0].LastError, "554") {
+		t.Fatalf("dead %+v, pending %+v", dead, pending)
+	}
+	if c := strings.Count(e.logs.String(), "dead-lettered"); c != 1 {
+		t.Fatalf("dead letter logged %d times", c)
+	}
+}
+
+// TestServerDownThenRestart: the SMTP server is down while three rollouts
+// complete, the service restarts in the middle, the server comes back:
+// every due mail arrives exactly once.
+func TestServerDownThenRestart(t *testing.T) {
+	srv := newSMTPServer(t)
+	srv.stop()
+	dir := t.TempDir()
+	e := start(t, dir, srv)
+	e.submit(t, 2, cleanRollout("R1", 0)...)
+	e.submit(t, 2, cleanRollout("R2", 60)...)
+	if next := e.flush(); next.IsZero() || len(srv.messages()) != 0 {
+		t.Fatalf("server down: next retry %v, %d delivered", next, len(srv.messages()))
+	}
+	e.te.Stop()
+
+	e = start(t, dir, srv) // restart: the outbox and its backoff survive
+	e.submit(t, 2, cleanRollout("R2", 60)...)
+	e.submit(t, 2, cleanRollout("R3", 120)...)
+	e.flush()
+	srv.restart()
+	e.clock.add(time.Hour)
+	e.flush()
+	e.flush()
+	got := srv.subjects()
+	slices.Sort(got)
+	var want []string
+	for _, l := range []string{"R1", "R2", "R3"} {
+		want = append(want, "[flux] applied "+hashOf(l)[:7]+" on prod in 9s", "[flux] applying "+hashOf(l)[:7]+" on prod")
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestOneConnectionPerBurst: a burst of mails reuses one SMTP connection.
+func TestOneConnectionPerBurst(t *testing.T) {
+	srv := newSMTPServer(t)
+	e := start(t, t.TempDir(), srv)
+	e.submit(t, 1, cleanRollout("R1", 0)...)
+	e.submit(t, 1, cleanRollout("R2", 60)...)
+	e.flush()
+	if n, c := len(srv.messages()), srv.connections(); n != 4 || c != 1 {
+		t.Fatalf("%d mails over %d connections", n, c)
+	}
+}
+
+// TestEventTextIsData: a commit subject and a Flux message cannot add a
+// header, and HTML in them is escaped.
+func TestEventTextIsData(t *testing.T) {
+	srv := newSMTPServer(t)
+	e := start(t, t.TempDir(), srv)
+	art := rollout.Observation{
+		Cluster: "prod", Emitter: rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: "flux-system"},
+		Revision: "main@sha1:" + hashOf("X"), Hash: hashOf("X"), At: t0, Signal: rollout.SignalArtifact,
+		Subject: "fix\r\nBcc: attacker@example.com\r\nX-Evil: 1 <script>alert(1)</script>",
+	}
+	bad := ob("apps", "X", 5, rollout.SignalFailed, "ReconciliationFailed", "boom\r\nBcc: attacker@example.com <img src=x onerror=alert(1)>")
+	e.submit(t, 1, art, bad)
+	e.flush()
+	raws := srv.rawMessages()
+	for i, raw := range raws {
+		head := raw[:strings.Index(raw, "\r\n\r\n")]
+		if strings.Contains(strings.ToLower(head), "\r\nbcc:") || strings.Contains(head, "\r\nX-Evil") {
+			t.Fatalf("mail %d: event text added a header:\n%s", i, head)
+		}
+		html := htmlPart(t, raw)
+		if strings.Contains(html, "<script>") || strings.Contains(html, "<img src=x") || !strings.Contains(html, "&lt;") {
+			t.Fatalf("mail %d: HTML from an event was not escaped:\n%s", i, html)
+		}
+	}
+	if len(raws) != 2 {
+		t.Fatalf("%d mails", len(raws))
+	}
+}
+
+func TestBadRecipientDeadLetters(t *testing.T) {
+	srv := newSMTPServer(t)
+	e := start(t, t.TempDir(), srv)
+	o := progressing("infra", "R0", 0)
+	o.MailTo = []string{"nobody@invalid.example"}
+	e.submit(t, 1, o)
+	e.flush()
+	dead, _ := e.te.DB.Dead()
+	if len(srv.messages()) != 1 || len(dead) != 1 || dead[0].Mail.To != "nobody@invalid.example" {
+		t.Fatalf("delivered %d, dead %+v", len(srv.messages()), dead)
+	}
+}
+
+func TestDispatcherRunWakesOnMail(t *testing.T) {
+	srv := newSMTPServer(t)
+	e := start(t, t.TempDir(), srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.disp.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	e.te.OnMail(e.disp.Wake)
+	e.submit(t, 1, cleanRollout("R1", 0)...)
+	deadline := time.Now().Add(20 * time.Second)
+	for len(srv.messages()) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("dispatcher delivered %d of 2 mails", len(srv.messages()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestDirSender(t *testing.T) {
+	dir := t.TempDir()
+	d, err := mail.NewDir(dir, "flux@localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mail.Rendered{Subject: "s", Text: "t", HTML: "<p>h</p>", MessageID: mail.MessageID("k"), Date: t0, To: "dev@localhost"}
+	for range 2 { // a resend after a crash rewrites the same file
+		for _, res := range d.Send(context.Background(), []mail.Rendered{r}) {
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.eml"))
+	if len(files) != 1 {
+		t.Fatalf("files %v", files)
+	}
+}
+
+// htmlPart decodes the text/html part of a raw message.
+func htmlPart(t *testing.T, raw string) string {
+	t.Helper()
+	m, err := netmail.ReadMessage(strings.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, params, err := mime.ParseMediaType(m.Header.Get("Content-Type"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := multipart.NewReader(m.Body, params["boundary"])
+	for {
+		p, err := r.NextPart()
+		if err != nil {
+			t.Fatalf("no text/html part: %v", err)
+		}
+		if strings.HasPrefix(p.Header.Get("Content-Type"), "text/html") {
+			b, err := io.ReadAll(p) // NextPart undoes quoted-printable
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package mail
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	gomail "github.com/wneessen/go-mail"
+)
+
+// Sender delivers a burst of messages and says, per message, whether it
+// went out (nil) and, if not, whether a retry may succeed.
+type Sender interface {
+	Send(ctx context.Context, msgs []Rendered) []Result
+}
+
+// Result is the outcome of one message.
+type Result struct {
+	Err   error
+	Retry bool // transient: dial, TLS, timeout, SMTP 4xx
+}
+
+// build makes the MIME message: text and HTML alternatives, the date the
+// mail became due and a Message-ID derived from its de-duplication key.
+func build(from string, r Rendered) (*gomail.Msg, error) {
+	m := gomail.NewMsg()
+	if err := m.From(from); err != nil {
+		return nil, fmt.Errorf("from address: %w", err)
+	}
+	if err := m.To(r.To); err != nil {
+		return nil, fmt.Errorf("recipient %q: %w", r.To, err)
+	}
+	m.Subject(r.Subject)
+	m.SetDateWithValue(r.Date)
+	m.SetMessageIDWithValue(r.MessageID)
+	m.SetGenHeader("Auto-Submitted", "auto-generated")
+	m.SetBodyString(gomail.TypeTextPlain, r.Text)
+	m.AddAlternativeString(gomail.TypeTextHTML, r.HTML)
+	return m, nil
+}
+
+// SMTPConfig configures the SMTP sender.
+type SMTPConfig struct {
+	Host     string
+	Port     int
+	TLS      string // starttls, tls or none
+	Auth     string // plain, login, cram-md5 or none
+	Username string
+	Password string
+	From     string
+	// TLSConfig overrides the TLS settings (tests trust their own CA).
+	TLSConfig *tls.Config
+	Timeout   time.Duration
+}
+
+// SMTP sends through one connection per burst with go-mail.
+type SMTP struct {
+	cfg  SMTPConfig
+	opts []gomail.Option
+}
+
+// NewSMTP validates cfg and returns the sender.
+func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
+	opts := []gomail.Option{gomail.WithPort(cfg.Port), gomail.WithTimeout(cmp(cfg.Timeout, 30*time.Second))}
+	switch cfg.TLS {
+	case "starttls", "":
+		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSMandatory))
+	case "tls":
+		opts = append(opts, gomail.WithSSL())
+	case "none":
+		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS))
+	default:
+		return nil, fmt.Errorf("smtp tls %q: want starttls, tls or none", cfg.TLS)
+	}
+	if cfg.TLSConfig != nil {
+		opts = append(opts, gomail.WithTLSConfig(cfg.TLSConfig))
+	}
+	switch strings.ToLower(cfg.Auth) {
+	case "none", "":
+	case "plain":
+		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthPlain))
+	case "login":
+		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthLogin))
+	case "cram-md5":
+		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthCramMD5))
+	default:
+		return nil, fmt.Errorf("smtp auth %q: want plain, login, cram-md5 or none", cfg.Auth)
+	}
+	if cfg.Auth != "" && cfg.Auth != "none" {
+		opts = append(opts, gomail.WithUsername(cfg.Username), gomail.WithPassword(cfg.Password))
+	}
+	if _, err := gomail.NewClient(cfg.Host, opts...); err != nil {
+		return nil, fmt.Errorf("smtp client: %w", err)
+	}
+	return &SMTP{cfg: cfg, opts: opts}, nil
+}
+
+func cmp(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Send dials once and sends every message over that connection.
+func (s *SMTP) Send(ctx context.Context, msgs []Rendered) []Result {
+	res := make([]Result, len(msgs))
+	built := make([]*gomail.Msg, len(msgs))
+	for i, r := range msgs {
+		m, err := build(s.cfg.From, r)
+		if err != nil {
+			res[i] = Result{Err: err} // a bad address does not get better
+			continue
+		}
+		built[i] = m
+	}
+	c, err := gomail.NewClient(s.cfg.Host, s.opts...)
+	if err == nil {
+		err = c.DialWithContext(ctx)
+	}
+	if err != nil {
+		// Nothing was sent: dial, TLS, timeouts and even a refused login
+		// (fixed by configuration) leave every mail to a later try.
+		for i := range res {
+			if built[i] != nil {
+				res[i] = Result{Err: fmt.Errorf("connect to %s: %w", s.cfg.Host, err), Retry: true}
+			}
+		}
+		return res
+	}
+	defer c.Close()
+	for i, m := range built {
+		if m == nil {
+			continue
+		}
+		if err := c.Send(m); err != nil {
+			res[i] = Result{Err: err, Retry: transient(err)}
+			// After a failed transaction, start the next one clean.
+			_ = c.Reset()
+		}
+	}
+	return res
+}
+
+// transient decides retryability of a failed message where it is known:
+// an SMTP 4xx reply or a broken connection may pass on a later try; a 5xx
+// reply or a message go-mail cannot address will not.
+func transient(err error) bool {
+	var se *gomail.SendError
+	if errors.As(err, &se) {
+		if code := se.ErrorCode(); code != 0 {
+			return code < 500
+		}
+		return se.Reason != gomail.ErrGetSender && se.Reason != gomail.ErrGetRcpts && se.Reason != gomail.ErrNoUnencoded
+	}
+	var tp *textproto.Error
+	if errors.As(err, &tp) {
+		return tp.Code < 500
+	}
+	return true
+}
+
+// Dir writes each mail as an .eml file: the embedded default when no SMTP
+// server is configured. The file name derives from the Message-ID, so a
+// resend after a crash rewrites the same file.
+type Dir struct {
+	dir  string
+	from string
+}
+
+// NewDir creates dir if needed.
+func NewDir(dir, from string) (*Dir, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("mail dir: %w", err)
+	}
+	return &Dir{dir: dir, from: from}, nil
+}
+
+// Send writes every message; failures to write are transient.
+func (d *Dir) Send(_ context.Context, msgs []Rendered) []Result {
+	res := make([]Result, len(msgs))
+	for i, r := range msgs {
+		m, err := build(d.from, r)
+		if err != nil {
+			res[i] = Result{Err: err}
+			continue
+		}
+		name := r.Date.UTC().Format("20060102T150405Z") + "-" + strings.SplitN(r.MessageID, "@", 2)[0] + ".eml"
+		if err := writeAtomic(filepath.Join(d.dir, name), m); err != nil {
+			res[i] = Result{Err: err, Retry: true}
+		}
+	}
+	return res
+}
+
+func writeAtomic(path string, m *gomail.Msg) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".mail-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := m.WriteTo(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,12 @@
+// Package templates embeds the mail templates: mail.txt.tmpl (the subject
+// and the text part, text/template) and mail.html.tmpl (the HTML part,
+// html/template). --templates points at a directory with the same two files
+// to override them.
+package templates
+
+import "embed"
+
+// FS holds the default templates.
+//
+//go:embed mail.txt.tmpl mail.html.tmpl
+var FS embed.FS
