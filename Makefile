@@ -6,6 +6,7 @@ BIN       := bin/flux-deploy-notifier
 DATA      ?= ./data
 LISTEN    ?= 127.0.0.1:8080
 SCENARIO  ?= clean
+MAILTO    ?= dev@localhost
 FUZZTIME  ?= 3s
 FUZZLONG  ?= 2m
 IMAGE     ?= flux-deploy-notifier:dev
@@ -25,11 +26,13 @@ build:
 	$(GO) build -trimpath -o $(BIN) ./cmd/flux-deploy-notifier
 
 # The embedded default: state in $(DATA), a development token generated on
-# first run and printed, no cluster and no SMTP needed. In another terminal,
+# first run and printed, mails to $(MAILTO) written as .eml files to
+# $(DATA)/mail, no cluster and no SMTP needed. In another terminal,
 # `make sample` posts a rollout and prints its verdict.
 run: build
 	$(BIN) serve --listen $(LISTEN) --data-dir $(DATA) \
-		--hmac-token-file $(DATA)/dev-token --generate-token --log-format text
+		--hmac-token-file $(DATA)/dev-token --generate-token --log-format text \
+		--mail-to $(MAILTO) --external-url http://$(LISTEN)
 
 sample: build
 	$(BIN) sample --url http://$(LISTEN) --token-file $(DATA)/dev-token --scenario $(SCENARIO)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	netmail "net/mail"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,7 +117,8 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 func TestGeneratedTokenAndSample(t *testing.T) {
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "dev-token")
-	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", tokenFile, "--generate-token")
+	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", tokenFile, "--generate-token",
+		"--mail-to", "dev@localhost")
 	tok, err := os.ReadFile(tokenFile)
 	if err != nil || len(tok) < 32 {
 		t.Fatalf("generated token %q: %v", tok, err)
@@ -130,6 +132,31 @@ func TestGeneratedTokenAndSample(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("sample %s printed:\n%s", scenario, out.String())
 		}
+	}
+	// Both rollouts are mailed, as .eml files: applying and applied, then
+	// applying and prune failed.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		files, _ := filepath.Glob(filepath.Join(dir, "mail", "*.eml"))
+		if len(files) == 4 {
+			var subjects []string
+			for _, f := range files {
+				b, _ := os.ReadFile(f)
+				m, err := netmail.ReadMessage(bytes.NewReader(b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				subjects = append(subjects, m.Header.Get("Subject"))
+			}
+			if joined := strings.Join(subjects, "\n"); !strings.Contains(joined, "prune failed on dev: ConfigMap apps/old-config") {
+				t.Fatalf("mails:\n%s", joined)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d .eml files, want 4", len(files))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

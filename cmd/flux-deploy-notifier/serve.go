@@ -34,6 +34,7 @@ type serveConfig struct {
 	engine         rollout.Config
 	logLevel       slog.Level
 	logFormat      string
+	mail           mailConfig
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -48,6 +49,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	stuck := f.Duration("stuck-after", "FDN_STUCK_AFTER", 30*time.Minute, "time from a revision's first evidence after which it is stuck")
 	retention := f.Duration("retention", "FDN_RETENTION", 720*time.Hour, "how long rollouts are kept after their last evidence")
 	cluster := f.String("default-cluster", "FDN_DEFAULT_CLUSTER", "default", "cluster name of events without metadata.cluster")
+	var mc mailConfig
+	mc.flags(f)
 	level := f.String("log-level", "FDN_LOG_LEVEL", "info", "debug, info, warn or error")
 	format := f.String("log-format", "FDN_LOG_FORMAT", "json", "json or text")
 	if err := f.parse(args); err != nil {
@@ -57,7 +60,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
 		insecureNoAuth: *insecure, logFormat: *format,
 		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, DefaultCluster: *cluster},
+		mail:   mc,
 	}
+	if err := c.mail.finish(*dataDir); err != nil {
+		return c, err
+	}
+	c.engine.MailTo = c.mail.to
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return c, fmt.Errorf("--log-level: %w", err)
 	}
@@ -117,6 +125,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	dispatcher, err := c.mail.dispatcher(db, log, reg, stdout)
+	if err != nil {
+		return err
+	}
+	engine.OnMail(dispatcher.Wake)
 	hook := webhook.New(token, engine, log, reg)
 	srv := &http.Server{
 		Handler:           api.Routes(engine, hook, reg, log),
@@ -138,6 +151,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- engine.Run(engineCtx) }()
+	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
+	mailDone := make(chan error, 1)
+	go func() { mailDone <- dispatcher.Run(mailCtx) }()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- srv.Serve(ln) }()
 
@@ -153,6 +169,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	stopEngine()
 	<-engineDone
+	// What is left in the outbox goes out after the next start.
+	stopMail()
+	<-mailDone
 	log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
