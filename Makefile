@@ -18,7 +18,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzParsePruneMessage \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test vet unit fuzz-short fuzz bench image clean
+.PHONY: all build run sample test vet unit fuzz-short fuzz bench mail-preview image clean
 
 all: build
 
@@ -65,6 +65,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(GO) build -o bin/fdn-loadgen ./cmd/fdn-loadgen
 	bin/fdn-loadgen
+
+# Every mail of the example rollouts as .eml and .html in out/mail-preview,
+# with PNG screenshots (600 px, light and dark) when chromium is installed
+# (Debian: apt-get install chromium).
+mail-preview:
+	$(GO) run ./cmd/fdn-mail-preview -out out/mail-preview
 
 # Needs a container engine (docker or podman); none runs on the dev VMs.
 image:

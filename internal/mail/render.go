@@ -12,6 +12,7 @@ import (
 	htmltemplate "html/template"
 	"io/fs"
 	"net/url"
+	"slices"
 	"strings"
 	texttemplate "text/template"
 	"time"
@@ -136,7 +137,18 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		ExpectedFrom: v.ExpectedFrom, Layer: m.Layer, Reason: m.Reason, Object: m.Object,
 		Deadline: v.Deadline.UTC().Format(time.RFC3339), Late: v.Late, Behind: v.Behind, RootCause: v.RootCause,
 	}
-	for _, l := range v.Layers {
+	// In the order the layers got there, which is the order Flux applied
+	// them in; layers that have not reported come last.
+	layers := slices.Clone(v.Layers)
+	slices.SortStableFunc(layers, func(a, b rollout.LayerView) int {
+		switch {
+		case a.At == nil || b.At == nil:
+			return cmpBool(a.At == nil, b.At == nil)
+		default:
+			return a.At.Compare(*b.At)
+		}
+	})
+	for _, l := range layers {
 		row := LayerRow{Name: l.Name, State: string(l.State)}
 		if l.At != nil {
 			row.At = l.At.UTC().Format("15:04:05")
@@ -158,6 +170,17 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		d.URL = r.externalURL + "/verdict?" + url.Values{"rev": {v.Hash}, "cluster": {v.Cluster}}.Encode()
 	}
 	return d
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func short(hash string) string {

@@ -1,0 +1,72 @@
+package mail_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// TestGolden renders every mail of the example rollouts (fixed clock, so
+// fixed dates and Message-IDs) and compares the text and HTML parts with
+// testdata/golden. Run `go test ./internal/mail -run Golden -update` after
+// changing a template, and read the diff.
+func TestGolden(t *testing.T) {
+	now := time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC)
+	qs, err := rollouttest.ExampleMails(t.TempDir(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := mail.NewRenderer(templates.FS, "https://fdn.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[rollout.MailKind]bool{}
+	for i, q := range qs {
+		kinds[q.Mail.Kind] = true
+		m, err := r.Render(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("%02d-%s", i+1, q.Mail.Kind)
+		text := fmt.Sprintf("Subject: %s\nTo: %s\nDate: %s\nMessage-ID: <%s>\n\n%s",
+			m.Subject, m.To, m.Date.Format(time.RFC1123Z), m.MessageID, m.Text)
+		golden(t, name+".txt", text)
+		golden(t, name+".html", m.HTML)
+	}
+	for _, k := range []rollout.MailKind{rollout.MailApplying, rollout.MailApplied, rollout.MailPruneFailed, rollout.MailFailed, rollout.MailStuck} {
+		if !kinds[k] {
+			t.Errorf("the examples make no %s mail", k)
+		}
+	}
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s differs from the golden file (run with -update and read the diff):\n%s", name, got)
+	}
+}

@@ -1,0 +1,100 @@
+package rollouttest
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+// ExampleMails runs a realistic week of deploys through a real engine on a
+// store in dir, and returns every mail it made due, one of each kind: the
+// material of the golden files and of make mail-preview. now is the clock;
+// the rollouts happen in the hour before it.
+func ExampleMails(dir string, now time.Time) ([]rollout.Queued, error) {
+	db, err := store.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}}
+	// The clock follows the events, so each mail shows the rollout as it
+	// stood when the mail became due.
+	var clock time.Time
+	e, err := rollout.NewEngine(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return clock })
+	if err != nil {
+		return nil, err
+	}
+	obs := exampleObservations(now.Add(-time.Hour))
+	// Last, a heartbeat once the clock reads now: the stuck rollout is
+	// evaluated past its deadline.
+	last := obs[len(obs)-1]
+	last.At = now.Add(-time.Minute)
+	obs = append(obs, last)
+	for _, o := range obs {
+		clock = o.At.Add(time.Minute)
+		if err := e.Submit(context.Background(), o); err != nil {
+			return nil, fmt.Errorf("submit: %w", err)
+		}
+	}
+	return db.Pending()
+}
+
+func exampleObservations(t0 time.Time) []rollout.Observation {
+	rev := func(label string) (string, string) {
+		s := sha1.Sum([]byte("example-" + label))
+		h := hex.EncodeToString(s[:])
+		return "main@sha1:" + h, h
+	}
+	var out []rollout.Observation
+	add := func(label, kind, name string, sec int, sig rollout.Signal, reason, msg string) *rollout.Observation {
+		r, h := rev(label)
+		out = append(out, rollout.Observation{
+			Cluster: "prod", Emitter: rollout.Emitter{Kind: kind, Namespace: "flux-system", Name: name},
+			Revision: r, Hash: h, At: t0.Add(time.Duration(sec) * time.Second), Signal: sig, Reason: reason, Message: msg,
+		})
+		return &out[len(out)-1]
+	}
+	ks := rollout.KindLayer
+	layers := []string{"infra", "platform", "apps"}
+	rollout1 := func(label, subject string, sec int) {
+		add(label, "GitRepository", "flux-system", sec, rollout.SignalArtifact, "NewArtifact",
+			"stored artifact for commit '"+subject+"'").Subject = subject
+		for _, l := range layers[1:] {
+			add(label, ks, l, sec+1, rollout.SignalWaiting, "DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s")
+		}
+	}
+	done := "Reconciliation finished in 2.3s, next run in 10m0s"
+
+	// A clean deploy: applying, then applied with every layer's time.
+	rollout1("R1", "Bump web to v1.4.2 (#412)", 0)
+	for i, l := range layers {
+		add("R1", ks, l, 2+30*i, rollout.SignalProgressing, "Progressing", "Deployment/"+l+"/web configured")
+		add("R1", ks, l, 4+30*i, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	}
+	// Flux could not delete a removed ConfigMap.
+	rollout1("R2", "Remove the legacy settings (#413)", 300)
+	add("R2", ks, "infra", 302, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	add("R2", ks, "platform", 332, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	add("R2", ks, "apps", 362, rollout.SignalFailed, "PruneFailed",
+		`delete failed, errors: ConfigMap/apps/old-config delete failed: configmaps "old-config" is forbidden: ValidatingAdmissionPolicy 'protect-configmaps' with binding 'protect-configmaps' denied request: ConfigMaps labelled protect=true may not be deleted;`).
+		Objects = []rollout.Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old-config",
+		Error: `configmaps "old-config" is forbidden: ValidatingAdmissionPolicy 'protect-configmaps' with binding 'protect-configmaps' denied request: ConfigMaps labelled protect=true may not be deleted`}}
+	// A health check that never passes.
+	rollout1("R3", "Raise web replicas to 6 (#414)", 600)
+	add("R3", ks, "infra", 602, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	add("R3", ks, "platform", 632, rollout.SignalProgressing, "Progressing", "Deployment/platform/ingress configured")
+	add("R3", ks, "platform", 932, rollout.SignalFailed, "HealthCheckFailed",
+		"health check failed after 5m0.01s: timeout waiting for: [Deployment/platform/ingress status: 'InProgress']")
+	// A layer that never moves: stuck by the time the clock reads now.
+	rollout1("R4", "Recovered: revert replicas (#415)", 1200)
+	add("R4", ks, "infra", 1202, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	add("R4", ks, "platform", 1232, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	return out
+}
