@@ -90,6 +90,12 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		{name: "bad duration in env", env: map[string]string{"FDN_STUCK_AFTER": "soon"}, args: []string{"--insecure-no-auth"}, wantErr: "FDN_STUCK_AFTER"},
 		{name: "negative stuck-after", args: []string{"--insecure-no-auth", "--stuck-after", "-1m"}, wantErr: "positive"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "not defined"},
+		{name: "bad mail-to", args: []string{"--insecure-no-auth", "--mail-to", "ops@example.com,not an address"}, wantErr: "--mail-to"},
+		{name: "smtp auth without password file", args: []string{"--insecure-no-auth", "--smtp-addr", "127.0.0.1:25", "--smtp-auth", "plain", "--smtp-username", "u"}, wantErr: "--smtp-password-file"},
+		{name: "smtp password file missing", args: []string{"--insecure-no-auth", "--smtp-addr", "127.0.0.1:25", "--smtp-auth", "plain", "--smtp-username", "u", "--smtp-password-file", filepath.Join(dir, "none")}, wantErr: "read SMTP password"},
+		{name: "bad smtp tls", args: []string{"--insecure-no-auth", "--data-dir", dir, "--smtp-addr", "127.0.0.1:25", "--smtp-tls", "maybe"}, wantErr: "smtp tls"},
+		{name: "smtp addr without port", args: []string{"--insecure-no-auth", "--smtp-addr", "mail.example.com"}, wantErr: "--smtp-addr"},
+		{name: "templates without the files", args: []string{"--insecure-no-auth", "--data-dir", dir, "--templates", dir}, wantErr: "parse text template"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
