@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +69,25 @@ func golden(t *testing.T, name, got string) {
 	}
 	if string(want) != got {
 		t.Errorf("%s differs from the golden file (run with -update and read the diff):\n%s", name, got)
+	}
+}
+
+// TestRenderStuckWithoutLayers: a rollout only a source has reported reads
+// sensibly when it turns stuck.
+func TestRenderStuckWithoutLayers(t *testing.T) {
+	r, err := mail.NewRenderer(templates.FS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &rollout.View{Cluster: "prod", Hash: hashOf("S"), Revision: "main@sha1:" + hashOf("S"), Verdict: rollout.VerdictStuck}
+	m, err := r.Render(rollout.Queued{Mail: rollout.Mail{Key: "k", Kind: rollout.MailStuck, To: "a@example.com", View: v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[flux] stuck on prod: " + hashOf("S")[:7] + " reached no layer"; m.Subject != want {
+		t.Fatalf("subject %q, want %q", m.Subject, want)
+	}
+	if strings.Contains(m.Text, "Verdict:") {
+		t.Fatal("a link without --external-url")
 	}
 }
