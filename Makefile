@@ -10,6 +10,9 @@ MAILTO    ?= dev@localhost
 FUZZTIME  ?= 3s
 FUZZLONG  ?= 2m
 IMAGE     ?= flux-deploy-notifier:dev
+# Flux controllers whose module zips carry the CRDs the cluster tests install.
+FLUX_KC   ?= v1.9.6
+FLUX_SC   ?= v1.9.1
 
 # Native fuzz targets, as package:target.
 FUZZ_TARGETS := \
@@ -18,7 +21,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzParsePruneMessage \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test vet unit fuzz-short fuzz bench mail-preview image clean
+.PHONY: all build run sample test testbin vet unit fuzz-short fuzz bench mail-preview image clean
 
 all: build
 
@@ -37,7 +40,31 @@ run: build
 sample: build
 	$(BIN) sample --url http://$(LISTEN) --token-file $(DATA)/dev-token --scenario $(SCENARIO)
 
-test: vet unit fuzz-short
+test: testbin vet unit fuzz-short
+
+# The real kube-apiserver and etcd the cluster tests run, built from their Go
+# modules (tools/, pinned there; rebuilt only when a pin changes: about ten
+# minutes on 2 cores the first time), and the Flux CRDs from the controllers'
+# module zips.
+testbin: bin/kube-apiserver bin/etcd bin/crds/.stamp
+
+bin/kube-apiserver: tools/kube-apiserver/go.mod tools/kube-apiserver/go.sum
+	cd tools/kube-apiserver && $(GO) build -o ../../bin/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+
+bin/etcd: tools/etcd/go.mod tools/etcd/go.sum
+	cd tools/etcd && $(GO) build -o ../../bin/etcd go.etcd.io/etcd/server/v3
+
+bin/crds/.stamp: Makefile
+	@mkdir -p bin/crds
+	@kc=$$($(GO) mod download -json github.com/fluxcd/kustomize-controller@$(FLUX_KC) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	sc=$$($(GO) mod download -json github.com/fluxcd/source-controller@$(FLUX_SC) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	test -n "$$kc" -a -n "$$sc" || { echo "could not download the Flux controllers' modules"; exit 1; }; \
+	for f in $$kc/config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml \
+		$$sc/config/crd/bases/source.toolkit.fluxcd.io_gitrepositories.yaml \
+		$$sc/config/crd/bases/source.toolkit.fluxcd.io_ocirepositories.yaml \
+		$$sc/config/crd/bases/source.toolkit.fluxcd.io_buckets.yaml; do \
+		install -m 644 $$f bin/crds/; done
+	@touch $@
 
 vet:
 	@unformatted=$$(gofmt -l cmd internal templates); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
@@ -76,5 +103,6 @@ mail-preview:
 image:
 	docker build -t $(IMAGE) .
 
+# Keeps the test binaries, which take long to build; `rm -rf bin` drops them.
 clean:
-	rm -rf bin out
+	rm -rf out bin/flux-deploy-notifier bin/fdn-loadgen

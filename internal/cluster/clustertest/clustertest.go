@@ -1,0 +1,327 @@
+// Package clustertest runs a real etcd and kube-apiserver on loopback, with
+// the Flux CRDs installed, for the tests of the cluster reader. The
+// binaries are built by `make testbin` into bin/ from their Go modules
+// (tools/), and the CRDs copied into bin/crds from the Flux controllers'
+// module zips.
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+)
+
+// Cluster is a running kube-apiserver.
+type Cluster struct {
+	// Config reaches the apiserver as an administrator (system:masters).
+	Config *rest.Config
+	// Kubeconfig is a kubeconfig file with the same credentials.
+	Kubeconfig string
+	dir        string
+}
+
+// CRDGroupVersionResource is the CRD resource.
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// BinDir is the repository's bin directory, where make testbin puts the
+// binaries and CRDs.
+func BinDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "bin")
+}
+
+// Start runs etcd and kube-apiserver until the test ends, and installs the
+// Flux CRDs.
+func Start(t testing.TB) *Cluster {
+	t.Helper()
+	bin := BinDir()
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			t.Fatalf("%s is missing: run `make testbin` (it builds the test binaries into bin/)", b)
+		}
+	}
+	dir := t.TempDir()
+	pki := newPKI(t, dir)
+
+	etcdClient, etcdPeer := freePort(t), freePort(t)
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
+	start(t, dir, "etcd", filepath.Join(bin, "etcd"),
+		"--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--initial-advertise-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--initial-cluster", "default=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
+		"--unsafe-no-fsync", "--log-level", "error")
+
+	port := freePort(t)
+	exited := start(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"),
+		"--etcd-servers", etcdURL,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--secure-port", strconv.Itoa(port),
+		"--cert-dir", filepath.Join(dir, "apiserver-certs"),
+		"--client-ca-file", pki.caFile,
+		"--service-account-issuer", "https://127.0.0.1",
+		"--service-account-key-file", pki.saKeyFile,
+		"--service-account-signing-key-file", pki.saKeyFile,
+		"--service-cluster-ip-range", "10.96.0.0/24",
+		// Loopback cannot be an endpoint of the kubernetes Service.
+		"--endpoint-reconciler-type", "none",
+		"--authorization-mode", "RBAC",
+		"--enable-priority-and-fairness=false",
+		"--disable-admission-plugins", "ServiceAccount")
+
+	host := "https://127.0.0.1:" + strconv.Itoa(port)
+	cfg := &rest.Config{
+		Host: host,
+		TLSClientConfig: rest.TLSClientConfig{
+			Insecure: true, // the apiserver serves a certificate it generated itself
+			CertData: pki.adminCert, KeyData: pki.adminKey,
+		},
+		QPS: 100, Burst: 200,
+	}
+	waitReady(t, cfg, exited)
+	c := &Cluster{Config: cfg, dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
+	writeKubeconfig(t, c.Kubeconfig, host, pki.adminCert, pki.adminKey)
+	installCRDs(t, cfg)
+	return c
+}
+
+// start runs a binary until the test ends; the channel is closed if it exits
+// before.
+func start(t testing.TB, dir, name, path string, args ...string) <-chan struct{} {
+	t.Helper()
+	logFile, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		// Only the process this test started, by its PID.
+		_ = cmd.Process.Kill()
+		<-exited
+		logFile.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile.Name())
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("%s log (tail):\n%s", name, b)
+		}
+	})
+	return exited
+}
+
+func waitReady(t testing.TB, cfg *rest.Config, exited <-chan struct{}) {
+	t.Helper()
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: rt, Timeout: 2 * time.Second}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		resp, err := client.Get(cfg.Host + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatal("kube-apiserver exited before it was ready (its log follows)")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver not ready after 90s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// installCRDs creates the Kustomization, GitRepository and OCIRepository
+// CRDs and waits until they are served.
+func installCRDs(t testing.TB, cfg *rest.Config) {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(BinDir(), "crds", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no CRDs in bin/crds: run `make testbin`")
+	}
+	ctx := context.Background()
+	var names []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(b, []byte("\n---")) {
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if u.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			if _, err := dc.Resource(crdGVR).Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("create CRD %s: %v", u.GetName(), err)
+			}
+			names = append(names, u.GetName())
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range names {
+		for {
+			u, err := dc.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{})
+			if err == nil && established(u) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("CRD %s not established: %v", n, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+func established(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type pki struct {
+	caFile, saKeyFile   string
+	adminCert, adminKey []byte
+}
+
+// newPKI makes a client CA, an administrator certificate signed by it, and
+// the service-account signing key kube-apiserver requires.
+func newPKI(t testing.TB, dir string) pki {
+	t.Helper()
+	caKey := newKey(t)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fdn-test-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	adminKey := newKey(t)
+	adminTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "admin", Organization: []string{"system:masters"}},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	adminDER, err := x509.CreateCertificate(rand.Reader, adminTmpl, ca, &adminKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pki{
+		caFile:    filepath.Join(dir, "ca.crt"),
+		saKeyFile: filepath.Join(dir, "sa.key"),
+		adminCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: adminDER}),
+		adminKey:  pemKey(t, adminKey),
+	}
+	write(t, p.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
+	write(t, p.saKeyFile, pemKey(t, newKey(t)))
+	return p
+}
+
+func newKey(t testing.TB) *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func pemKey(t testing.TB, k *ecdsa.PrivateKey) []byte {
+	der, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+}
+
+func write(t testing.TB, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeKubeconfig(t testing.TB, path, host string, cert, key []byte) {
+	t.Helper()
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: admin
+  user: {client-certificate-data: %q, client-key-data: %q}
+contexts:
+- name: test
+  context: {cluster: test, user: admin}
+current-context: test
+`, host, b64(cert), b64(key))
+	write(t, path, []byte(cfg))
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
