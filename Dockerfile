@@ -5,6 +5,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal
+COPY templates ./templates
 RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/flux-deploy-notifier ./cmd/flux-deploy-notifier
 
 FROM gcr.io/distroless/static-debian12:nonroot
