@@ -210,7 +210,7 @@ func (e *Engine) normalise(o *Observation) error {
 		return errors.New("observation without emitter")
 	case o.At.IsZero():
 		return errors.New("observation without time")
-	case o.Signal == 0 || o.Signal > SignalArtifact:
+	case o.Signal == 0 || o.Signal > SignalSuspended:
 		return fmt.Errorf("observation with invalid signal %d", o.Signal)
 	}
 	o.At = o.At.UTC()

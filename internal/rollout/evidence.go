@@ -22,9 +22,13 @@ const (
 	SignalFailed                        // the revision failed on this layer
 	SignalSucceeded                     // positive evidence the layer applied the revision
 	SignalArtifact                      // a source produced the revision
+	// From cluster state: while the revision was its source's current
+	// artifact, the layer was expected to apply it, or was suspended.
+	SignalExpected
+	SignalSuspended
 )
 
-var signalNames = [...]string{"", "progressing", "waiting", "canceled", "failed", "succeeded", "artifact"}
+var signalNames = [...]string{"", "progressing", "waiting", "canceled", "failed", "succeeded", "artifact", "expected", "suspended"}
 
 func (s Signal) String() string {
 	if int(s) < len(signalNames) {
@@ -45,8 +49,10 @@ func (s Signal) rank() int {
 		return 3
 	case SignalFailed:
 		return 4
-	case SignalSucceeded:
+	case SignalSucceeded, SignalExpected:
 		return 5
+	case SignalSuspended:
+		return 6
 	}
 	return 0
 }
@@ -105,6 +111,7 @@ type Observation struct {
 	Objects    []Object // for failures that name objects
 	Subject    string   // commit subject, when a source told it
 	MailTo     []string // recipients the event's Alert routes it to (eventMetadata mail_to)
+	DependsOn  []string // with SignalExpected/Suspended: the layers this one depends on (ns/name)
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters
@@ -159,6 +166,15 @@ type Evidence struct {
 	Succeeded     *Mark     `json:"succeeded,omitempty"` // earliest success
 	LastSucceeded time.Time `json:"last_succeeded,omitzero"`
 	Failures      []Failure `json:"failures,omitempty"` // one per reason, sorted by reason
+	// Member is the cluster's latest word on whether this layer must apply
+	// this revision (SignalExpected or SignalSuspended), with its dependsOn.
+	Member *Member `json:"member,omitempty"`
+}
+
+// Member is a membership mark from cluster state.
+type Member struct {
+	Mark
+	DependsOn []string `json:"depends_on,omitempty"`
 }
 
 func (ev *Evidence) clone() *Evidence {
@@ -173,6 +189,11 @@ func (ev *Evidence) clone() *Evidence {
 	if ev.Succeeded != nil {
 		s := *ev.Succeeded
 		c.Succeeded = &s
+	}
+	if ev.Member != nil {
+		m := *ev.Member
+		m.DependsOn = slices.Clone(m.DependsOn)
+		c.Member = &m
 	}
 	c.MailTo = slices.Clone(ev.MailTo)
 	c.Failures = make([]Failure, len(ev.Failures))
@@ -223,6 +244,12 @@ func (ev *Evidence) merge(o Observation) bool {
 	case SignalProgressing, SignalWaiting, SignalCanceled:
 		if ev.Progress == nil || m.after(*ev.Progress) {
 			ev.Progress, changed = &m, true
+		}
+	case SignalExpected, SignalSuspended:
+		mm := Member{Mark: Mark{At: o.At, Signal: o.Signal}, DependsOn: slices.Sorted(slices.Values(o.DependsOn))}
+		if ev.Member == nil || mm.after(ev.Member.Mark) ||
+			mm.Mark == ev.Member.Mark && strings.Join(mm.DependsOn, ",") > strings.Join(ev.Member.DependsOn, ",") {
+			ev.Member, changed = &mm, true
 		}
 	}
 	return changed

@@ -267,7 +267,7 @@ func TestOrderAndDuplicatesDoNotMatter(t *testing.T) {
 	}
 	streams["fixtures"] = main
 	streams["fixtures-cancel"] = scenario(t, "cancel-health-checks/superseded", false)
-	for seed := range 6 {
+	for seed := range 10 {
 		streams[fmt.Sprintf("synthetic-%d", seed)] = synthetic(rand.New(rand.NewPCG(uint64(seed), 7)))
 	}
 	for name, obs := range streams {
@@ -304,6 +304,27 @@ func synthetic(r *rand.Rand) []rollout.Observation {
 	for i := range 6 {
 		label := fmt.Sprintf("S%d", i)
 		start := sec
+		if r.IntN(2) == 0 {
+			// The cluster reader was running: it says which layers must move,
+			// and sometimes one is suspended, or resumed a little later.
+			for li, l := range layers {
+				var deps []string
+				if li > 0 {
+					deps = []string{"flux-system/" + layers[li-1]}
+				}
+				sig := rollout.SignalExpected
+				if r.IntN(5) == 0 {
+					sig = rollout.SignalSuspended
+				}
+				m := ob(l, label, start, sig, "", "")
+				m.DependsOn = deps
+				obs = append(obs, m)
+				if r.IntN(4) == 0 {
+					m.At, m.Signal = m.At.Add(7*time.Second), rollout.SignalExpected
+					obs = append(obs, m)
+				}
+			}
+		}
 		for li, l := range layers {
 			if r.IntN(8) == 0 {
 				continue // suspended, or the event was lost

@@ -111,8 +111,9 @@ type FailureView struct {
 
 // Where a rollout's expected layers came from.
 const (
-	ExpectedFromEvents = "events"
-	ExpectedFromConfig = "config"
+	ExpectedFromEvents  = "events"
+	ExpectedFromConfig  = "config"
+	ExpectedFromCluster = "cluster"
 )
 
 // expected returns the layers a rollout must reach, sorted, the revisions
@@ -123,6 +124,24 @@ const (
 // at the old revision must move.
 func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]bool, map[Emitter]string) {
 	set := make(map[Emitter]bool, len(cfg.Layers)+len(r.ev))
+	if r.clusterKnown() {
+		// The cluster said, while this revision was current, which layers
+		// must apply it: exactly those (and the configured ones). A layer
+		// suspended since, or on another source, is not expected.
+		for _, l := range cfg.Layers {
+			set[l] = true
+		}
+		preds := map[string]bool{}
+		for e, ev := range r.ev {
+			if e.IsLayer() && ev.Member != nil && ev.Member.Signal == SignalExpected {
+				set[e] = true
+			}
+			if p := c.logs[e].before(r.position(e)); p != "" {
+				preds[p] = true
+			}
+		}
+		return sortedEmitters(set), preds, nil
+	}
 	for _, l := range cfg.Layers {
 		set[l] = true
 	}
@@ -154,6 +173,21 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 	for e, x := range wasAt {
 		was[e] = c.rollouts[x.hash].ev[e].Revision
 	}
+	return sortedEmitters(set), preds, was
+}
+
+// clusterKnown reports whether cluster state told which layers this
+// rollout's revision was for.
+func (r *rolloutState) clusterKnown() bool {
+	for e, ev := range r.ev {
+		if e.IsLayer() && ev.Member != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedEmitters(set map[Emitter]bool) []Emitter {
 	out := make([]Emitter, 0, len(set))
 	for e := range set {
 		out = append(out, e)
@@ -167,7 +201,7 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 		}
 		return 0
 	})
-	return out, preds, was
+	return out
 }
 
 // evaluate derives a rollout's view from the evidence and the clock alone
@@ -184,7 +218,10 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		Layers:       []LayerView{},
 		Failures:     []FailureView{},
 	}
-	if len(cfg.Layers) > 0 {
+	switch {
+	case r.clusterKnown():
+		v.ExpectedFrom = ExpectedFromCluster
+	case len(cfg.Layers) > 0:
 		v.ExpectedFrom = ExpectedFromConfig
 	}
 	v.Revision = r.displayRevision()
@@ -309,7 +346,7 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		}
 	}
 	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
-		v.RootCause = rootCause(behind)
+		v.RootCause = rootCause(behind, dependsOn(r))
 	}
 	v.Terminal = v.Verdict.Terminal()
 	v.Summary = summary(v, len(expected), len(behind))
@@ -342,7 +379,11 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 		}
 	case ev.Succeeded != nil:
 		lv.State, m = LayerApplied, ev.Succeeded
-	case ev.Progress != nil:
+	case ev.Progress == nil:
+		// Only the cluster's membership mark: the layer reported nothing.
+		lv.Revision = ""
+		return lv
+	default:
 		m = ev.Progress
 		switch m.Signal {
 		case SignalWaiting:
@@ -352,8 +393,6 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 		default:
 			lv.State = LayerProgressing
 		}
-	default:
-		lv.State = LayerProgressing
 	}
 	if m != nil {
 		at := m.At
@@ -362,11 +401,12 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 	return lv
 }
 
-// rootCause picks, among the layers behind, the one most likely holding the
-// others back: a failed or progressing layer before a silent one, a silent
-// one before one that only waits on a dependency. Without dependsOn (cluster
-// access) this is the best events can say.
-func rootCause(behind []LayerView) string {
+// rootCause picks, among the layers behind, the one holding the others
+// back. With dependsOn from the cluster, it walks up the chain: a layer
+// behind whose dependencies are all through is a root. Among roots (or
+// without dependsOn), a failed or progressing layer comes before a silent
+// one, and a silent one before one that only waits on a dependency.
+func rootCause(behind []LayerView, deps map[string][]string) string {
 	weight := func(s LayerState) int {
 		switch s {
 		case LayerFailed:
@@ -378,16 +418,48 @@ func rootCause(behind []LayerView) string {
 		}
 		return 3
 	}
+	isBehind := map[string]bool{}
+	for _, b := range behind {
+		isBehind[b.Name] = true
+	}
+	blocked := func(name string) bool {
+		for _, d := range deps[name] {
+			if isBehind[d] {
+				return true
+			}
+		}
+		return false
+	}
 	best := -1
 	for i, b := range behind {
+		if blocked(b.Name) {
+			continue
+		}
 		if best < 0 || weight(b.State) < weight(behind[best].State) {
 			best = i
 		}
+	}
+	if best < 0 && len(behind) > 0 {
+		best = 0 // a dependency cycle: every layer waits on another
 	}
 	if best < 0 {
 		return ""
 	}
 	return behind[best].Name
+}
+
+// dependsOn is what the cluster said each layer depends on.
+func dependsOn(r *rolloutState) map[string][]string {
+	var deps map[string][]string
+	for e, ev := range r.ev {
+		if e.IsLayer() && ev.Member != nil && len(ev.Member.DependsOn) > 0 {
+			if deps == nil {
+				deps = map[string][]string{}
+			}
+			deps[e.Layer()] = ev.Member.DependsOn
+		}
+	}
+	return deps
 }
 
 func summary(v *View, expected, behind int) string {
