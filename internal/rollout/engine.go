@@ -99,7 +99,7 @@ type Stats struct {
 
 // request is an observation to apply, or housekeeping for the leader to run.
 type request struct {
-	obs  Observation
+	obs  []Observation // applied in one batch, seen together
 	tick func(c *commit, now time.Time)
 	done chan error
 }
@@ -141,7 +141,23 @@ func (e *Engine) Submit(ctx context.Context, o Observation) error {
 	if err := e.normalise(&o); err != nil {
 		return err
 	}
-	return e.do(ctx, &request{obs: o, done: make(chan error, 1)})
+	return e.do(ctx, &request{obs: []Observation{o}, done: make(chan error, 1)})
+}
+
+// SubmitAll stores observations that belong together in one batch: no
+// reader ever sees some of them without the others. The cluster reader
+// uses it for the membership marks of all layers of a source, so that a
+// rollout is never judged on part of its expected layers.
+func (e *Engine) SubmitAll(ctx context.Context, obs []Observation) error {
+	if len(obs) == 0 {
+		return nil
+	}
+	for i := range obs {
+		if err := e.normalise(&obs[i]); err != nil {
+			return err
+		}
+	}
+	return e.do(ctx, &request{obs: obs, done: make(chan error, 1)})
 }
 
 // do queues a request, leads the batch when none is under way, and waits
@@ -299,21 +315,20 @@ func (e *Engine) process(batch []*request) {
 	now := e.now()
 	c := &commit{changed: make(map[EvidenceKey]*Evidence)}
 	for _, req := range batch {
-		if req.tick != nil {
-			continue
-		}
-		o := &req.obs
-		r := e.cluster(o.Cluster).rollout(o.Hash, e.nextSeq)
-		if r.seq == e.nextSeq {
-			e.nextSeq++
-		}
-		ek := EvidenceKey{r.key, r.seq, o.Emitter}
-		ev, pending := c.changed[ek]
-		if !pending {
-			ev = r.ev[o.Emitter].clone()
-		}
-		if ev.merge(*o) && !pending {
-			c.changed[ek] = ev
+		for i := range req.obs {
+			o := &req.obs[i]
+			r := e.cluster(o.Cluster).rollout(o.Hash, e.nextSeq)
+			if r.seq == e.nextSeq {
+				e.nextSeq++
+			}
+			ek := EvidenceKey{r.key, r.seq, o.Emitter}
+			ev, pending := c.changed[ek]
+			if !pending {
+				ev = r.ev[o.Emitter].clone()
+			}
+			if ev.merge(*o) && !pending {
+				c.changed[ek] = ev
+			}
 		}
 	}
 	if len(c.changed) > 0 {
@@ -377,9 +392,7 @@ func (e *Engine) write(c *commit) error {
 func (e *Engine) answer(batch []*request, err error) {
 	n := 0
 	for _, req := range batch {
-		if req.tick == nil {
-			n++
-		}
+		n += len(req.obs)
 		req.done <- err
 	}
 	if err == nil {

@@ -1,0 +1,319 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// The kinds read, and nothing else: the ClusterRole grants get, list and
+// watch on exactly these.
+var (
+	kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+	sources        = map[string]schema.GroupVersionResource{
+		flux.KindGitRepository: {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"},
+		flux.KindOCIRepository: {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"},
+		flux.KindBucket:        {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "buckets"},
+	}
+)
+
+// Submitter stores observations that belong together in one batch: the
+// engine.
+type Submitter interface {
+	SubmitAll(ctx context.Context, obs []rollout.Observation) error
+}
+
+// Config configures the reader.
+type Config struct {
+	Cluster       string   // the name rollouts of this cluster go by
+	Namespaces    []string // empty: all
+	LayerSelector string   // label selector on Kustomizations
+	SyncTimeout   time.Duration
+}
+
+// Reader watches Kustomizations and their sources.
+type Reader struct {
+	dyn    dynamic.Interface
+	sub    Submitter
+	cfg    Config
+	log    *slog.Logger
+	now    func() time.Time
+	synced atomic.Bool
+
+	// Set up before the informers start; then used by Run's loop alone.
+	layers  []cache.GenericLister
+	srcs    map[string][]cache.GenericLister // by kind
+	marked  map[string]string                // layer -> last membership mark stored, to send changes only
+	pending keyQueue                         // objects to look at
+}
+
+// keyQueue is a set of object keys to look at, in arrival order: a burst of
+// changes to one object is looked at once, and nothing is ever dropped.
+type keyQueue struct {
+	mu    sync.Mutex
+	keys  map[string]bool
+	order []string
+	ready chan struct{}
+}
+
+func (q *keyQueue) push(key string) {
+	q.mu.Lock()
+	if !q.keys[key] {
+		q.keys[key] = true
+		q.order = append(q.order, key)
+	}
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *keyQueue) take() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.order
+	q.order, q.keys = nil, map[string]bool{}
+	return out
+}
+
+// New returns a reader; Run starts it.
+func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now func() time.Time) *Reader {
+	if cfg.SyncTimeout <= 0 {
+		cfg.SyncTimeout = 2 * time.Minute
+	}
+	return &Reader{dyn: dyn, sub: sub, cfg: cfg, log: log, now: now,
+		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{},
+		pending: keyQueue{keys: map[string]bool{}, ready: make(chan struct{}, 1)}}
+}
+
+// Synced reports whether the caches have synced (for /readyz).
+func (r *Reader) Synced() bool { return r.synced.Load() }
+
+// CheckAccess lists each kind once, so that a missing permission is
+// reported clearly at start instead of being retried in the background.
+func (r *Reader) CheckAccess(ctx context.Context) error {
+	namespaces := r.cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	gvrs := []schema.GroupVersionResource{kustomizations}
+	for _, g := range sources {
+		gvrs = append(gvrs, g)
+	}
+	for _, ns := range namespaces {
+		for _, g := range gvrs {
+			_, err := r.dyn.Resource(g).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+			switch {
+			case apierrors.IsForbidden(err):
+				return fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
+			case apierrors.IsNotFound(err) && g != kustomizations:
+				r.log.Warn("source kind not served by this cluster", "resource", g.Resource)
+			case err != nil:
+				return fmt.Errorf("cluster access: list %s in %s: %w", g.Resource, nsName(ns), err)
+			}
+		}
+	}
+	return nil
+}
+
+func nsName(ns string) string {
+	if ns == "" {
+		return "all namespaces"
+	}
+	return "namespace " + ns
+}
+
+// Run watches until ctx ends.
+func (r *Reader) Run(ctx context.Context) error {
+	namespaces := r.cfg.Namespaces
+	if len(namespaces) == 0 {
+		namespaces = []string{metav1.NamespaceAll}
+	}
+	var synced []cache.InformerSynced
+	for _, ns := range namespaces {
+		f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, ns, nil)
+		layerF := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, ns, func(o *metav1.ListOptions) {
+			o.LabelSelector = r.cfg.LayerSelector
+		})
+		ki := layerF.ForResource(kustomizations)
+		r.watch(ki.Informer(), flux.KindKustomization)
+		r.layers = append(r.layers, ki.Lister())
+		synced = append(synced, ki.Informer().HasSynced)
+		for kind, g := range sources {
+			si := f.ForResource(g)
+			r.watch(si.Informer(), kind)
+			r.srcs[kind] = append(r.srcs[kind], si.Lister())
+			synced = append(synced, si.Informer().HasSynced)
+		}
+		f.Start(ctx.Done())
+		layerF.Start(ctx.Done())
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, r.cfg.SyncTimeout)
+	ok := cache.WaitForCacheSync(syncCtx.Done(), synced...)
+	cancel()
+	if !ok {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("cluster caches did not sync in time")
+	}
+	r.synced.Store(true)
+	r.log.Info("cluster caches synced")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.pending.ready:
+			keys := r.pending.take()
+			// Sources first: their batches carry the membership marks of all
+			// their layers at once, before any layer's own progress.
+			slices.SortStableFunc(keys, func(a, b string) int {
+				return cmpBool(strings.HasPrefix(a, flux.KindKustomization+"/"), strings.HasPrefix(b, flux.KindKustomization+"/"))
+			})
+			for _, key := range keys {
+				r.handle(ctx, key)
+			}
+		}
+	}
+}
+
+// watch strips managedFields (never read, and most of an object's size)
+// and queues every change.
+func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			u.SetManagedFields(nil)
+		}
+		return obj, nil
+	})
+	enqueue := func(obj any) {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			r.pending.push(kind + "/" + u.GetNamespace() + "/" + u.GetName())
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    enqueue,
+		UpdateFunc: func(_, obj any) { enqueue(obj) },
+	})
+}
+
+// handle turns the current state of one object into observations, in one
+// batch. Cached objects are never modified.
+func (r *Reader) handle(ctx context.Context, key string) {
+	kind, rest, _ := strings.Cut(key, "/")
+	ns, name, _ := strings.Cut(rest, "/")
+	var (
+		obs   []rollout.Observation
+		marks map[string]string
+	)
+	if kind == flux.KindKustomization {
+		k := r.get(r.layers, ns, name)
+		if k == nil {
+			return
+		}
+		obs, marks = r.layer(k, nil, nil)
+	} else {
+		src := r.get(r.srcs[kind], ns, name)
+		if src == nil {
+			return
+		}
+		em := rollout.Emitter{Kind: kind, Namespace: ns, Name: name}
+		rev, at := artifactRevision(src)
+		if h, err := flux.ParseRevision(rev); err == nil && !at.IsZero() {
+			obs = append(obs, rollout.Observation{
+				Cluster: r.cfg.Cluster, Emitter: em, Revision: h.String(), Hash: h.Hash, At: at, Signal: rollout.SignalArtifact,
+			})
+		}
+		// The source moved: every layer on it is expected to follow, and
+		// all of them are said so in this one batch.
+		for _, l := range r.layers {
+			objs, _ := l.List(labels.Everything())
+			for _, o := range objs {
+				if k, ok := o.(*unstructured.Unstructured); ok && sourceRef(k) == em {
+					obs, marks = r.layer(k, obs, marks)
+				}
+			}
+		}
+	}
+	if len(obs) == 0 {
+		return
+	}
+	if err := r.sub.SubmitAll(ctx, obs); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("store cluster observations", "err", err, "object", key)
+		}
+		return
+	}
+	maps.Copy(r.marked, marks)
+}
+
+// layer appends a Kustomization's membership mark for its source's current
+// revision (when it changed since last stored) and then its progress.
+func (r *Reader) layer(k *unstructured.Unstructured, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
+	ref := sourceRef(k)
+	var current string
+	if src := r.get(r.srcs[ref.Kind], ref.Namespace, ref.Name); src != nil {
+		current, _ = artifactRevision(src)
+	}
+	if h, err := flux.ParseRevision(current); err == nil {
+		sig := rollout.SignalExpected
+		if suspended, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend"); suspended {
+			sig = rollout.SignalSuspended
+		}
+		deps := dependsOn(k)
+		id := k.GetNamespace() + "/" + k.GetName()
+		if mark := h.Hash + " " + sig.String() + " " + strings.Join(deps, ","); r.marked[id] != mark {
+			obs = append(obs, rollout.Observation{
+				Cluster: r.cfg.Cluster, Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.GetNamespace(), Name: k.GetName()},
+				Revision: h.String(), Hash: h.Hash, At: r.now().UTC().Truncate(time.Second), Signal: sig, DependsOn: deps,
+			})
+			if marks == nil {
+				marks = map[string]string{}
+			}
+			marks[id] = mark
+		}
+	}
+	return append(obs, StatusObservations(k, r.cfg.Cluster, current)...), marks
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+func (r *Reader) get(listers []cache.GenericLister, ns, name string) *unstructured.Unstructured {
+	for _, l := range listers {
+		if o, err := l.ByNamespace(ns).Get(name); err == nil {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				return u
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+// Package cluster reads Flux's own state with client-go informers and turns
+// it into the observations the webhook produces, fed to the same engine:
+// progress from each Kustomization's status (so rollouts whose webhooks
+// were lost still reach their verdict), and which layers must apply the
+// current revision of each source (membership marks).
+package cluster
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// condition is the part of a status condition the reader uses.
+type condition struct {
+	Status, Reason, Message string
+	At                      time.Time
+}
+
+func readyCondition(u *unstructured.Unstructured) (condition, bool) {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Ready" {
+			continue
+		}
+		str := func(k string) string { s, _ := m[k].(string); return s }
+		at, _ := time.Parse(time.RFC3339, str("lastTransitionTime"))
+		return condition{Status: str("status"), Reason: str("reason"), Message: str("message"), At: at.UTC()}, true
+	}
+	return condition{}, false
+}
+
+// sourceRef is the source a Kustomization applies, as an emitter.
+func sourceRef(k *unstructured.Unstructured) rollout.Emitter {
+	kind, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "kind")
+	name, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "name")
+	ns, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "namespace")
+	if ns == "" {
+		ns = k.GetNamespace()
+	}
+	return rollout.Emitter{Kind: kind, Namespace: ns, Name: name}
+}
+
+// dependsOn lists a Kustomization's dependencies as namespace/name.
+func dependsOn(k *unstructured.Unstructured) []string {
+	deps, _, _ := unstructured.NestedSlice(k.Object, "spec", "dependsOn")
+	var out []string
+	for _, d := range deps {
+		m, _ := d.(map[string]any)
+		name, _ := m["name"].(string)
+		ns, _ := m["namespace"].(string)
+		if ns == "" {
+			ns = k.GetNamespace()
+		}
+		if name != "" {
+			out = append(out, ns+"/"+name)
+		}
+	}
+	return out
+}
+
+// artifactRevision is a source's current artifact revision and when it
+// was stored.
+func artifactRevision(src *unstructured.Unstructured) (string, time.Time) {
+	rev, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "revision")
+	ts, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "lastUpdateTime")
+	at, _ := time.Parse(time.RFC3339, ts)
+	return rev, at.UTC()
+}
+
+// StatusObservations turns a Kustomization's status into observations, by
+// the rules kustomize-controller follows when it writes it:
+//   - Ready True (ReconciliationSucceeded) with observedGeneration equal to
+//     generation: lastAppliedRevision was applied. Flux moves the Ready
+//     condition's lastTransitionTime whenever its message ("Applied
+//     revision: <rev>") changes, so that time is when the revision applied.
+//   - Ready False with a failure reason: lastAttemptedRevision failed, with
+//     Flux's message (PruneFailed names the objects it could not delete).
+//   - Ready False/Unknown with DependencyNotReady: waiting on a dependency,
+//     for the revision its source has now (waitingFor).
+//   - Ready Unknown otherwise: lastAttemptedRevision is progressing.
+//   - status.history: each entry whose last reconciliation succeeded says its
+//     revision had applied by lastReconciled (catch-up after downtime).
+func StatusObservations(k *unstructured.Unstructured, cluster, waitingFor string) []rollout.Observation {
+	em := rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.GetNamespace(), Name: k.GetName()}
+	var out []rollout.Observation
+	add := func(rev string, at time.Time, sig rollout.Signal, reason, msg string) *rollout.Observation {
+		r, err := flux.ParseRevision(rev)
+		if err != nil || at.IsZero() {
+			return nil
+		}
+		out = append(out, rollout.Observation{
+			Cluster: cluster, Emitter: em, Revision: r.String(), Hash: r.Hash,
+			At: at, Signal: sig, Reason: reason, Message: msg,
+		})
+		return &out[len(out)-1]
+	}
+	applied, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
+	attempted, _, _ := unstructured.NestedString(k.Object, "status", "lastAttemptedRevision")
+	observed, _, _ := unstructured.NestedInt64(k.Object, "status", "observedGeneration")
+	if ready, ok := readyCondition(k); ok {
+		switch class := flux.Classify(flux.KindKustomization, ready.Reason, severity(ready)); {
+		case ready.Status == "True" && ready.Reason == flux.ReasonReconciliationSucceeded && observed == k.GetGeneration():
+			add(applied, ready.At, rollout.SignalSucceeded, ready.Reason, ready.Message)
+		case class == flux.ClassWaiting:
+			add(waitingFor, ready.At, rollout.SignalWaiting, ready.Reason, ready.Message)
+		case ready.Status == "False" && class == flux.ClassFailed:
+			if o := add(attempted, ready.At, rollout.SignalFailed, ready.Reason, ready.Message); o != nil && ready.Reason == flux.ReasonPruneFailed {
+				for _, p := range flux.ParsePruneMessage(ready.Message) {
+					o.Objects = append(o.Objects, rollout.Object{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Error: p.Error})
+				}
+			}
+		case ready.Status == "Unknown":
+			add(attempted, ready.At, rollout.SignalProgressing, ready.Reason, ready.Message)
+		}
+	}
+	history, _, _ := unstructured.NestedSlice(k.Object, "status", "history")
+	for _, h := range history {
+		m, _ := h.(map[string]any)
+		if m["lastReconciledStatus"] != flux.ReasonReconciliationSucceeded {
+			continue
+		}
+		meta, _ := m["metadata"].(map[string]any)
+		rev, _ := meta["revision"].(string)
+		ts, _ := m["lastReconciled"].(string)
+		at, _ := time.Parse(time.RFC3339, ts)
+		add(rev, at.UTC(), rollout.SignalSucceeded, flux.ReasonReconciliationSucceeded, "Applied (status.history)")
+	}
+	return out
+}
+
+// severity is what the event for a Ready condition would carry.
+func severity(c condition) string {
+	if c.Status == "False" {
+		return "error"
+	}
+	return "info"
+}
