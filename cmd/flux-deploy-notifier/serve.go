@@ -35,6 +35,7 @@ type serveConfig struct {
 	logLevel       slog.Level
 	logFormat      string
 	mail           mailConfig
+	cluster        clusterConfig
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -51,6 +52,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	cluster := f.String("default-cluster", "FDN_DEFAULT_CLUSTER", "default", "cluster name of events without metadata.cluster")
 	var mc mailConfig
 	mc.flags(f)
+	var cc clusterConfig
+	cc.flags(f)
 	level := f.String("log-level", "FDN_LOG_LEVEL", "info", "debug, info, warn or error")
 	format := f.String("log-format", "FDN_LOG_FORMAT", "json", "json or text")
 	if err := f.parse(args); err != nil {
@@ -59,8 +62,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c = serveConfig{
 		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
 		insecureNoAuth: *insecure, logFormat: *format,
-		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, DefaultCluster: *cluster},
-		mail:   mc,
+		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, DefaultCluster: *cluster},
+		mail:    mc,
+		cluster: cc,
+	}
+	if err := c.cluster.validate(); err != nil {
+		return c, err
 	}
 	if err := c.mail.finish(*dataDir); err != nil {
 		return c, err
@@ -130,9 +137,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	engine.OnMail(dispatcher.Wake)
+	reader, err := c.cluster.reader(getenv, engine, c.engine.DefaultCluster, log)
+	if err != nil {
+		return err
+	}
+	var checks []api.Check
+	if reader != nil {
+		// A missing permission is reported now, not retried in the background.
+		accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := reader.CheckAccess(accessCtx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		checks = append(checks, api.Check{Name: "cluster", OK: reader.Synced})
+	}
 	hook := webhook.New(token, engine, log, reg)
 	srv := &http.Server{
-		Handler:           api.Routes(engine, hook, reg, log),
+		Handler:           api.Routes(engine, hook, reg, log, checks...),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -151,6 +173,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- engine.Run(engineCtx) }()
+	readerCtx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		if reader == nil {
+			return
+		}
+		if err := reader.Run(readerCtx); err != nil {
+			log.Error("cluster reader stopped; serving on events alone", "err", err)
+		}
+	}()
 	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
 	mailDone := make(chan error, 1)
 	go func() { mailDone <- dispatcher.Run(mailCtx) }()
@@ -167,6 +200,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
 		log.Warn("http shutdown", "err", serr)
 	}
+	// The reader submits to the engine: stop it first.
+	stopReader()
+	<-readerDone
 	stopEngine()
 	<-engineDone
 	// What is left in the outbox goes out after the next start.

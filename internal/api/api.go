@@ -32,9 +32,16 @@ type Rollouts interface {
 // MaxWait bounds a long poll on /verdict.
 const MaxWait = 5 * time.Minute
 
+// Check is one more condition of readiness, such as the cluster caches
+// having synced.
+type Check struct {
+	Name string
+	OK   func() bool
+}
+
 // Routes builds the service's one router. webhook receives Flux events.
-func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log *slog.Logger) http.Handler {
-	s := &server{rs: rs, log: log}
+func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log *slog.Logger, checks ...Check) http.Handler {
+	s := &server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, checks...)}
 	r := chi.NewRouter()
 	r.Method(http.MethodPost, "/webhook", webhook)
 	r.Get("/verdict", s.verdict)
@@ -48,8 +55,9 @@ func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log
 }
 
 type server struct {
-	rs  Rollouts
-	log *slog.Logger
+	rs     Rollouts
+	log    *slog.Logger
+	checks []Check
 }
 
 // verdictResponse is a view plus what only the read side can add.
@@ -147,11 +155,19 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
-	if !s.rs.Ready() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "checks": map[string]string{"engine": "not running"}})
-		return
+	ready, detail := true, map[string]string{}
+	for _, c := range s.checks {
+		if c.OK() {
+			detail[c.Name] = "ok"
+		} else {
+			ready, detail[c.Name] = false, "not ready"
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ready": true, "checks": map[string]string{"engine": "ok"}})
+	status := http.StatusOK
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, map[string]any{"ready": ready, "checks": detail})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

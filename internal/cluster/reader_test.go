@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
@@ -21,101 +18,12 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
-var (
-	ksGVR  = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
-	gitGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
-)
-
 func hashOf(label string) string {
 	s := sha1.Sum([]byte(label))
 	return hex.EncodeToString(s[:])
 }
 
 func revOf(label string) string { return "main@sha1:" + hashOf(label) }
-
-// fake cluster state, written the way Flux's controllers write it.
-type world struct {
-	t   *testing.T
-	dc  dynamic.Interface
-	ns  string
-	now time.Time
-}
-
-func (w *world) create(gvr schema.GroupVersionResource, obj map[string]any, status map[string]any) {
-	w.t.Helper()
-	ctx := context.Background()
-	u := &unstructured.Unstructured{Object: obj}
-	u.SetNamespace(w.ns)
-	got, err := w.dc.Resource(gvr).Namespace(w.ns).Create(ctx, u, metav1.CreateOptions{})
-	if err != nil {
-		w.t.Fatalf("create %s: %v", u.GetName(), err)
-	}
-	if status == nil {
-		return
-	}
-	if _, ok := status["observedGeneration"]; ok {
-		status["observedGeneration"] = got.GetGeneration()
-	}
-	got.Object["status"] = status
-	if _, err := w.dc.Resource(gvr).Namespace(w.ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-		w.t.Fatalf("status of %s: %v", u.GetName(), err)
-	}
-}
-
-func (w *world) source(name, label string) {
-	w.create(gitGVR, map[string]any{
-		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"interval": "1m", "url": "https://example.com/fleet.git"},
-	}, map[string]any{"artifact": map[string]any{
-		"revision": revOf(label), "lastUpdateTime": w.now.Add(-10 * time.Minute).Format(time.RFC3339),
-		"path": "x", "url": "http://x", "digest": "sha256:" + hashOf(label) + hashOf(label)[:24],
-	}})
-}
-
-type layerSpec struct {
-	name, source string
-	deps         []string
-	suspend      bool
-	ready        map[string]any // the Ready condition; nil: none
-	applied      string         // label of lastAppliedRevision
-	attempted    string
-}
-
-func (w *world) layer(l layerSpec) {
-	var deps []any
-	for _, d := range l.deps {
-		deps = append(deps, map[string]any{"name": d})
-	}
-	spec := map[string]any{
-		"interval": "1m", "path": "./" + l.name, "prune": true, "suspend": l.suspend,
-		"sourceRef": map[string]any{"kind": "GitRepository", "name": l.source},
-	}
-	if deps != nil {
-		spec["dependsOn"] = deps
-	}
-	status := map[string]any{"observedGeneration": int64(0)}
-	if l.applied != "" {
-		status["lastAppliedRevision"] = revOf(l.applied)
-	}
-	if l.attempted != "" {
-		status["lastAttemptedRevision"] = revOf(l.attempted)
-	}
-	if l.ready != nil {
-		status["conditions"] = []any{l.ready}
-	}
-	w.create(ksGVR, map[string]any{
-		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-		"metadata": map[string]any{"name": l.name}, "spec": spec,
-	}, status)
-}
-
-func (w *world) ready(status, reason, msg string, ago time.Duration) map[string]any {
-	return map[string]any{
-		"type": "Ready", "status": status, "reason": reason, "message": msg,
-		"lastTransitionTime": w.now.Add(-ago).Format(time.RFC3339),
-	}
-}
 
 // run starts an engine and a reader on namespace ns and returns the
 // engine once the reader's caches synced.
@@ -188,29 +96,19 @@ func layerNames(v *rollout.View) []string {
 // verdict.
 func TestReaderScenarios(t *testing.T) {
 	c := clustertest.Start(t)
-	dc, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC().Truncate(time.Second)
-	applied := func(w *world, label string, ago time.Duration) map[string]any {
-		return w.ready("True", "ReconciliationSucceeded", "Applied revision: "+revOf(label), ago)
+	applied := func(w *clustertest.World, label string, ago time.Duration) map[string]any {
+		return w.Ready("True", "ReconciliationSucceeded", "Applied revision: "+revOf(label), ago)
 	}
-	newWorld := func(t *testing.T, ns string) *world {
-		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
-		if _, err := dc.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return &world{t: t, dc: dc, ns: ns, now: now}
-	}
+	newWorld := func(t *testing.T, ns string) *clustertest.World { return c.NewWorld(t, ns, now) }
 
 	t.Run("catch-up of a clean three-layer rollout", func(t *testing.T) {
 		w := newWorld(t, "clean")
-		w.source("fleet", "R1")
-		w.layer(layerSpec{name: "infra", source: "fleet", applied: "R1", attempted: "R1", ready: applied(w, "R1", 9*time.Minute)})
-		w.layer(layerSpec{name: "platform", source: "fleet", deps: []string{"infra"}, applied: "R1", attempted: "R1", ready: applied(w, "R1", 8*time.Minute)})
-		w.layer(layerSpec{name: "apps", source: "fleet", deps: []string{"platform"}, applied: "R1", attempted: "R1", ready: applied(w, "R1", 7*time.Minute)})
-		te := run(t, c, w.ns, now)
+		w.Source("fleet", revOf("R1"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R1"), Attempted: revOf("R1"), Ready: applied(w, "R1", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "platform", Source: "fleet", DependsOn: []string{"infra"}, Applied: revOf("R1"), Attempted: revOf("R1"), Ready: applied(w, "R1", 8*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", DependsOn: []string{"platform"}, Applied: revOf("R1"), Attempted: revOf("R1"), Ready: applied(w, "R1", 7*time.Minute)})
+		te := run(t, c, w.Namespace(), now)
 		v := verdict(t, te, "R1", rollout.VerdictApplied)
 		if v.ExpectedFrom != "cluster" || !slices.Equal(layerNames(v), []string{"clean/apps", "clean/infra", "clean/platform"}) {
 			t.Fatalf("from %s, layers %v", v.ExpectedFrom, layerNames(v))
@@ -222,11 +120,11 @@ func TestReaderScenarios(t *testing.T) {
 
 	t.Run("a prune failure known only from status", func(t *testing.T) {
 		w := newWorld(t, "prune")
-		w.source("fleet", "R2")
-		w.layer(layerSpec{name: "infra", source: "fleet", applied: "R2", attempted: "R2", ready: applied(w, "R2", 9*time.Minute)})
-		w.layer(layerSpec{name: "apps", source: "fleet", deps: []string{"infra"}, applied: "R1", attempted: "R2",
-			ready: w.ready("False", "PruneFailed", `delete failed, errors: ConfigMap/prune/app-protected delete failed: configmaps "app-protected" is forbidden: denied;`, 8*time.Minute)})
-		te := run(t, c, w.ns, now)
+		w.Source("fleet", revOf("R2"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R2"), Attempted: revOf("R2"), Ready: applied(w, "R2", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", DependsOn: []string{"infra"}, Applied: revOf("R1"), Attempted: revOf("R2"),
+			Ready: w.Ready("False", "PruneFailed", `delete failed, errors: ConfigMap/prune/app-protected delete failed: configmaps "app-protected" is forbidden: denied;`, 8*time.Minute)})
+		te := run(t, c, w.Namespace(), now)
 		v := verdict(t, te, "R2", rollout.VerdictFailed)
 		if len(v.Failures) != 1 || len(v.Failures[0].Objects) != 1 || v.Failures[0].Objects[0].Name != "app-protected" {
 			t.Fatalf("failures %+v", v.Failures)
@@ -235,13 +133,13 @@ func TestReaderScenarios(t *testing.T) {
 
 	t.Run("a suspended layer and a layer on another source are not expected", func(t *testing.T) {
 		w := newWorld(t, "suspended")
-		w.source("fleet", "R8")
-		w.source("other", "Q1")
-		w.layer(layerSpec{name: "infra", source: "fleet", applied: "R8", attempted: "R8", ready: applied(w, "R8", 9*time.Minute)})
-		w.layer(layerSpec{name: "platform", source: "fleet", deps: []string{"infra"}, applied: "R8", attempted: "R8", ready: applied(w, "R8", 8*time.Minute)})
-		w.layer(layerSpec{name: "apps", source: "fleet", deps: []string{"platform"}, suspend: true, applied: "R7", attempted: "R7", ready: applied(w, "R7", time.Hour)})
-		w.layer(layerSpec{name: "tenant", source: "other", applied: "Q1", attempted: "Q1", ready: applied(w, "Q1", time.Hour)})
-		te := run(t, c, w.ns, now)
+		w.Source("fleet", revOf("R8"))
+		w.Source("other", revOf("Q1"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R8"), Attempted: revOf("R8"), Ready: applied(w, "R8", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "platform", Source: "fleet", DependsOn: []string{"infra"}, Applied: revOf("R8"), Attempted: revOf("R8"), Ready: applied(w, "R8", 8*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", DependsOn: []string{"platform"}, Suspend: true, Applied: revOf("R7"), Attempted: revOf("R7"), Ready: applied(w, "R7", time.Hour)})
+		w.Layer(clustertest.Layer{Name: "tenant", Source: "other", Applied: revOf("Q1"), Attempted: revOf("Q1"), Ready: applied(w, "Q1", time.Hour)})
+		te := run(t, c, w.Namespace(), now)
 		v := verdict(t, te, "R8", rollout.VerdictApplied)
 		if !slices.Equal(layerNames(v), []string{"suspended/infra", "suspended/platform"}) {
 			t.Fatalf("layers %v", layerNames(v))
@@ -250,14 +148,14 @@ func TestReaderScenarios(t *testing.T) {
 
 	t.Run("stuck names the root cause two tiers up", func(t *testing.T) {
 		w := newWorld(t, "stuck")
-		w.source("fleet", "R3")
-		w.layer(layerSpec{name: "infra", source: "fleet", applied: "R3", attempted: "R3", ready: applied(w, "R3", 9*time.Minute)})
-		w.layer(layerSpec{name: "platform", source: "fleet", deps: []string{"infra"}, applied: "R2", attempted: "R2"})
-		w.layer(layerSpec{name: "apps", source: "fleet", deps: []string{"platform"}, applied: "R2", attempted: "R3",
-			ready: w.ready("Unknown", "Progressing", "Reconciliation in progress", 8*time.Minute)})
-		w.layer(layerSpec{name: "edge", source: "fleet", deps: []string{"apps"}, applied: "R2", attempted: "R2",
-			ready: w.ready("False", "DependencyNotReady", "Dependencies do not meet ready condition", 8*time.Minute)})
-		te := run(t, c, w.ns, now.Add(time.Hour))
+		w.Source("fleet", revOf("R3"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R3"), Attempted: revOf("R3"), Ready: applied(w, "R3", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "platform", Source: "fleet", DependsOn: []string{"infra"}, Applied: revOf("R2"), Attempted: revOf("R2")})
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", DependsOn: []string{"platform"}, Applied: revOf("R2"), Attempted: revOf("R3"),
+			Ready: w.Ready("Unknown", "Progressing", "Reconciliation in progress", 8*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "edge", Source: "fleet", DependsOn: []string{"apps"}, Applied: revOf("R2"), Attempted: revOf("R2"),
+			Ready: w.Ready("False", "DependencyNotReady", "Dependencies do not meet ready condition", 8*time.Minute)})
+		te := run(t, c, w.Namespace(), now.Add(time.Hour))
 		v := verdict(t, te, "R3", rollout.VerdictStuck)
 		if v.RootCause != "stuck/platform" {
 			t.Fatalf("root cause %q, want stuck/platform", v.RootCause)

@@ -43,6 +43,7 @@ type Cluster struct {
 	// Kubeconfig is a kubeconfig file with the same credentials.
 	Kubeconfig string
 	dir        string
+	pki        pki
 }
 
 // CRDGroupVersionResource is the CRD resource.
@@ -105,7 +106,7 @@ func Start(t testing.TB) *Cluster {
 		QPS: 100, Burst: 200,
 	}
 	waitReady(t, cfg, exited)
-	c := &Cluster{Config: cfg, dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig")}
+	c := &Cluster{Config: cfg, dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki}
 	writeKubeconfig(t, c.Kubeconfig, host, pki.adminCert, pki.adminKey)
 	installCRDs(t, cfg)
 	return c
@@ -245,6 +246,27 @@ func freePort(t testing.TB) int {
 type pki struct {
 	caFile, saKeyFile   string
 	adminCert, adminKey []byte
+	ca                  *x509.Certificate
+	caKey               *ecdsa.PrivateKey
+}
+
+// KubeconfigFor writes a kubeconfig for a user with no group but those
+// given: what RBAC grants it is all it can do.
+func (c *Cluster) KubeconfigFor(t testing.TB, user string, groups ...string) string {
+	t.Helper()
+	key := newKey(t)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: user, Organization: groups},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.pki.ca, &key.PublicKey, c.pki.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(c.dir, "kubeconfig-"+user)
+	writeKubeconfig(t, path, c.Config.Host, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pemKey(t, key))
+	return path
 }
 
 // newPKI makes a client CA, an administrator certificate signed by it, and
@@ -277,6 +299,7 @@ func newPKI(t testing.TB, dir string) pki {
 		saKeyFile: filepath.Join(dir, "sa.key"),
 		adminCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: adminDER}),
 		adminKey:  pemKey(t, adminKey),
+		ca:        ca, caKey: caKey,
 	}
 	write(t, p.caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
 	write(t, p.saKeyFile, pemKey(t, newKey(t)))

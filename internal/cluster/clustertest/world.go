@@ -1,0 +1,142 @@
+package clustertest
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+)
+
+var (
+	ksGVR  = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+	gitGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
+	nsGVR  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// NewWorld creates namespace ns; times in it are relative to now.
+func (c *Cluster) NewWorld(t testing.TB, ns string, now time.Time) *World {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
+	if _, err := dc.Resource(nsGVR).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &World{t: t, dc: dc, ns: ns, now: now}
+}
+
+// Apply creates any object from its YAML, as the administrator.
+func (c *Cluster) Apply(t testing.TB, gvr schema.GroupVersionResource, doc string) {
+	t.Helper()
+	dc, err := dynamic.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create %s: %v", u.GetName(), err)
+	}
+}
+
+// World writes Flux objects and their status into one namespace, the way
+// Flux's controllers write them.
+type World struct {
+	t   testing.TB
+	dc  dynamic.Interface
+	ns  string
+	now time.Time
+}
+
+func (w *World) create(gvr schema.GroupVersionResource, obj map[string]any, status map[string]any) {
+	w.t.Helper()
+	ctx := context.Background()
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetNamespace(w.ns)
+	got, err := w.dc.Resource(gvr).Namespace(w.ns).Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatalf("create %s: %v", u.GetName(), err)
+	}
+	if status == nil {
+		return
+	}
+	if _, ok := status["observedGeneration"]; ok {
+		status["observedGeneration"] = got.GetGeneration()
+	}
+	got.Object["status"] = status
+	if _, err := w.dc.Resource(gvr).Namespace(w.ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatalf("status of %s: %v", u.GetName(), err)
+	}
+}
+
+// Source creates a GitRepository whose current artifact is revision.
+func (w *World) Source(name, revision string) {
+	w.create(gitGVR, map[string]any{
+		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"interval": "1m", "url": "https://example.com/fleet.git"},
+	}, map[string]any{"artifact": map[string]any{
+		"revision": revision, "lastUpdateTime": w.now.Add(-10 * time.Minute).Format(time.RFC3339),
+		"path": "x", "url": "http://x", "digest": "sha256:" + strings.Repeat("0", 64),
+	}})
+}
+
+// Layer is a Kustomization and its status.
+type Layer struct {
+	Name, Source string
+	DependsOn    []string
+	Suspend      bool
+	Ready        map[string]any // the Ready condition; nil: none
+	Applied      string         // lastAppliedRevision
+	Attempted    string         // lastAttemptedRevision
+}
+
+// Layer creates a Kustomization on a GitRepository of the namespace.
+func (w *World) Layer(l Layer) {
+	var deps []any
+	for _, d := range l.DependsOn {
+		deps = append(deps, map[string]any{"name": d})
+	}
+	spec := map[string]any{
+		"interval": "1m", "path": "./" + l.Name, "prune": true, "suspend": l.Suspend,
+		"sourceRef": map[string]any{"kind": "GitRepository", "name": l.Source},
+	}
+	if deps != nil {
+		spec["dependsOn"] = deps
+	}
+	status := map[string]any{"observedGeneration": int64(0)}
+	if l.Applied != "" {
+		status["lastAppliedRevision"] = l.Applied
+	}
+	if l.Attempted != "" {
+		status["lastAttemptedRevision"] = l.Attempted
+	}
+	if l.Ready != nil {
+		status["conditions"] = []any{l.Ready}
+	}
+	w.create(ksGVR, map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+		"metadata": map[string]any{"name": l.Name}, "spec": spec,
+	}, status)
+}
+
+// Ready is a Ready condition that last changed ago.
+func (w *World) Ready(status, reason, msg string, ago time.Duration) map[string]any {
+	return map[string]any{
+		"type": "Ready", "status": status, "reason": reason, "message": msg,
+		"lastTransitionTime": w.now.Add(-ago).Format(time.RFC3339),
+	}
+}
+
+// Namespace is the world's namespace.
+func (w *World) Namespace() string { return w.ns }

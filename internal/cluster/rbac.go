@@ -1,0 +1,16 @@
+package cluster
+
+import rbacv1 "k8s.io/api/rbac/v1"
+
+// Rules is the least privilege the reader needs: get, list and watch on the
+// kinds it reads, nothing else. The install's ClusterRole grants exactly
+// these; a test serves with a user bound to them alone.
+func Rules() []rbacv1.PolicyRule {
+	verbs := []string{"get", "list", "watch"}
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{kustomizations.Group}, Resources: []string{kustomizations.Resource}, Verbs: verbs}}
+	var src []string
+	for _, kind := range []string{"GitRepository", "OCIRepository", "Bucket"} {
+		src = append(src, sources[kind].Resource)
+	}
+	return append(rules, rbacv1.PolicyRule{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: src, Verbs: verbs})
+}
