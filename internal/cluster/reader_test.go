@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -29,8 +30,20 @@ func revOf(label string) string { return "main@sha1:" + hashOf(label) }
 // engine once the reader's caches synced.
 func run(t *testing.T, c *clustertest.Cluster, ns string, engineNow time.Time, mailTo ...string) *rollouttest.Engine {
 	t.Helper()
+	te := startEngine(t, t.TempDir(), engineNow, mailTo...)
+	startReader(t, c, ns, te)
+	return te
+}
+
+func startEngine(t *testing.T, dir string, now time.Time, mailTo ...string) *rollouttest.Engine {
+	t.Helper()
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: mailTo, DefaultCluster: "prod"}
-	te := rollouttest.Start(t, t.TempDir(), cfg, func() time.Time { return engineNow }, true)
+	return rollouttest.Start(t, dir, cfg, func() time.Time { return now }, true)
+}
+
+// startReader runs a reader until stop or the end of the test.
+func startReader(t *testing.T, c *clustertest.Cluster, ns string, te *rollouttest.Engine) (stop func()) {
+	t.Helper()
 	dc, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -42,14 +55,37 @@ func run(t *testing.T, c *clustertest.Cluster, ns string, engineNow time.Time, m
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("reader: %v", err)
 		}
-	})
+	}
+	t.Cleanup(stop)
 	waitFor(t, "caches to sync", r.Synced)
-	return te
+	return stop
+}
+
+// mails lists the kinds of the mails queued for a revision, sorted.
+func mails(t *testing.T, te *rollouttest.Engine, label string) []string {
+	t.Helper()
+	qs, err := te.DB.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, q := range qs {
+		if q.Mail.View.Hash == hashOf(label) {
+			out = append(out, string(q.Mail.Kind))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -159,6 +195,66 @@ func TestReaderScenarios(t *testing.T) {
 		v := verdict(t, te, "R3", rollout.VerdictStuck)
 		if v.RootCause != "stuck/platform" {
 			t.Fatalf("root cause %q, want stuck/platform", v.RootCause)
+		}
+	})
+
+	t.Run("webhook and status evidence in both orders give one set of mails", func(t *testing.T) {
+		for _, webhookFirst := range []bool{true, false} {
+			ns := fmt.Sprintf("order-%v", webhookFirst)
+			w := newWorld(t, ns)
+			w.Source("fleet", revOf("R5"))
+			for i, l := range []string{"infra", "apps"} {
+				w.Layer(clustertest.Layer{Name: l, Source: "fleet", Applied: revOf("R5"), Attempted: revOf("R5"),
+					Ready: applied(w, "R5", time.Duration(9-i)*time.Minute)})
+			}
+			te := startEngine(t, t.TempDir(), now, "ops@example.com")
+			webhook := func() {
+				for i, l := range []string{"infra", "apps"} {
+					o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: ns, Name: l},
+						Revision: revOf("R5"), Hash: hashOf("R5"), At: now.Add(-time.Duration(9-i) * time.Minute),
+						Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded"}
+					if err := te.Submit(context.Background(), o); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if webhookFirst {
+				webhook()
+			}
+			startReader(t, c, ns, te)
+			verdict(t, te, "R5", rollout.VerdictApplied)
+			if !webhookFirst {
+				webhook()
+			}
+			if got := mails(t, te, "R5"); !slices.Equal(got, []string{"applied", "applying"}) {
+				t.Fatalf("webhook first %v: mails %v", webhookFirst, got)
+			}
+		}
+	})
+
+	t.Run("a restart mid-rollout resumes without missing or repeating", func(t *testing.T) {
+		w := newWorld(t, "restart")
+		w.Source("fleet", revOf("R6"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R6"), Attempted: revOf("R6"), Ready: applied(w, "R6", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", DependsOn: []string{"infra"}, Applied: revOf("R5"), Attempted: revOf("R6"),
+			Ready: w.Ready("Unknown", "Progressing", "Reconciliation in progress", 8*time.Minute)})
+		dir := t.TempDir()
+		te := startEngine(t, dir, now, "ops@example.com")
+		stop := startReader(t, c, w.Namespace(), te)
+		verdict(t, te, "R6", rollout.VerdictApplying)
+		stop()
+		te.Stop()
+
+		// While the service is down, apps finishes.
+		w.SetStatus("apps", revOf("R6"), revOf("R6"), applied(w, "R6", 2*time.Minute))
+		te = startEngine(t, dir, now, "ops@example.com")
+		startReader(t, c, w.Namespace(), te)
+		v := verdict(t, te, "R6", rollout.VerdictApplied)
+		if !v.CompletedAt.Equal(now.Add(-2 * time.Minute)) {
+			t.Fatalf("completed at %v", v.CompletedAt)
+		}
+		if got := mails(t, te, "R6"); !slices.Equal(got, []string{"applied", "applying"}) {
+			t.Fatalf("mails %v", got)
 		}
 	})
 }

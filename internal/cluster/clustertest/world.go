@@ -140,3 +140,21 @@ func (w *World) Ready(status, reason, msg string, ago time.Duration) map[string]
 
 // Namespace is the world's namespace.
 func (w *World) Namespace() string { return w.ns }
+
+// SetStatus rewrites a Kustomization's status, as kustomize-controller
+// does when it reconciles.
+func (w *World) SetStatus(name, applied, attempted string, ready map[string]any) {
+	w.t.Helper()
+	ctx := context.Background()
+	k, err := w.dc.Resource(ksGVR).Namespace(w.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	k.Object["status"] = map[string]any{
+		"observedGeneration": k.GetGeneration(), "lastAppliedRevision": applied, "lastAttemptedRevision": attempted,
+		"conditions": []any{ready},
+	}
+	if _, err := w.dc.Resource(ksGVR).Namespace(w.ns).UpdateStatus(ctx, k, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+}
