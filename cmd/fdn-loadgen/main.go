@@ -251,7 +251,7 @@ func serveService(token []byte) (string, func(), error) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.Run(ctx) }()
 	reg := prometheus.NewRegistry()
-	url, stop, err := listen(api.Routes(e, webhook.New(token, e, log, reg), reg, log))
+	url, stop, err := listen(api.Routes(e, webhook.New(token, e, log, reg), reg, log, api.Options{}))
 	if err != nil {
 		cancel()
 		return "", nil, err

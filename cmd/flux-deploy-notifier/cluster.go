@@ -18,6 +18,7 @@ import (
 // clusterConfig is the cluster part of serve's configuration.
 type clusterConfig struct {
 	kubeconfig, mode, namespaces, selector *string
+	silenceAfter                           *time.Duration
 }
 
 func (c *clusterConfig) flags(f *flags) {
@@ -25,11 +26,15 @@ func (c *clusterConfig) flags(f *flags) {
 	c.mode = f.String("cluster", "FDN_CLUSTER", "auto", "auto: read the cluster when a configuration is found; off: events only")
 	c.namespaces = f.String("namespaces", "FDN_NAMESPACES", "", "namespaces to watch, as a,b (default all)")
 	c.selector = f.String("layer-selector", "FDN_LAYER_SELECTOR", "", "label selector restricting the Kustomizations read")
+	c.silenceAfter = f.Duration("silence-after", "FDN_SILENCE_AFTER", 30*time.Minute, "with cluster access: warn, and mail once, when layers exist but no event came from Flux for this long")
 }
 
 func (c *clusterConfig) validate() error {
 	if *c.mode != "auto" && *c.mode != "off" {
 		return fmt.Errorf("--cluster must be auto or off, not %q", *c.mode)
+	}
+	if *c.silenceAfter <= 0 {
+		return errors.New("--silence-after must be positive")
 	}
 	return nil
 }
@@ -63,7 +68,7 @@ func (c *clusterConfig) restConfig(getenv func(string) string) (*rest.Config, st
 }
 
 // reader builds the cluster reader, or nil for events only.
-func (c *clusterConfig) reader(getenv func(string) string, engine *rollout.Engine, clusterName string, log *slog.Logger) (*cluster.Reader, error) {
+func (c *clusterConfig) reader(getenv func(string) string, engine *rollout.Engine, clusterName string, statusMoved func(), log *slog.Logger) (*cluster.Reader, error) {
 	cfg, from, err := c.restConfig(getenv)
 	if err != nil {
 		return nil, err
@@ -85,6 +90,6 @@ func (c *clusterConfig) reader(getenv func(string) string, engine *rollout.Engin
 	}
 	log.Info("reading the cluster", "config", from, "cluster", clusterName, "namespaces", len(namespaces))
 	return cluster.New(dc, engine, cluster.Config{
-		Cluster: clusterName, Namespaces: namespaces, LayerSelector: *c.selector,
+		Cluster: clusterName, Namespaces: namespaces, LayerSelector: *c.selector, StatusMoved: statusMoved,
 	}, log, time.Now), nil
 }

@@ -47,7 +47,7 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 	t.Run("exactly the reader's rules", func(t *testing.T) {
 		bind(t, c, "fdn-reader")
 		url := startServe(t, nil, "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(),
-			"--kubeconfig", c.KubeconfigFor(t, "fdn-reader"))
+			"--kubeconfig", c.KubeconfigFor(t, "fdn-reader"), "--silence-after", "2s")
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var v struct {
@@ -79,6 +79,31 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != 200 || ready.Checks["cluster"] != "ok" {
 			t.Fatalf("readyz %d %v", resp.StatusCode, ready.Checks)
+		}
+
+		// Layers exist and no event came: the service says it is blind,
+		// in /rollouts and /readyz, without turning unready.
+		deadline = time.Now().Add(30 * time.Second)
+		for {
+			var body struct {
+				Warnings []string `json:"warnings"`
+			}
+			resp, err := http.Get(url + "/readyz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if len(body.Warnings) == 1 && strings.Contains(body.Warnings[0], "no event from notification-controller") {
+				if resp.StatusCode != 200 {
+					t.Fatalf("blindness made the service unready: %d", resp.StatusCode)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no silence warning: %v", body.Warnings)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 }

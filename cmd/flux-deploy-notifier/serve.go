@@ -21,6 +21,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
@@ -137,11 +138,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	engine.OnMail(dispatcher.Wake)
-	reader, err := c.cluster.reader(getenv, engine, c.engine.DefaultCluster, log)
+	var watchdog *silence.Watchdog
+	statusMoved := func() {
+		if watchdog != nil {
+			watchdog.StatusMoved()
+		}
+	}
+	reader, err := c.cluster.reader(getenv, engine, c.engine.DefaultCluster, statusMoved, log)
 	if err != nil {
 		return err
 	}
-	var checks []api.Check
+	var (
+		checks  []api.Check
+		warning func() string
+	)
 	if reader != nil {
 		// A missing permission is reported now, not retried in the background.
 		accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -151,10 +161,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			return err
 		}
 		checks = append(checks, api.Check{Name: "cluster", OK: reader.Synced})
+		// Blindness can only be told with cluster access: without it,
+		// silence and "no deploys" look the same.
+		watchdog = silence.New(*c.cluster.silenceAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg)
+		warning = watchdog.Warning
 	}
 	hook := webhook.New(token, engine, log, reg)
+	if watchdog != nil {
+		hook.OnEvent(watchdog.Event)
+	}
 	srv := &http.Server{
-		Handler:           api.Routes(engine, hook, reg, log, checks...),
+		Handler:           api.Routes(engine, hook, reg, log, api.Options{Checks: checks, Warning: warning}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -180,6 +197,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if reader == nil {
 			return
 		}
+		go watchdog.Run(readerCtx)
 		if err := reader.Run(readerCtx); err != nil {
 			log.Error("cluster reader stopped; serving on events alone", "err", err)
 		}

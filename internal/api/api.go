@@ -39,9 +39,19 @@ type Check struct {
 	OK   func() bool
 }
 
+// Options are the router's optional parts.
+type Options struct {
+	// Checks are more conditions of readiness than the engine's.
+	Checks []Check
+	// Warning, when set, describes a condition people must know of (the
+	// service is blind to Flux events); "" when all is well. It shows in
+	// /rollouts and in /readyz detail without failing readiness.
+	Warning func() string
+}
+
 // Routes builds the service's one router. webhook receives Flux events.
-func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log *slog.Logger, checks ...Check) http.Handler {
-	s := &server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, checks...)}
+func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log *slog.Logger, opts Options) http.Handler {
+	s := &server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warning: opts.Warning}
 	r := chi.NewRouter()
 	r.Method(http.MethodPost, "/webhook", webhook)
 	r.Get("/verdict", s.verdict)
@@ -55,9 +65,20 @@ func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log
 }
 
 type server struct {
-	rs     Rollouts
-	log    *slog.Logger
-	checks []Check
+	rs      Rollouts
+	log     *slog.Logger
+	checks  []Check
+	warning func() string
+}
+
+func (s *server) warnings() []string {
+	if s.warning == nil {
+		return []string{}
+	}
+	if w := s.warning(); w != "" {
+		return []string{w}
+	}
+	return []string{}
 }
 
 // verdictResponse is a view plus what only the read side can add.
@@ -151,7 +172,7 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rollouts": s.rs.List(r.URL.Query().Get("cluster"), limit)})
+	writeJSON(w, http.StatusOK, map[string]any{"rollouts": s.rs.List(r.URL.Query().Get("cluster"), limit), "warnings": s.warnings()})
 }
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
@@ -167,7 +188,7 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, map[string]any{"ready": ready, "checks": detail})
+	writeJSON(w, status, map[string]any{"ready": ready, "checks": detail, "warnings": s.warnings()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -39,7 +39,7 @@ func newEnv(t *testing.T) *env {
 	te := rollouttest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, false)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(api.Routes(te.Engine, webhook.New([]byte("t"), te.Engine, log, reg), reg, log))
+	srv := httptest.NewServer(api.Routes(te.Engine, webhook.New([]byte("t"), te.Engine, log, reg), reg, log, api.Options{}))
 	t.Cleanup(srv.Close)
 	return &env{url: srv.URL, engine: te.Engine, run: te.Run}
 }
@@ -256,7 +256,7 @@ func TestLongPollOutlivesServerTimeouts(t *testing.T) {
 	e.observe(t, "apps", "R1", rollout.SignalProgressing, "")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewUnstartedServer(api.Routes(e.engine, webhook.New([]byte("t"), e.engine, log, reg), reg, log))
+	srv := httptest.NewUnstartedServer(api.Routes(e.engine, webhook.New([]byte("t"), e.engine, log, reg), reg, log, api.Options{}))
 	srv.Config.ReadTimeout = 100 * time.Millisecond
 	srv.Config.WriteTimeout = 100 * time.Millisecond
 	srv.Start()

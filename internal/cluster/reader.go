@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +49,9 @@ type Config struct {
 	Namespaces    []string // empty: all
 	LayerSelector string   // label selector on Kustomizations
 	SyncTimeout   time.Duration
+	// StatusMoved, when set, is called whenever a layer's status changes:
+	// the silence watchdog's sign that Flux is reconciling.
+	StatusMoved func()
 }
 
 // Reader watches Kustomizations and their sources.
@@ -212,9 +216,33 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, obj any) { enqueue(obj) },
+		AddFunc: enqueue,
+		UpdateFunc: func(old, obj any) {
+			if kind == flux.KindKustomization && r.cfg.StatusMoved != nil && statusChanged(old, obj) {
+				r.cfg.StatusMoved()
+			}
+			enqueue(obj)
+		},
 	})
+}
+
+func statusChanged(old, obj any) bool {
+	o, ok1 := old.(*unstructured.Unstructured)
+	n, ok2 := obj.(*unstructured.Unstructured)
+	return ok1 && ok2 && !reflect.DeepEqual(o.Object["status"], n.Object["status"])
+}
+
+// Layers counts the Kustomizations the reader sees.
+func (r *Reader) Layers() int {
+	if !r.Synced() {
+		return 0
+	}
+	n := 0
+	for _, l := range r.layers {
+		objs, _ := l.List(labels.Everything())
+		n += len(objs)
+	}
+	return n
 }
 
 // handle turns the current state of one object into observations, in one

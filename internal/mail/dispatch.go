@@ -118,8 +118,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	}
 	for i, res := range d.sender.Send(ctx, msgs) {
 		q := due[i]
-		log := d.log.With("mail", string(q.Mail.Kind), "cluster", q.Mail.View.Cluster,
-			"revision", q.Mail.View.Revision, "to", q.Mail.To, "message_id", msgs[i].MessageID)
+		log := d.log.With(mailAttrs(q)...).With("message_id", msgs[i].MessageID)
 		switch {
 		case res.Err == nil:
 			if err := d.outbox.Sent(q.Seq); err != nil {
@@ -155,8 +154,17 @@ func (d *Dispatcher) deadLetter(q rollout.Queued, err error) {
 		return
 	}
 	d.dead.Inc()
-	d.log.Error("mail failed for good, dead-lettered", "err", err, "mail", string(q.Mail.Kind),
-		"cluster", q.Mail.View.Cluster, "revision", q.Mail.View.Revision, "to", q.Mail.To)
+	d.log.Error("mail failed for good, dead-lettered", append([]any{"err", err}, mailAttrs(q)...)...)
+}
+
+// mailAttrs names a mail in logs: kind, recipient and, for a rollout's
+// mail, its cluster and revision.
+func mailAttrs(q rollout.Queued) []any {
+	attrs := []any{"mail", string(q.Mail.Kind), "to", q.Mail.To}
+	if v := q.Mail.View; v != nil {
+		attrs = append(attrs, "cluster", v.Cluster, "revision", v.Revision)
+	}
+	return attrs
 }
 
 // warn logs a repeating failure once per change of its text.

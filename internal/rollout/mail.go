@@ -15,6 +15,7 @@ const (
 	MailPruneFailed MailKind = "prune-failed"
 	MailFailed      MailKind = "failed"
 	MailStuck       MailKind = "stuck"
+	MailSilence     MailKind = "silence" // no events from Flux: about the service, not a rollout
 )
 
 // Mail is a mail made due by a state change. It is written to the outbox in
@@ -26,7 +27,16 @@ type Mail struct {
 	Layer  string   `json:"layer,omitempty"`  // failed, prune-failed
 	Reason string   `json:"reason,omitempty"` // failed
 	Object *Object  `json:"object,omitempty"` // prune-failed
-	View   *View    `json:"view"`             // the rollout as it stood when the mail became due
+	View   *View    `json:"view,omitempty"`   // the rollout as it stood when the mail became due
+	// Silence is set, instead of View, on the "no events from Flux" mail.
+	Silence *Silence `json:"silence,omitempty"`
+}
+
+// Silence describes an episode without events from notification-controller.
+type Silence struct {
+	Since   time.Time `json:"since"`
+	Layers  int       `json:"layers"`
+	Warning string    `json:"warning"`
 }
 
 // Queued is a mail in the outbox, with its delivery state: kept in the

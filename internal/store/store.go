@@ -191,6 +191,12 @@ func forgetMails(tx *bolt.Tx, gone []rollout.Key) error {
 	return nil
 }
 
+// Enqueue writes mails that no state change made due (the watchdog's) to
+// the outbox, once per key.
+func (d *DB) Enqueue(mails []rollout.Mail, at time.Time) error {
+	return d.Commit(&rollout.Batch{Mails: mails, At: at})
+}
+
 // Pending returns every mail in the outbox, oldest first.
 func (d *DB) Pending() ([]rollout.Queued, error) {
 	return d.list(bucketOutbox)

@@ -37,12 +37,25 @@ type Submitter interface {
 
 // Handler is the POST /webhook endpoint.
 type Handler struct {
-	key    []byte // HMAC key: the token file's bytes exactly
-	bearer []byte // the same token as an Authorization header can carry it
-	sub    Submitter
-	log    *slog.Logger
-	events *prometheus.CounterVec
-	bufs   sync.Pool
+	key     []byte // HMAC key: the token file's bytes exactly
+	bearer  []byte // the same token as an Authorization header can carry it
+	sub     Submitter
+	log     *slog.Logger
+	events  *prometheus.CounterVec
+	bufs    sync.Pool
+	onEvent func()
+}
+
+// OnEvent sets a function called for every event accepted: the silence
+// watchdog's proof that the pipe from notification-controller works.
+func (h *Handler) OnEvent(f func()) { h.onEvent = f }
+
+func (h *Handler) accepted(w http.ResponseWriter, kind, reason, result string) {
+	h.count(kind, reason, result)
+	if h.onEvent != nil {
+		h.onEvent()
+	}
+	w.WriteHeader(http.StatusAccepted)
 }
 
 // New returns the handler. A nil token disables authentication
@@ -119,8 +132,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	kind, reason := d.InvolvedObject.Kind, d.Reason
 	o, ok := Observation(d)
 	if !ok {
-		h.count(kind, reason, resultIgnored)
-		w.WriteHeader(http.StatusAccepted)
+		h.accepted(w, kind, reason, resultIgnored)
 		return
 	}
 	if err := h.sub.Submit(r.Context(), o); err != nil {
@@ -133,8 +145,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "", "event not stored, retry")
 		return
 	}
-	h.count(kind, reason, resultStored)
-	w.WriteHeader(http.StatusAccepted)
+	h.accepted(w, kind, reason, resultStored)
 }
 
 // Observation translates a decoded event into what the engine understands;
