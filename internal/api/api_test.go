@@ -2,8 +2,6 @@ package api_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -21,10 +19,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
-func hashOf(label string) string {
-	s := sha1.Sum([]byte(label))
-	return hex.EncodeToString(s[:])
-}
+var hashOf = rollouttest.Hash
 
 type env struct {
 	url    string

@@ -2,8 +2,6 @@ package cluster_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,10 +17,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
-func hashOf(label string) string {
-	s := sha1.Sum([]byte(label))
-	return hex.EncodeToString(s[:])
-}
+var hashOf = rollouttest.Hash
 
 func revOf(label string) string { return "main@sha1:" + hashOf(label) }
 

@@ -3,8 +3,6 @@ package mail_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"mime"
@@ -25,10 +23,7 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func hashOf(label string) string {
-	s := sha1.Sum([]byte(label))
-	return hex.EncodeToString(s[:])
-}
+var hashOf = rollouttest.Hash
 
 func ob(layer, label string, sec int, sig rollout.Signal, reason, msg string) rollout.Observation {
 	return rollout.Observation{
@@ -63,23 +58,10 @@ func cleanRollout(label string, sec int) []rollout.Observation {
 	return []rollout.Observation{wait("platform"), wait("apps"), succ("infra", label, sec), succ("platform", label, sec+5), succ("apps", label, sec+9)}
 }
 
-// clock is the dispatcher's time, moved by the test.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 type env struct {
 	te    *rollouttest.Engine
 	disp  *mail.Dispatcher
-	clock *clock
+	clock *rollouttest.Clock
 	logs  *syncBuffer
 }
 
@@ -113,8 +95,8 @@ func start(t *testing.T, dir string, srv *smtpServer) *env {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	c := &clock{t: t0.Add(10 * time.Minute)}
-	d := mail.NewDispatcher(te.DB, sender, r, slog.New(slog.NewTextHandler(logs, nil)), c.now, nil)
+	c := rollouttest.NewClock(t0.Add(10 * time.Minute))
+	d := mail.NewDispatcher(te.DB, sender, r, slog.New(slog.NewTextHandler(logs, nil)), c.Now, nil)
 	return &env{te: te, disp: d, clock: c, logs: logs}
 }
 
@@ -183,14 +165,14 @@ func TestTransientFailureRetriesWithBackoff(t *testing.T) {
 	}
 	pending, _ := e.te.DB.Pending()
 	if len(pending) != 1 || pending[0].Attempts != 1 || !strings.Contains(pending[0].LastError, "451") ||
-		!next.Equal(e.clock.now().Add(15*time.Second)) {
+		!next.Equal(e.clock.Now().Add(15*time.Second)) {
 		t.Fatalf("after a 451: next %v, outbox %+v", next, pending)
 	}
 	e.flush() // not due yet
 	if len(srv.messages()) != 0 {
 		t.Fatal("retried before the backoff")
 	}
-	e.clock.add(15 * time.Second)
+	e.clock.Add(15 * time.Second)
 	if next := e.flush(); !next.IsZero() || len(srv.messages()) != 1 {
 		t.Fatalf("after the backoff: %d delivered, next %v", len(srv.messages()), next)
 	}
@@ -234,7 +216,7 @@ func TestServerDownThenRestart(t *testing.T) {
 	e.submit(t, 2, cleanRollout("R3", 120)...)
 	e.flush()
 	srv.restart()
-	e.clock.add(time.Hour)
+	e.clock.Add(time.Hour)
 	e.flush()
 	e.flush()
 	got := srv.subjects()

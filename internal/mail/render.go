@@ -153,14 +153,13 @@ func (r *Renderer) data(m rollout.Mail) Data {
 	// In the order the layers got there, which is the order Flux applied
 	// them in; layers that have not reported come last.
 	layers := slices.Clone(v.Layers)
-	slices.SortStableFunc(layers, func(a, b rollout.LayerView) int {
-		switch {
-		case a.At == nil || b.At == nil:
-			return cmpBool(a.At == nil, b.At == nil)
-		default:
-			return a.At.Compare(*b.At)
+	at := func(l rollout.LayerView) time.Time {
+		if l.At == nil {
+			return time.Unix(1<<62, 0) // never: after every time
 		}
-	})
+		return *l.At
+	}
+	slices.SortStableFunc(layers, func(a, b rollout.LayerView) int { return at(a).Compare(at(b)) })
 	for _, l := range layers {
 		row := LayerRow{Name: l.Name, State: string(l.State)}
 		if l.At != nil {
@@ -183,17 +182,6 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		d.URL = r.externalURL + "/verdict?" + url.Values{"rev": {v.Hash}, "cluster": {v.Cluster}}.Encode()
 	}
 	return d
-}
-
-// cmpBool orders false before true.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }
 
 func short(hash string) string {

@@ -2,8 +2,6 @@ package rollout_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"slices"
 	"testing"
@@ -16,10 +14,7 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func hashOf(label string) string {
-	s := sha1.Sum([]byte(label))
-	return hex.EncodeToString(s[:])
-}
+var hashOf = rollouttest.Hash
 
 func revOf(label string) string { return "main@sha1:" + hashOf(label) }
 

@@ -4,7 +4,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,21 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func silenceMails(t *testing.T, db *store.DB) int {
 	t.Helper()
@@ -49,12 +37,12 @@ func TestWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	c := rollouttest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	layers := 3
 	woke := 0
 	reg := prometheus.NewRegistry()
 	w := silence.New(30*time.Minute, func() int { return layers }, db, []string{"ops@example.com"},
-		func() { woke++ }, slog.New(slog.NewTextHandler(io.Discard, nil)), c.now, reg)
+		func() { woke++ }, slog.New(slog.NewTextHandler(io.Discard, nil)), c.Now, reg)
 	gauge := func() float64 {
 		v, err := testutil.GatherAndCount(reg, "fdn_flux_events_silent")
 		if err != nil || v != 1 {
@@ -70,18 +58,18 @@ func TestWatchdog(t *testing.T) {
 	}
 
 	w.Event()
-	c.add(29 * time.Minute)
+	c.Add(29 * time.Minute)
 	w.Check()
 	if w.Warning() != "" || gauge() != 0 || silenceMails(t, db) != 0 {
 		t.Fatal("silent before --silence-after")
 	}
 	w.StatusMoved()
-	c.add(2 * time.Minute)
+	c.Add(2 * time.Minute)
 	w.Check()
 	if !strings.Contains(w.Warning(), "no event from notification-controller") || !strings.Contains(w.Warning(), "status last moved") || gauge() != 1 {
 		t.Fatalf("warning %q, gauge %v", w.Warning(), gauge())
 	}
-	c.add(time.Hour)
+	c.Add(time.Hour)
 	w.Check()
 	if n := silenceMails(t, db); n != 1 || woke != 1 {
 		t.Fatalf("%d mails, %d wake-ups for one episode", n, woke)
@@ -92,7 +80,7 @@ func TestWatchdog(t *testing.T) {
 	if w.Warning() != "" || gauge() != 0 {
 		t.Fatal("still silent after an event")
 	}
-	c.add(31 * time.Minute)
+	c.Add(31 * time.Minute)
 	w.Check()
 	if n := silenceMails(t, db); n != 2 {
 		t.Fatalf("a second episode made %d mails in all, want 2", n)
@@ -100,7 +88,7 @@ func TestWatchdog(t *testing.T) {
 
 	layers = 0 // no layers: silence is just quiet
 	w.Event()
-	c.add(2 * time.Hour)
+	c.Add(2 * time.Hour)
 	w.Check()
 	if w.Warning() != "" {
 		t.Fatal("silent without layers")
