@@ -70,3 +70,14 @@ func (f *flags) parse(args []string) error {
 	}
 	return nil
 }
+
+func (f *flags) Int(name, env string, def int, usage string) *int {
+	if v, ok := f.env(name, env); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("%s: %q is not a number", env, v))
+		}
+		def = n
+	}
+	return f.FlagSet.Int(name, def, usage+" ("+env+")")
+}

@@ -18,6 +18,10 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
+		var exit exitCode
+		if errors.As(err, &exit) {
+			os.Exit(int(exit))
+		}
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "flux-deploy-notifier:", err)
 		}
@@ -25,11 +29,18 @@ func main() {
 	}
 }
 
+// exitCode ends the process with a code that means something to the
+// caller (the wait command's verdicts); what to say was already printed.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
 const usage = `flux-deploy-notifier: one verdict per commit for Flux CD deploys
 
 Usage:
   flux-deploy-notifier serve  [flags]   receive Flux events, serve /verdict
   flux-deploy-notifier sample [flags]   post a sample rollout to a running service
+  flux-deploy-notifier wait   [flags]   wait for a commit's verdict: the pipeline gate
 
 Run "flux-deploy-notifier <command> -h" for the flags of a command.
 Every flag can also be set with the environment variable shown in its help.
@@ -47,6 +58,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serve(ctx, args[1:], getenv, stdout, stderr)
 	case "sample":
 		return sample(ctx, args[1:], getenv, stdout, stderr)
+	case "wait":
+		return wait(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -40,27 +40,8 @@ func sample(ctx context.Context, args []string, getenv func(string) string, stdo
 	events := sampleEvents(*scenario, *cluster, time.Now().UTC().Add(-20*time.Second))
 	client := &http.Client{Timeout: 10 * time.Second}
 	base := strings.TrimRight(*url, "/")
-	for _, ev := range events {
-		body, err := json.Marshal(ev)
-		if err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhook", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Gotk-Component", ev.ReportingController)
-		req.Header.Set("X-Signature", webhook.Sign(token, body))
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("post event: %w", err)
-		}
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			return fmt.Errorf("post event: %s: %s", resp.Status, bytes.TrimSpace(msg))
-		}
+	if err := postEvents(ctx, client, base, token, events); err != nil {
+		return err
 	}
 	rev := events[0].Metadata["revision"]
 	fmt.Fprintf(stdout, "posted %d events of a %s rollout of %s\n", len(events), *scenario, rev)
@@ -121,4 +102,32 @@ func sampleEvents(scenario, cluster string, t0 time.Time) []flux.Event {
 	return append(evs,
 		ks("apps", "info", flux.ReasonProgressing, "Health check passed in 3.4s", 12),
 		ks("apps", "info", flux.ReasonReconciliationSucceeded, "Reconciliation finished in 3.9s, next run in 10m0s", 12))
+}
+
+// postEvents posts events to /webhook, signed as notification-controller
+// signs them, and wants a 202 for each.
+func postEvents(ctx context.Context, client *http.Client, base string, token []byte, events []flux.Event) error {
+	for _, ev := range events {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhook", bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Gotk-Component", ev.ReportingController)
+		req.Header.Set("X-Signature", webhook.Sign(token, body))
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("post event: %w", err)
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("post event: %s: %s", resp.Status, bytes.TrimSpace(msg))
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -37,6 +38,7 @@ type serveConfig struct {
 	logFormat      string
 	mail           mailConfig
 	cluster        clusterConfig
+	verdictToken   string
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -46,6 +48,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	dataDir := f.String("data-dir", "FDN_DATA_DIR", "./data", "directory of the state database")
 	tokenFile := f.String("hmac-token-file", "FDN_HMAC_TOKEN_FILE", "", "file holding the token of the Provider Secret: HMAC key (generic-hmac) and Bearer token (generic)")
 	generate := f.Bool("generate-token", "FDN_GENERATE_TOKEN", false, "create --hmac-token-file with a random token when it does not exist (development)")
+	verdictToken := f.String("verdict-token-file", "FDN_VERDICT_TOKEN_FILE", "", "file holding a token /verdict and /rollouts then require as Authorization: Bearer")
 	insecure := f.Bool("insecure-no-auth", "FDN_INSECURE_NO_AUTH", false, "accept unauthenticated events when no token file is given")
 	layers := f.String("layers", "FDN_LAYERS", "", "Kustomizations every rollout must reach, as namespace/name,namespace/name")
 	stuck := f.Duration("stuck-after", "FDN_STUCK_AFTER", 30*time.Minute, "time from a revision's first evidence after which it is stuck")
@@ -65,7 +68,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		insecureNoAuth: *insecure, logFormat: *format,
 		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, DefaultCluster: *cluster},
 		mail:    mc,
-		cluster: cc,
+		cluster: cc, verdictToken: *verdictToken,
 	}
 	if err := c.cluster.validate(); err != nil {
 		return c, err
@@ -121,6 +124,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn("serving without authentication: anyone who can reach the webhook can forge deploy verdicts")
 	}
 
+	var verdictToken []byte
+	if c.verdictToken != "" {
+		b, err := os.ReadFile(c.verdictToken)
+		if err != nil {
+			return fmt.Errorf("read verdict token: %w", err)
+		}
+		if verdictToken = bytes.TrimRight(b, "\r\n"); len(verdictToken) == 0 {
+			return fmt.Errorf("verdict token file %s is empty", c.verdictToken)
+		}
+	}
+
 	db, err := store.Open(c.dataDir)
 	if err != nil {
 		return err
@@ -171,7 +185,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		hook.OnEvent(watchdog.Event)
 	}
 	srv := &http.Server{
-		Handler:           api.Routes(engine, hook, reg, log, api.Options{Checks: checks, Warning: warning}),
+		Handler:           api.Routes(engine, hook, reg, log, api.Options{Checks: checks, Warning: warning, VerdictToken: verdictToken}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -5,11 +5,13 @@ package api
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -47,6 +49,9 @@ type Options struct {
 	// service is blind to Flux events); "" when all is well. It shows in
 	// /rollouts and in /readyz detail without failing readiness.
 	Warning func() string
+	// VerdictToken, when set, is required as "Authorization: Bearer" on
+	// /verdict and /rollouts.
+	VerdictToken []byte
 }
 
 // Routes builds the service's one router. webhook receives Flux events.
@@ -54,14 +59,33 @@ func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log
 	s := &server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warning: opts.Warning}
 	r := chi.NewRouter()
 	r.Method(http.MethodPost, "/webhook", webhook)
-	r.Get("/verdict", s.verdict)
-	r.Get("/rollouts", s.rollouts)
+	r.Group(func(r chi.Router) {
+		if opts.VerdictToken != nil {
+			r.Use(bearer(opts.VerdictToken))
+		}
+		r.Get("/verdict", s.verdict)
+		r.Get("/rollouts", s.rollouts)
+	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return r
+}
+
+// bearer requires the token, compared in constant time.
+func bearer(token []byte) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), token) != 1 {
+				writeError(w, http.StatusUnauthorized, "", "this service requires Authorization: Bearer <verdict token>")
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 }
 
 type server struct {

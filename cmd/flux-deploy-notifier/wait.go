@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+)
+
+// Exit codes of wait, for pipelines.
+const (
+	exitFailed  exitCode = 1 // failed, stuck, or superseded (unless followed); applied exits 0
+	exitTimeout exitCode = 2 // timed out, or still unknown
+	exitTrouble exitCode = 3 // usage, authentication or connection errors after retries
+	maxPoll              = 5 * time.Minute
+	maxAttempts          = 5
+)
+
+// verdictBody is the part of /verdict the wait command reads.
+type verdictBody struct {
+	Revision     string  `json:"revision"`
+	Hash         string  `json:"hash"`
+	Cluster      string  `json:"cluster"`
+	Verdict      string  `json:"verdict"`
+	Terminal     bool    `json:"terminal"`
+	Summary      string  `json:"summary"`
+	SupersededBy *string `json:"superseded_by"`
+	RootCause    string  `json:"root_cause"`
+	Layers       []struct {
+		Name, State, Reason string
+		At                  *time.Time
+	} `json:"layers"`
+	Failures []struct {
+		Layer, Reason, Message string
+		AfterApplied           bool `json:"after_applied"`
+		Objects                []struct{ Kind, Namespace, Name, Error string }
+	} `json:"failures"`
+	Error string `json:"error"`
+}
+
+// wait long-polls /verdict until the commit's verdict is terminal or the
+// timeout passes, prints a summary and exits with the verdict's code.
+func wait(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	f := newFlags("wait", getenv, stderr)
+	base := f.String("url", "FDN_URL", "", "base URL of flux-deploy-notifier")
+	rev := f.String("rev", "FDN_REV", "", "the commit: a full revision, a hash or a prefix of 7+ hex digits")
+	tokenFile := f.String("token-file", "FDN_VERDICT_TOKEN_FILE", "", "file holding the verdict token, when the service requires one")
+	timeout := f.Duration("timeout", "FDN_TIMEOUT", 15*time.Minute, "how long to wait for a terminal verdict")
+	cluster := f.String("cluster", "FDN_WAIT_CLUSTER", "", "the cluster, when the commit deploys to several")
+	follow := f.Bool("follow-superseded", "FDN_FOLLOW_SUPERSEDED", false, "when superseded, wait for the newer revision and take its verdict")
+	attempts := f.Int("attempts", "FDN_ATTEMPTS", 5, "tries in a row when the service cannot be reached, 1 s apart, doubling")
+	if err := f.parse(args); err != nil {
+		fmt.Fprintln(stderr, "wait:", err)
+		return exitTrouble
+	}
+	if *base == "" || *rev == "" {
+		fmt.Fprintln(stderr, "wait: --url and --rev are required")
+		return exitTrouble
+	}
+	if _, _, err := flux.ParseQuery(*rev); err != nil {
+		fmt.Fprintln(stderr, "wait: --rev:", err)
+		return exitTrouble
+	}
+	var token string
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "wait:", err)
+			return exitTrouble
+		}
+		token = strings.TrimRight(string(b), "\r\n")
+	}
+	if *attempts < 1 {
+		fmt.Fprintln(stderr, "wait: --attempts must be at least 1")
+		return exitTrouble
+	}
+	w := &waiter{base: strings.TrimRight(*base, "/"), token: token, cluster: *cluster, stderr: stderr, attempts: *attempts,
+		client: &http.Client{Timeout: maxPoll + 30*time.Second}}
+	deadline := time.Now().Add(*timeout)
+	query := *rev
+	for {
+		v, err := w.poll(ctx, query, deadline)
+		if err != nil {
+			fmt.Fprintln(stderr, "wait:", err)
+			return exitTrouble
+		}
+		switch {
+		case v == nil || !v.Terminal:
+			printVerdict(stdout, v, query)
+			fmt.Fprintf(stdout, "timed out after %s\n", *timeout)
+			return exitTimeout
+		case v.Verdict == "superseded" && *follow && v.SupersededBy != nil:
+			fmt.Fprintf(stdout, "%s was superseded by %s: following it\n", v.Revision, *v.SupersededBy)
+			query = *v.SupersededBy
+			continue
+		}
+		printVerdict(stdout, v, query)
+		if v.Verdict == "applied" {
+			return nil
+		}
+		return exitFailed
+	}
+}
+
+type waiter struct {
+	base, token, cluster string
+	attempts             int
+	client               *http.Client
+	stderr               io.Writer
+}
+
+// poll asks until the verdict is terminal or the deadline passes; nil
+// means never seen. Connection errors and 5xx are retried, a few times.
+func (w *waiter) poll(ctx context.Context, query string, deadline time.Time) (*verdictBody, error) {
+	var last *verdictBody
+	failures := 0
+	for {
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			return last, nil
+		}
+		q := url.Values{"rev": {query}, "wait": {min(remaining, maxPoll).Round(time.Second).String()}}
+		if w.cluster != "" {
+			q.Set("cluster", w.cluster)
+		}
+		v, status, err := w.get(ctx, w.base+"/verdict?"+q.Encode())
+		switch {
+		case err != nil || status >= 500:
+			failures++
+			if err == nil {
+				err = fmt.Errorf("%d from the service", status)
+			}
+			if failures >= w.attempts {
+				return nil, fmt.Errorf("giving up after %d attempts: %w", failures, err)
+			}
+			fmt.Fprintf(w.stderr, "wait: %v; retrying\n", err)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(min(time.Duration(1<<(failures-1))*time.Second, time.Until(deadline))):
+			}
+			continue
+		case status == http.StatusUnauthorized:
+			return nil, errors.New("the service wants a verdict token (--token-file)")
+		case status == http.StatusNotFound:
+			last = nil
+		case status == http.StatusOK:
+			last = v
+		default:
+			return nil, fmt.Errorf("%d from the service: %s", status, v.Error)
+		}
+		failures = 0
+		if last != nil && last.Terminal {
+			return last, nil
+		}
+	}
+}
+
+func (w *waiter) get(ctx context.Context, u string) (*verdictBody, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	if w.token != "" {
+		req.Header.Set("Authorization", "Bearer "+w.token)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	v := &verdictBody{}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(v); err != nil && resp.StatusCode < 500 {
+		return nil, 0, fmt.Errorf("read the verdict: %w", err)
+	}
+	return v, resp.StatusCode, nil
+}
+
+// printVerdict is the short human summary a pipeline log shows.
+func printVerdict(out io.Writer, v *verdictBody, query string) {
+	if v == nil {
+		fmt.Fprintf(out, "%s: unknown (no evidence of this revision yet)\n", query)
+		return
+	}
+	fmt.Fprintf(out, "%s on %s: %s (%s)\n", v.Revision, v.Cluster, v.Verdict, v.Summary)
+	for _, l := range v.Layers {
+		line := fmt.Sprintf("  %-32s %-12s", l.Name, l.State)
+		if l.Reason != "" {
+			line += " " + l.Reason
+		}
+		fmt.Fprintln(out, strings.TrimRight(line, " "))
+	}
+	for _, f := range v.Failures {
+		if f.AfterApplied {
+			continue
+		}
+		fmt.Fprintf(out, "failure: %s %s\n", f.Layer, f.Reason)
+		for _, o := range f.Objects {
+			name := o.Name
+			if o.Namespace != "" {
+				name = o.Namespace + "/" + o.Name
+			}
+			fmt.Fprintf(out, "  %s %s: %s\n", o.Kind, name, o.Error)
+		}
+		if len(f.Objects) == 0 {
+			msg := f.Message
+			if len(msg) > 400 {
+				msg = msg[:400] + "…"
+			}
+			fmt.Fprintf(out, "  %s\n", msg)
+		}
+	}
+	if v.RootCause != "" && v.Verdict == "stuck" {
+		fmt.Fprintf(out, "root cause: %s\n", v.RootCause)
+	}
+}

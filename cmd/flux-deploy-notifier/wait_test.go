@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+)
+
+// TestWait is the pipeline gate: exit 0 on applied, 1 on failed naming the
+// layer, reason and objects, 2 on timeout, 3 on trouble, and the verdict
+// token guards /verdict.
+func TestWait(t *testing.T) {
+	dir := t.TempDir()
+	token := []byte("hmac-token")
+	verdictToken := filepath.Join(dir, "verdict-token")
+	if err := os.WriteFile(filepath.Join(dir, "token"), token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(verdictToken, []byte("read-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token"),
+		"--verdict-token-file", verdictToken)
+	client := &http.Client{Timeout: 10 * time.Second}
+	now := time.Now().UTC().Add(-20 * time.Second)
+	clean, pruned := sampleEvents("clean", "dev", now), sampleEvents("prune-failed", "dev", now.Add(time.Second))
+	if err := postEvents(context.Background(), client, url, token, clean); err != nil {
+		t.Fatal(err)
+	}
+	if err := postEvents(context.Background(), client, url, token, pruned); err != nil {
+		t.Fatal(err)
+	}
+	hash := func(rev string) string { return rev[strings.LastIndexByte(rev, ':')+1:] }
+
+	if resp, err := http.Get(url + "/verdict?rev=" + hash(clean[0].Metadata["revision"])); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("verdict without the token: %v %v", resp, err)
+	}
+
+	waitFor := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(context.Background(), append([]string{"wait", "--url", url}, args...), func(string) string { return "" }, &out, &out)
+		return out.String(), err
+	}
+	code := func(err error) int {
+		var c exitCode
+		if err == nil {
+			return 0
+		}
+		if errors.As(err, &c) {
+			return int(c)
+		}
+		return -1
+	}
+	tests := []struct {
+		name string
+		args []string
+		want int
+		says []string
+	}{
+		{"applied", []string{"--rev", hash(clean[0].Metadata["revision"])[:10], "--token-file", verdictToken}, 0,
+			[]string{": applied", "flux-system/apps", "applied"}},
+		{"prune failed", []string{"--rev", pruned[0].Metadata["revision"], "--token-file", verdictToken}, 1,
+			[]string{": failed", "failure: flux-system/apps PruneFailed", "ConfigMap apps/old-config: configmaps \"old-config\" is forbidden"}},
+		{"never seen: timeout", []string{"--rev", strings.Repeat("ab", 20), "--token-file", verdictToken, "--timeout", "1s"}, 2,
+			[]string{"unknown", "timed out"}},
+		{"no token", []string{"--rev", hash(clean[0].Metadata["revision"])}, 3, []string{"verdict token"}},
+		{"bad revision", []string{"--rev", "nope", "--token-file", verdictToken}, 3, []string{"--rev"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := waitFor(tt.args...)
+			if code(err) != tt.want {
+				t.Fatalf("exit %d (%v), want %d\n%s", code(err), err, tt.want, out)
+			}
+			for _, s := range tt.says {
+				if !strings.Contains(out, s) {
+					t.Fatalf("output lacks %q:\n%s", s, out)
+				}
+			}
+		})
+	}
+	t.Run("superseded, and followed", func(t *testing.T) {
+		a, b := "main@sha1:"+strings.Repeat("a1", 20), "main@sha1:"+strings.Repeat("b2", 20)
+		ev := func(layer, rev, reason string, sec int) flux.Event {
+			return flux.Event{
+				InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: layer},
+				Severity:       "info", Timestamp: now.Add(time.Duration(sec) * time.Second).Format(time.RFC3339),
+				Reason: reason, Message: reason, Metadata: map[string]string{"revision": rev, "cluster": "dev"},
+			}
+		}
+		events := []flux.Event{
+			ev("infra", a, "ReconciliationSucceeded", 100), ev("platform", a, "Progressing", 101),
+			ev("platform", a, "HealthCheckCanceled", 105),
+			ev("infra", b, "ReconciliationSucceeded", 106), ev("platform", b, "ReconciliationSucceeded", 110),
+		}
+		if err := postEvents(context.Background(), client, url, token, events); err != nil {
+			t.Fatal(err)
+		}
+		out, err := waitFor("--rev", a, "--token-file", verdictToken, "--cluster", "dev")
+		if code(err) != 1 || !strings.Contains(out, ": superseded") {
+			t.Fatalf("exit %d:\n%s", code(err), out)
+		}
+		out, err = waitFor("--rev", a, "--token-file", verdictToken, "--cluster", "dev", "--follow-superseded")
+		if code(err) != 0 || !strings.Contains(out, "following it") || !strings.Contains(out, b+" on dev: applied") {
+			t.Fatalf("exit %d:\n%s", code(err), out)
+		}
+	})
+
+	t.Run("service unreachable", func(t *testing.T) {
+		var out bytes.Buffer
+		err := run(context.Background(), []string{"wait", "--url", "http://127.0.0.1:1", "--rev", strings.Repeat("ab", 20), "--timeout", "40s", "--attempts", "2"},
+			func(string) string { return "" }, &out, &out)
+		if code(err) != 3 || !strings.Contains(out.String(), "giving up") {
+			t.Fatalf("exit %d: %s", code(err), out.String())
+		}
+	})
+}
