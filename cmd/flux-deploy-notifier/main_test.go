@@ -157,6 +157,7 @@ func TestGeneratedTokenAndSample(t *testing.T) {
 			if joined := strings.Join(subjects, "\n"); !strings.Contains(joined, "prune failed on dev: ConfigMap apps/old-config") {
 				t.Fatalf("mails:\n%s", joined)
 			}
+			checkMetrics(t, url)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -257,4 +258,38 @@ func readListening(t *testing.T, r io.Reader) string {
 	}
 	t.Fatalf("child exited before listening: %v", sc.Err())
 	return ""
+}
+
+// checkMetrics reads /metrics after the two sample rollouts.
+func checkMetrics(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		text := string(b)
+		missing := ""
+		for _, want := range []string{
+			`fdn_rollouts{verdict="applied"} 1`, `fdn_rollouts{verdict="failed"} 1`,
+			`fdn_rollout_terminal_seconds_count{verdict="applied"} 1`, `fdn_outbox_depth 0`,
+			`fdn_mails_sent_total 4`, `fdn_webhook_duration_seconds_count 21`,
+			`fdn_events_received_total{kind="Kustomization",reason="PruneFailed",result="stored"} 1`,
+		} {
+			if !strings.Contains(text, want) {
+				missing = want
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks %q", missing)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -152,6 +152,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	engine.OnMail(dispatcher.Wake)
+	engine.OnTerminal(api.RegisterMetrics(reg, engine, db, time.Now))
 	var watchdog *silence.Watchdog
 	statusMoved := func() {
 		if watchdog != nil {

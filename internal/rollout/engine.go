@@ -84,6 +84,7 @@ type Engine struct {
 	nextDue atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
 	rearm   chan struct{} // tells Run an earlier deadline was armed
 	notify  func()        // told when mails were enqueued
+	onTerm  func(v *View) // told when a rollout turns terminal
 
 	snap  *snapshot
 	stats Stats
@@ -131,6 +132,10 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 // OnMail sets a function called after a commit that enqueued mails (the
 // outbox dispatcher's wake-up). Call it before Run.
 func (e *Engine) OnMail(f func()) { e.notify = f }
+
+// OnTerminal sets a function called, after the commit, for each rollout
+// whose verdict just turned terminal (metrics). Call it before Run.
+func (e *Engine) OnTerminal(f func(v *View)) { e.onTerm = f }
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
@@ -380,6 +385,9 @@ func (e *Engine) write(c *commit) error {
 		}
 		e.log.Info("rollout verdict", "cluster", ch.view.Cluster, "revision", ch.view.Revision,
 			"verdict", ch.view.Verdict.String(), "from", from, "summary", ch.view.Summary)
+		if e.onTerm != nil && ch.view.Terminal && (ch.new || !ch.from.Terminal()) {
+			e.onTerm(ch.view)
+		}
 	}
 	e.snap.publish(c.views, c.removed, false)
 	e.armDeadline()

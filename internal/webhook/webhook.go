@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -42,6 +43,7 @@ type Handler struct {
 	sub     Submitter
 	log     *slog.Logger
 	events  *prometheus.CounterVec
+	latency prometheus.Histogram
 	bufs    sync.Pool
 	onEvent func()
 }
@@ -68,6 +70,11 @@ func New(token []byte, sub Submitter, log *slog.Logger, reg prometheus.Registere
 			Name: "fdn_events_received_total",
 			Help: "Flux events received, by involved object kind, reason and result.",
 		}, []string{"kind", "reason", "result"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fdn_webhook_duration_seconds",
+			Help:    "Time to answer a webhook request, the durable commit included.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, 1},
+		}),
 		bufs: sync.Pool{New: func() any { return new(bytes.Buffer) }},
 	}
 	if token != nil {
@@ -77,7 +84,7 @@ func New(token []byte, sub Submitter, log *slog.Logger, reg prometheus.Registere
 		h.bearer = bytes.TrimRight(token, "\r\n")
 	}
 	if reg != nil {
-		reg.MustRegister(h.events)
+		reg.MustRegister(h.events, h.latency)
 	}
 	return h
 }
@@ -91,6 +98,8 @@ const (
 )
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	defer func() { h.latency.Observe(time.Since(start).Seconds()) }()
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		h.reject(w, http.StatusUnsupportedMediaType, "", "Content-Type must be application/json")
 		return

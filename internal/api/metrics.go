@@ -1,0 +1,73 @@
+package api
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Outbox is what the metrics read of the mail outbox.
+type Outbox interface {
+	Pending() ([]rollout.Queued, error)
+}
+
+// RegisterMetrics adds the service's gauges, read at scrape time from the
+// engine's snapshot and the outbox, and returns the function that observes
+// the time from a rollout's first evidence to its terminal verdict.
+func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, outbox Outbox, now func() time.Time) func(v *rollout.View) {
+	reg.MustRegister(&rolloutsCollector{rs: rs, desc: prometheus.NewDesc("fdn_rollouts",
+		"Rollouts kept, by verdict.", []string{"verdict"}, nil)})
+	reg.MustRegister(&outboxCollector{outbox: outbox, now: now,
+		depth:  prometheus.NewDesc("fdn_outbox_depth", "Mails waiting in the outbox.", nil, nil),
+		oldest: prometheus.NewDesc("fdn_outbox_oldest_pending_seconds", "Age of the oldest mail waiting in the outbox.", nil, nil),
+	})
+	toTerminal := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fdn_rollout_terminal_seconds",
+		Help:    "Time from a rollout's first evidence to its terminal verdict, by verdict.",
+		Buckets: []float64{30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
+	}, []string{"verdict"})
+	reg.MustRegister(toTerminal)
+	return func(v *rollout.View) {
+		toTerminal.WithLabelValues(v.Verdict.String()).Observe(max(now().Sub(v.FirstSeen).Seconds(), 0))
+	}
+}
+
+type rolloutsCollector struct {
+	rs   Rollouts
+	desc *prometheus.Desc
+}
+
+func (c *rolloutsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *rolloutsCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[rollout.Verdict]int{}
+	for _, v := range c.rs.List("", 1<<30) {
+		counts[v.Verdict]++
+	}
+	for _, v := range []rollout.Verdict{rollout.VerdictApplying, rollout.VerdictApplied, rollout.VerdictFailed, rollout.VerdictSuperseded, rollout.VerdictStuck} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[v]), v.String())
+	}
+}
+
+type outboxCollector struct {
+	outbox        Outbox
+	now           func() time.Time
+	depth, oldest *prometheus.Desc
+}
+
+func (c *outboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.depth; ch <- c.oldest }
+
+func (c *outboxCollector) Collect(ch chan<- prometheus.Metric) {
+	pending, err := c.outbox.Pending()
+	if err != nil {
+		return
+	}
+	age := 0.0
+	for _, q := range pending {
+		age = max(age, c.now().Sub(q.Enqueued).Seconds())
+	}
+	ch <- prometheus.MustNewConstMetric(c.depth, prometheus.GaugeValue, float64(len(pending)))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
+}
