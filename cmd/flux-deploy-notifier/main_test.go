@@ -129,9 +129,13 @@ func TestGeneratedTokenAndSample(t *testing.T) {
 	if err != nil || len(tok) < 32 {
 		t.Fatalf("generated token %q: %v", tok, err)
 	}
-	for scenario, want := range map[string]string{"clean": `"verdict": "applied"`, "prune-failed": `"verdict": "failed"`} {
+	// A minute apart: rollouts within the same seconds would order by hash.
+	start := time.Now().UTC().Add(-5 * time.Minute)
+	for i, s := range []struct{ scenario, want string }{{"clean", `"verdict": "applied"`}, {"prune-failed", `"verdict": "failed"`}} {
+		scenario, want := s.scenario, s.want
 		var out bytes.Buffer
-		err := run(context.Background(), []string{"sample", "--url", url, "--token-file", tokenFile, "--scenario", scenario}, func(string) string { return "" }, &out, io.Discard)
+		err := run(context.Background(), []string{"sample", "--url", url, "--token-file", tokenFile, "--scenario", scenario,
+			"--start", start.Add(time.Duration(i) * time.Minute).Format(time.RFC3339)}, func(string) string { return "" }, &out, io.Discard)
 		if err != nil {
 			t.Fatalf("sample %s: %v", scenario, err)
 		}
@@ -288,7 +292,13 @@ func checkMetrics(t *testing.T, url string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/metrics lacks %q", missing)
+			var fdn []string
+			for _, l := range strings.Split(text, "\n") {
+				if strings.HasPrefix(l, "fdn_rollout") {
+					fdn = append(fdn, l)
+				}
+			}
+			t.Fatalf("/metrics lacks %q:\n%s", missing, strings.Join(fdn, "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

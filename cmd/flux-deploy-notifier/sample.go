@@ -27,6 +27,7 @@ func sample(ctx context.Context, args []string, getenv func(string) string, stdo
 	tokenFile := f.String("token-file", "FDN_HMAC_TOKEN_FILE", "./data/dev-token", "token the service was started with")
 	scenario := f.String("scenario", "FDN_SAMPLE_SCENARIO", "clean", "clean or prune-failed")
 	cluster := f.String("cluster", "FDN_SAMPLE_CLUSTER", "dev", "cluster name sent as metadata.cluster")
+	start := f.String("start", "FDN_SAMPLE_START", "", "RFC 3339 time of the rollout's first event (default 20 s ago)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -37,7 +38,13 @@ func sample(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return fmt.Errorf("read token: %w", err)
 	}
-	events := sampleEvents(*scenario, *cluster, time.Now().UTC().Add(-20*time.Second))
+	t0 := time.Now().UTC().Add(-20 * time.Second)
+	if *start != "" {
+		if t0, err = time.Parse(time.RFC3339, *start); err != nil {
+			return fmt.Errorf("--start: %w", err)
+		}
+	}
+	events := sampleEvents(*scenario, *cluster, t0)
 	client := &http.Client{Timeout: 10 * time.Second}
 	base := strings.TrimRight(*url, "/")
 	if err := postEvents(ctx, client, base, token, events); err != nil {

@@ -31,7 +31,7 @@ func TestWait(t *testing.T) {
 		"--verdict-token-file", verdictToken)
 	client := &http.Client{Timeout: 10 * time.Second}
 	now := time.Now().UTC().Add(-20 * time.Second)
-	clean, pruned := sampleEvents("clean", "dev", now), sampleEvents("prune-failed", "dev", now.Add(time.Second))
+	clean, pruned := sampleEvents("clean", "dev", now), sampleEvents("prune-failed", "dev", now.Add(time.Minute))
 	if err := postEvents(context.Background(), client, url, token, clean); err != nil {
 		t.Fatal(err)
 	}
@@ -97,9 +97,9 @@ func TestWait(t *testing.T) {
 			}
 		}
 		events := []flux.Event{
-			ev("infra", a, "ReconciliationSucceeded", 100), ev("platform", a, "Progressing", 101),
-			ev("platform", a, "HealthCheckCanceled", 105),
-			ev("infra", b, "ReconciliationSucceeded", 106), ev("platform", b, "ReconciliationSucceeded", 110),
+			ev("infra", a, "ReconciliationSucceeded", 200), ev("platform", a, "Progressing", 201),
+			ev("platform", a, "HealthCheckCanceled", 205),
+			ev("infra", b, "ReconciliationSucceeded", 206), ev("platform", b, "ReconciliationSucceeded", 210),
 		}
 		if err := postEvents(context.Background(), client, url, token, events); err != nil {
 			t.Fatal(err)
