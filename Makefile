@@ -13,6 +13,7 @@ IMAGE     ?= flux-deploy-notifier:dev
 # Flux controllers whose module zips carry the CRDs the cluster tests install.
 FLUX_KC   ?= v1.9.6
 FLUX_SC   ?= v1.9.1
+FLUX_NC   ?= v1.9.3
 
 # Native fuzz targets, as package:target.
 FUZZ_TARGETS := \
@@ -21,7 +22,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzParsePruneMessage \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test testbin vet unit fuzz-short fuzz bench mail-preview image clean
+.PHONY: all build run sample test testbin vet unit fuzz-short fuzz bench mail-preview manifests-check image clean
 
 all: build
 
@@ -58,11 +59,14 @@ bin/crds/.stamp: Makefile
 	@mkdir -p bin/crds
 	@kc=$$($(GO) mod download -json github.com/fluxcd/kustomize-controller@$(FLUX_KC) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
 	sc=$$($(GO) mod download -json github.com/fluxcd/source-controller@$(FLUX_SC) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
-	test -n "$$kc" -a -n "$$sc" || { echo "could not download the Flux controllers' modules"; exit 1; }; \
+	nc=$$($(GO) mod download -json github.com/fluxcd/notification-controller@$(FLUX_NC) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	test -n "$$kc" -a -n "$$sc" -a -n "$$nc" || { echo "could not download the Flux controllers' modules"; exit 1; }; \
 	for f in $$kc/config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml \
 		$$sc/config/crd/bases/source.toolkit.fluxcd.io_gitrepositories.yaml \
 		$$sc/config/crd/bases/source.toolkit.fluxcd.io_ocirepositories.yaml \
-		$$sc/config/crd/bases/source.toolkit.fluxcd.io_buckets.yaml; do \
+		$$sc/config/crd/bases/source.toolkit.fluxcd.io_buckets.yaml \
+		$$nc/config/crd/bases/notification.toolkit.fluxcd.io_providers.yaml \
+		$$nc/config/crd/bases/notification.toolkit.fluxcd.io_alerts.yaml; do \
 		install -m 644 $$f bin/crds/; done
 	@touch $@
 
@@ -98,6 +102,11 @@ bench:
 # (Debian: apt-get install chromium).
 mail-preview:
 	$(GO) run ./cmd/fdn-mail-preview -out out/mail-preview
+
+# manifests/ applied with server-side dry-run to the real kube-apiserver of
+# make testbin, with the Flux CRDs installed; `make unit` runs it too.
+manifests-check: testbin
+	$(GO) test -count=1 -run 'TestManifests' ./cmd/flux-deploy-notifier
 
 # Needs a container engine (docker or podman); none runs on the dev VMs.
 image:

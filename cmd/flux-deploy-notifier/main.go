@@ -41,6 +41,7 @@ Usage:
   flux-deploy-notifier serve  [flags]   receive Flux events, serve /verdict
   flux-deploy-notifier sample [flags]   post a sample rollout to a running service
   flux-deploy-notifier wait   [flags]   wait for a commit's verdict: the pipeline gate
+  flux-deploy-notifier manifests [flags] print the Provider, Alert and Secret for notification-controller
 
 Run "flux-deploy-notifier <command> -h" for the flags of a command.
 Every flag can also be set with the environment variable shown in its help.
@@ -60,6 +61,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return sample(ctx, args[1:], getenv, stdout, stderr)
 	case "wait":
 		return wait(ctx, args[1:], getenv, stdout, stderr)
+	case "manifests":
+		return manifests(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
