@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/fluxcd/pkg/apis/meta"
 	notifyv1 "github.com/fluxcd/notification-controller/api/v1"
 	notifyv1beta3 "github.com/fluxcd/notification-controller/api/v1beta3"
+	"github.com/fluxcd/pkg/apis/meta"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
