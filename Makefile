@@ -7,6 +7,8 @@ DATA      ?= ./data
 LISTEN    ?= 127.0.0.1:8080
 SCENARIO  ?= clean
 MAILTO    ?= dev@localhost
+# make run needs no cluster: off unless asked (CLUSTER=auto reads $$KUBECONFIG).
+CLUSTER   ?= off
 FUZZTIME  ?= 3s
 FUZZLONG  ?= 2m
 IMAGE     ?= flux-deploy-notifier:dev
@@ -36,7 +38,7 @@ build:
 run: build
 	$(BIN) serve --listen $(LISTEN) --data-dir $(DATA) \
 		--hmac-token-file $(DATA)/dev-token --generate-token --log-format text \
-		--mail-to $(MAILTO) --external-url http://$(LISTEN)
+		--mail-to $(MAILTO) --external-url http://$(LISTEN) --cluster=$(CLUSTER)
 
 sample: build
 	$(BIN) sample --url http://$(LISTEN) --token-file $(DATA)/dev-token --scenario $(SCENARIO)
