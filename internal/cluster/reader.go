@@ -67,7 +67,11 @@ type Reader struct {
 	layers  []cache.GenericLister
 	srcs    map[string][]cache.GenericLister // by kind
 	marked  map[string]string                // layer -> last membership mark stored, to send changes only
+	served  map[string]bool                  // source kinds this cluster serves (CheckAccess)
 	pending keyQueue                         // objects to look at
+
+	mu      sync.Mutex
+	deleted map[string]*unstructured.Unstructured // Kustomizations deleted, by key, until looked at
 }
 
 // keyQueue is a set of object keys to look at, in arrival order: a burst of
@@ -106,7 +110,7 @@ func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now
 		cfg.SyncTimeout = 2 * time.Minute
 	}
 	return &Reader{dyn: dyn, sub: sub, cfg: cfg, log: log, now: now,
-		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{},
+		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[string]*unstructured.Unstructured{},
 		pending: keyQueue{keys: map[string]bool{}, ready: make(chan struct{}, 1)}}
 }
 
@@ -114,8 +118,13 @@ func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now
 func (r *Reader) Synced() bool { return r.synced.Load() }
 
 // CheckAccess lists each kind once, so that a missing permission is
-// reported clearly at start instead of being retried in the background.
+// reported clearly at start instead of being retried in the background,
+// and notes which source kinds the cluster serves. Call it before Run.
 func (r *Reader) CheckAccess(ctx context.Context) error {
+	r.served = map[string]bool{}
+	for kind := range sources {
+		r.served[kind] = true
+	}
 	namespaces := r.cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -132,6 +141,11 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 				return fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
 			case apierrors.IsNotFound(err) && g != kustomizations:
 				r.log.Warn("source kind not served by this cluster", "resource", g.Resource)
+				for kind, sg := range sources {
+					if sg == g {
+						r.served[kind] = false
+					}
+				}
 			case err != nil:
 				return fmt.Errorf("cluster access: list %s in %s: %w", g.Resource, nsName(ns), err)
 			}
@@ -164,6 +178,9 @@ func (r *Reader) Run(ctx context.Context) error {
 		r.layers = append(r.layers, ki.Lister())
 		synced = append(synced, ki.Informer().HasSynced)
 		for kind, g := range sources {
+			if r.served != nil && !r.served[kind] {
+				continue // an informer on a kind not served would never sync
+			}
 			si := f.ForResource(g)
 			r.watch(si.Informer(), kind)
 			r.srcs[kind] = append(r.srcs[kind], si.Lister())
@@ -223,6 +240,21 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 			}
 			enqueue(obj)
 		},
+		DeleteFunc: func(obj any) {
+			if kind != flux.KindKustomization {
+				return
+			}
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				key := kind + "/" + u.GetNamespace() + "/" + u.GetName()
+				r.mu.Lock()
+				r.deleted[key] = u
+				r.mu.Unlock()
+				r.pending.push(key)
+			}
+		},
 	})
 }
 
@@ -255,11 +287,20 @@ func (r *Reader) handle(ctx context.Context, key string) {
 		marks map[string]string
 	)
 	if kind == flux.KindKustomization {
+		r.mu.Lock()
+		gone := r.deleted[key]
+		delete(r.deleted, key)
+		r.mu.Unlock()
 		k := r.get(r.layers, ns, name)
-		if k == nil {
+		switch {
+		case k != nil:
+			obs, marks = r.layer(k, nil, nil)
+		case gone != nil:
+			// A deleted layer stops being expected, like a suspended one.
+			obs, marks = r.mark(gone, rollout.SignalSuspended, nil, nil)
+		default:
 			return
 		}
-		obs, marks = r.layer(k, nil, nil)
 	} else {
 		src := r.get(r.srcs[kind], ns, name)
 		if src == nil {
@@ -298,16 +339,28 @@ func (r *Reader) handle(ctx context.Context, key string) {
 // layer appends a Kustomization's membership mark for its source's current
 // revision (when it changed since last stored) and then its progress.
 func (r *Reader) layer(k *unstructured.Unstructured, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
-	ref := sourceRef(k)
-	var current string
-	if src := r.get(r.srcs[ref.Kind], ref.Namespace, ref.Name); src != nil {
-		current, _ = artifactRevision(src)
+	sig := rollout.SignalExpected
+	if suspended, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend"); suspended {
+		sig = rollout.SignalSuspended
 	}
-	if h, err := flux.ParseRevision(current); err == nil {
-		sig := rollout.SignalExpected
-		if suspended, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend"); suspended {
-			sig = rollout.SignalSuspended
-		}
+	obs, marks = r.mark(k, sig, obs, marks)
+	return append(obs, StatusObservations(k, r.cfg.Cluster, r.current(k))...), marks
+}
+
+// current is the revision of a Kustomization's source's artifact, or "".
+func (r *Reader) current(k *unstructured.Unstructured) string {
+	ref := sourceRef(k)
+	if src := r.get(r.srcs[ref.Kind], ref.Namespace, ref.Name); src != nil {
+		rev, _ := artifactRevision(src)
+		return rev
+	}
+	return ""
+}
+
+// mark appends a layer's membership mark for its source's current revision
+// when it changed since last stored.
+func (r *Reader) mark(k *unstructured.Unstructured, sig rollout.Signal, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
+	if h, err := flux.ParseRevision(r.current(k)); err == nil {
 		deps := dependsOn(k)
 		id := k.GetNamespace() + "/" + k.GetName()
 		if mark := h.Hash + " " + sig.String() + " " + strings.Join(deps, ","); r.marked[id] != mark {
@@ -321,7 +374,7 @@ func (r *Reader) layer(k *unstructured.Unstructured, obs []rollout.Observation, 
 			marks[id] = mark
 		}
 	}
-	return append(obs, StatusObservations(k, r.cfg.Cluster, current)...), marks
+	return obs, marks
 }
 
 // cmpBool orders false before true.

@@ -252,4 +252,19 @@ func TestReaderScenarios(t *testing.T) {
 			t.Fatalf("mails %v", got)
 		}
 	})
+
+	t.Run("a layer deleted mid-rollout stops being expected", func(t *testing.T) {
+		w := newWorld(t, "deleted")
+		w.Source("fleet", revOf("R9"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R9"), Attempted: revOf("R9"), Ready: applied(w, "R9", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "legacy", Source: "fleet", Applied: revOf("R8"), Attempted: revOf("R9"),
+			Ready: w.Ready("Unknown", "Progressing", "Reconciliation in progress", 8*time.Minute)})
+		te := run(t, c, w.Namespace(), now)
+		verdict(t, te, "R9", rollout.VerdictApplying)
+		w.Delete("legacy")
+		v := verdict(t, te, "R9", rollout.VerdictApplied)
+		if !slices.Equal(layerNames(v), []string{"deleted/infra"}) {
+			t.Fatalf("layers %v", layerNames(v))
+		}
+	})
 }

@@ -158,3 +158,11 @@ func (w *World) SetStatus(name, applied, attempted string, ready map[string]any)
 		w.t.Fatal(err)
 	}
 }
+
+// Delete deletes a Kustomization.
+func (w *World) Delete(name string) {
+	w.t.Helper()
+	if err := w.dc.Resource(ksGVR).Namespace(w.ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+}
