@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,8 @@ type Engine struct {
 	nextSeq  uint64
 
 	mailed map[string]struct{} // keys of every mail enqueued: each goes out once
+	// stuckMailed: rollouts whose stuck mail was enqueued, to anyone (load).
+	stuckMailed map[Key]bool
 
 	nextDue atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
 	rearm   chan struct{} // tells Run an earlier deadline was armed
@@ -436,14 +439,18 @@ func (e *Engine) recompute(c *commit, keys map[Key]struct{}, now time.Time) {
 		if v.Verdict == VerdictApplying && (old == nil || old.Verdict != VerdictApplying || !old.Deadline.Equal(v.Deadline)) {
 			heap.Push(&e.due, deadline{v.Deadline, r.key})
 		}
-		if !e.loading {
-			// Mails were decided when the evidence was committed; a reload
-			// decides none, so new configuration never mails old rollouts.
-			for _, m := range dueMails(v, e.cfg.MailTo, v.routes) {
-				if _, ok := e.mailed[m.Key]; !ok {
-					e.mailed[m.Key] = struct{}{}
-					c.mails = append(c.mails, m)
-				}
+		for _, m := range dueMails(v, e.cfg.MailTo, v.routes) {
+			// Mails evidence makes due were decided when the evidence was
+			// committed, so a reload decides none of them: new configuration
+			// never mails old rollouts. The stuck mail is made due by the
+			// clock alone; if the deadline passed while the service was down
+			// (or its commit failed), the reload is the first to see it.
+			if e.loading && (m.Kind != MailStuck || e.stuckMailed[r.key]) {
+				continue
+			}
+			if _, ok := e.mailed[m.Key]; !ok {
+				e.mailed[m.Key] = struct{}{}
+				c.mails = append(c.mails, m)
 			}
 		}
 		switch {
@@ -505,12 +512,29 @@ func (e *Engine) load() error {
 			all[r.key] = struct{}{}
 		}
 	}
+	e.stuckMailed = map[Key]bool{}
+	for key := range e.mailed {
+		if parts := strings.SplitN(key, "\x00", 4); len(parts) == 4 && parts[2] == string(MailStuck) {
+			e.stuckMailed[Key{parts[0], parts[1]}] = true
+		}
+	}
 	e.loading = true
-	defer func() { e.loading = false }()
 	c := &commit{}
 	e.recompute(c, all, e.now())
+	e.loading = false
 	e.snap.publish(c.views, nil, true)
 	e.armDeadline()
+	if len(c.mails) > 0 {
+		// Stuck mails that came due while no commit could decide them.
+		if err := e.store.Commit(&Batch{Mails: c.mails, At: e.now()}); err != nil {
+			for _, m := range c.mails {
+				delete(e.mailed, m.Key) // decided again at the next load
+			}
+			e.log.Error("enqueue stuck mails", "err", err)
+		} else if e.notify != nil {
+			e.notify()
+		}
+	}
 	return nil
 }
 

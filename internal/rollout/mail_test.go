@@ -159,3 +159,26 @@ func TestStuckMail(t *testing.T) {
 		te.Stop()
 	})
 }
+
+// TestStuckMailWhenDownAtTheDeadline: the service was down when a rollout's
+// deadline passed; on restart the stuck mail is due, to the recipients
+// configured then, and goes once.
+func TestStuckMailWhenDownAtTheDeadline(t *testing.T) {
+	dir := t.TempDir()
+	te := rollouttest.Start(t, dir, mailConfig("ops@example.com"), fixedClock(t0.Add(time.Minute)), true)
+	submitAll(t, te, 1, applied0...)
+	submitAll(t, te, 1, succ("infra", "R1", 1))
+	te.Stop()
+
+	for range 2 { // and a second restart mails nothing more
+		late := rollouttest.Start(t, dir, mailConfig("ops@example.com", "new@example.com"), fixedClock(t0.Add(time.Hour)), true)
+		if v, _ := late.Lookup(rollout.Query{Hash: hashOf("R1")}); v == nil || v.Verdict != rollout.VerdictStuck {
+			t.Fatalf("R1 after restart: %+v", v)
+		}
+		want := []string{"applying ops@example.com", "stuck new@example.com", "stuck ops@example.com"}
+		if got := onlyR1(t, late); !slices.Equal(got, want) {
+			t.Fatalf("outbox %q, want %q", got, want)
+		}
+		late.Stop()
+	}
+}
