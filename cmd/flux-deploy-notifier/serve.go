@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,10 +213,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if reader == nil {
 			return
 		}
-		go watchdog.Run(readerCtx)
+		// Awaited with the reader, so that it never writes to a closed store.
+		var wg sync.WaitGroup
+		wg.Go(func() { watchdog.Run(readerCtx) })
 		if err := reader.Run(readerCtx); err != nil {
 			log.Error("cluster reader stopped; serving on events alone", "err", err)
 		}
+		wg.Wait()
 	}()
 	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
 	mailDone := make(chan error, 1)
