@@ -1,6 +1,13 @@
 package cluster
 
-import rbacv1 "k8s.io/api/rbac/v1"
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+)
+
+const kustomizationKind = flux.KindKustomization
 
 // Rules is the least privilege the reader needs: get, list and watch on the
 // kinds it reads, nothing else. The install's ClusterRole grants exactly
@@ -9,8 +16,17 @@ func Rules() []rbacv1.PolicyRule {
 	verbs := []string{"get", "list", "watch"}
 	rules := []rbacv1.PolicyRule{{APIGroups: []string{kustomizations.Group}, Resources: []string{kustomizations.Resource}, Verbs: verbs}}
 	var src []string
-	for _, kind := range []string{"GitRepository", "OCIRepository", "Bucket"} {
+	for _, kind := range []string{flux.KindGitRepository, flux.KindOCIRepository, flux.KindBucket} {
 		src = append(src, sources[kind].Resource)
 	}
 	return append(rules, rbacv1.PolicyRule{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: src, Verbs: verbs})
+}
+
+// Resource is the API resource the reader watches for a kind
+// (Kustomization, GitRepository, OCIRepository, Bucket).
+func Resource(kind string) schema.GroupVersionResource {
+	if kind == kustomizationKind {
+		return kustomizations
+	}
+	return sources[kind]
 }

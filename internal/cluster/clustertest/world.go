@@ -11,11 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 )
 
 var (
-	ksGVR  = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
-	gitGVR = schema.GroupVersionResource{Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"}
+	ksGVR  = cluster.Resource(flux.KindKustomization)
+	gitGVR = cluster.Resource(flux.KindGitRepository)
 	nsGVR  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
 
