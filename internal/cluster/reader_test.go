@@ -66,23 +66,6 @@ func startReader(t *testing.T, c *clustertest.Cluster, ns string, te *rollouttes
 	return stop
 }
 
-// mails lists the kinds of the mails queued for a revision, sorted.
-func mails(t *testing.T, te *rollouttest.Engine, label string) []string {
-	t.Helper()
-	qs, err := te.DB.Pending()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, q := range qs {
-		if q.Mail.View.Hash == hashOf(label) {
-			out = append(out, string(q.Mail.Kind))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -221,7 +204,7 @@ func TestReaderScenarios(t *testing.T) {
 			if !webhookFirst {
 				webhook()
 			}
-			if got := mails(t, te, "R5"); !slices.Equal(got, []string{"applied", "applying"}) {
+			if got := te.Queued(t, hashOf("R5")); !slices.Equal(got, []string{"applied ops@example.com", "applying ops@example.com"}) {
 				t.Fatalf("webhook first %v: mails %v", webhookFirst, got)
 			}
 		}
@@ -248,7 +231,7 @@ func TestReaderScenarios(t *testing.T) {
 		if !v.CompletedAt.Equal(now.Add(-2 * time.Minute)) {
 			t.Fatalf("completed at %v", v.CompletedAt)
 		}
-		if got := mails(t, te, "R6"); !slices.Equal(got, []string{"applied", "applying"}) {
+		if got := te.Queued(t, hashOf("R6")); !slices.Equal(got, []string{"applied ops@example.com", "applying ops@example.com"}) {
 			t.Fatalf("mails %v", got)
 		}
 	})

@@ -65,32 +65,7 @@ func TestMailsDueOnce(t *testing.T) {
 }
 
 // onlyR1 lists the queued mails about R1.
-func onlyR1(t *testing.T, te *rollouttest.Engine) []string {
-	t.Helper()
-	qs, err := te.DB.Pending()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, q := range qs {
-		if q.Mail.View.Hash != hashOf("R1") {
-			continue
-		}
-		line := string(q.Mail.Kind)
-		if q.Mail.Layer != "" {
-			line += " " + q.Mail.Layer
-		}
-		if o := q.Mail.Object; o != nil {
-			line += " " + o.Kind + "/" + o.Namespace + "/" + o.Name
-		}
-		if q.Mail.Reason != "" {
-			line += " " + q.Mail.Reason
-		}
-		out = append(out, line+" "+q.Mail.To)
-	}
-	slices.Sort(out)
-	return out
-}
+func onlyR1(t *testing.T, te *rollouttest.Engine) []string { return te.Queued(t, hashOf("R1")) }
 
 // TestMailRouting: an Alert's mail_to routes a layer's mails to its tenant,
 // who also hears of the rollout as a whole, and not of other layers' failures.

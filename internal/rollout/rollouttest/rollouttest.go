@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -68,4 +69,33 @@ func Start(t testing.TB, dir string, cfg rollout.Config, now func() time.Time, r
 		te.Run()
 	}
 	return te
+}
+
+// Queued lists the mails waiting in the outbox about the rollout of hash,
+// as "kind [layer] [object] [reason] recipient" lines, sorted.
+func (e *Engine) Queued(t testing.TB, hash string) []string {
+	t.Helper()
+	qs, err := e.DB.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, q := range qs {
+		if q.Mail.View == nil || q.Mail.View.Hash != hash {
+			continue
+		}
+		line := string(q.Mail.Kind)
+		if q.Mail.Layer != "" {
+			line += " " + q.Mail.Layer
+		}
+		if o := q.Mail.Object; o != nil {
+			line += " " + o.Kind + "/" + o.Namespace + "/" + o.Name
+		}
+		if q.Mail.Reason != "" {
+			line += " " + q.Mail.Reason
+		}
+		out = append(out, line+" "+q.Mail.To)
+	}
+	slices.Sort(out)
+	return out
 }
