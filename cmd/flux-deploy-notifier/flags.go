@@ -4,7 +4,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -80,4 +82,18 @@ func (f *flags) Int(name, env string, def int, usage string) *int {
 		def = n
 	}
 	return f.FlagSet.Int(name, def, usage+" ("+env+")")
+}
+
+// readSecret reads a secret that will travel in a header or a protocol
+// line: the file's trailing line break (the usual Secret) is not part of it.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
 }

@@ -69,11 +69,11 @@ func (m *mailConfig) finish(dataDir string) error {
 		if *m.smtpUser == "" || *m.smtpPasswordFile == "" {
 			return errors.New("--smtp-auth needs --smtp-username and --smtp-password-file")
 		}
-		b, err := os.ReadFile(*m.smtpPasswordFile)
+		pw, err := readSecret(*m.smtpPasswordFile)
 		if err != nil {
 			return fmt.Errorf("read SMTP password: %w", err)
 		}
-		m.password = strings.TrimRight(string(b), "\r\n")
+		m.password = pw
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -127,13 +126,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	var verdictToken []byte
 	if c.verdictToken != "" {
-		b, err := os.ReadFile(c.verdictToken)
+		tok, err := readSecret(c.verdictToken)
 		if err != nil {
 			return fmt.Errorf("read verdict token: %w", err)
 		}
-		if verdictToken = bytes.TrimRight(b, "\r\n"); len(verdictToken) == 0 {
-			return fmt.Errorf("verdict token file %s is empty", c.verdictToken)
-		}
+		verdictToken = []byte(tok)
 	}
 
 	db, err := store.Open(c.dataDir)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -71,12 +70,11 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 	}
 	var token string
 	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
+		var err error
+		if token, err = readSecret(*tokenFile); err != nil {
 			fmt.Fprintln(stderr, "wait:", err)
 			return exitTrouble
 		}
-		token = strings.TrimRight(string(b), "\r\n")
 	}
 	if *attempts < 1 {
 		fmt.Fprintln(stderr, "wait: --attempts must be at least 1")
