@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
@@ -78,7 +79,11 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // start runs an engine on dir and a dispatcher sending to srv.
-func start(t *testing.T, dir string, srv *smtpServer) *env {
+// smtpOptions is how the tests' SMTP server is reached: STARTTLS and AUTH
+// PLAIN, as most relays are.
+var smtpOptions = smtptest.Options{STARTTLS: true, User: "flux", Password: "s3cret-p4ss"}
+
+func start(t *testing.T, dir string, srv *smtptest.Server) *env {
 	t.Helper()
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"ops@example.com"}}
 	te := rollouttest.Start(t, dir, cfg, func() time.Time { return t0.Add(10 * time.Minute) }, true)
@@ -87,8 +92,8 @@ func start(t *testing.T, dir string, srv *smtpServer) *env {
 		t.Fatal(err)
 	}
 	sender, err := mail.NewSMTP(mail.SMTPConfig{
-		Host: "127.0.0.1", Port: srv.port, TLS: "starttls", Auth: "plain",
-		Username: smtpUser, Password: smtpPass, From: "flux@example.com", TLSConfig: srv.clientTLS,
+		Host: "127.0.0.1", Port: srv.Port, TLS: "starttls", Auth: "plain",
+		Username: smtpOptions.User, Password: smtpOptions.Password, From: "flux@example.com", TLSConfig: srv.ClientTLS,
 		Timeout: 5 * time.Second,
 	})
 	if err != nil {
@@ -114,7 +119,7 @@ func (e *env) submit(t *testing.T, times int, obs ...rollout.Observation) {
 func (e *env) flush() time.Time { return e.disp.Flush(context.Background()) }
 
 func TestCleanRolloutAndPruneFailureOverSTARTTLS(t *testing.T) {
-	srv := newSMTPServer(t)
+	srv := smtptest.Start(t, smtpOptions)
 	e := start(t, t.TempDir(), srv)
 	e.submit(t, 3, cleanRollout("R0", -600)...) // every event delivered three times
 	e.flush()
@@ -128,10 +133,10 @@ func TestCleanRolloutAndPruneFailureOverSTARTTLS(t *testing.T) {
 		"[flux] applying " + hashOf("R1")[:7] + " on prod",
 		"[flux] prune failed on prod: ConfigMap apps/old-config (" + hashOf("R1")[:7] + ")",
 	}
-	if got := srv.subjects(); !slices.Equal(got, want) {
+	if got := srv.Subjects(); !slices.Equal(got, want) {
 		t.Fatalf("subjects:\n got %q\nwant %q", got, want)
 	}
-	prune := srv.messages()[3]
+	prune := srv.Messages()[3]
 	body, _ := io.ReadAll(prune.Body)
 	for _, s := range []string{"flux-system/apps", "old-config", "is forbidden: denied"} {
 		if !strings.Contains(string(body), s) {
@@ -141,7 +146,7 @@ func TestCleanRolloutAndPruneFailureOverSTARTTLS(t *testing.T) {
 	if id := prune.Header.Get("Message-Id"); !strings.HasSuffix(id, "@flux-deploy-notifier>") {
 		t.Errorf("Message-ID %q", id)
 	}
-	if strings.Contains(e.logs.String(), smtpPass) {
+	if strings.Contains(e.logs.String(), smtpOptions.Password) {
 		t.Fatal("the SMTP password reached the log")
 	}
 	if pending, _ := e.te.DB.Pending(); len(pending) != 0 {
@@ -150,17 +155,17 @@ func TestCleanRolloutAndPruneFailureOverSTARTTLS(t *testing.T) {
 }
 
 func TestTransientFailureRetriesWithBackoff(t *testing.T) {
-	srv := newSMTPServer(t)
-	srv.fail = func(n int) error {
+	srv := smtptest.Start(t, smtpOptions)
+	srv.FailWith(func(n int) error {
 		if n == 1 {
-			return &smtpError451
+			return smtptest.Reply451
 		}
 		return nil
-	}
+	})
 	e := start(t, t.TempDir(), srv)
 	e.submit(t, 1, progressing("infra", "R0", 0))
 	next := e.flush()
-	if len(srv.messages()) != 0 {
+	if len(srv.Messages()) != 0 {
 		t.Fatal("a 451 was counted as delivered")
 	}
 	pending, _ := e.te.DB.Pending()
@@ -169,18 +174,18 @@ func TestTransientFailureRetriesWithBackoff(t *testing.T) {
 		t.Fatalf("after a 451: next %v, outbox %+v", next, pending)
 	}
 	e.flush() // not due yet
-	if len(srv.messages()) != 0 {
+	if len(srv.Messages()) != 0 {
 		t.Fatal("retried before the backoff")
 	}
 	e.clock.Add(15 * time.Second)
-	if next := e.flush(); !next.IsZero() || len(srv.messages()) != 1 {
-		t.Fatalf("after the backoff: %d delivered, next %v", len(srv.messages()), next)
+	if next := e.flush(); !next.IsZero() || len(srv.Messages()) != 1 {
+		t.Fatalf("after the backoff: %d delivered, next %v", len(srv.Messages()), next)
 	}
 }
 
 func TestPermanentFailureDeadLetters(t *testing.T) {
-	srv := newSMTPServer(t)
-	srv.fail = func(int) error { return &smtpError554 }
+	srv := smtptest.Start(t, smtpOptions)
+	srv.FailWith(func(int) error { return smtptest.Reply554 })
 	e := start(t, t.TempDir(), srv)
 	e.submit(t, 1, progressing("infra", "R0", 0))
 	if next := e.flush(); !next.IsZero() {
@@ -200,14 +205,14 @@ func TestPermanentFailureDeadLetters(t *testing.T) {
 // complete, the service restarts in the middle, the server comes back:
 // every due mail arrives exactly once.
 func TestServerDownThenRestart(t *testing.T) {
-	srv := newSMTPServer(t)
-	srv.stop()
+	srv := smtptest.Start(t, smtpOptions)
+	srv.Stop()
 	dir := t.TempDir()
 	e := start(t, dir, srv)
 	e.submit(t, 2, cleanRollout("R1", 0)...)
 	e.submit(t, 2, cleanRollout("R2", 60)...)
-	if next := e.flush(); next.IsZero() || len(srv.messages()) != 0 {
-		t.Fatalf("server down: next retry %v, %d delivered", next, len(srv.messages()))
+	if next := e.flush(); next.IsZero() || len(srv.Messages()) != 0 {
+		t.Fatalf("server down: next retry %v, %d delivered", next, len(srv.Messages()))
 	}
 	e.te.Stop()
 
@@ -215,11 +220,11 @@ func TestServerDownThenRestart(t *testing.T) {
 	e.submit(t, 2, cleanRollout("R2", 60)...)
 	e.submit(t, 2, cleanRollout("R3", 120)...)
 	e.flush()
-	srv.restart()
+	srv.Restart()
 	e.clock.Add(time.Hour)
 	e.flush()
 	e.flush()
-	got := srv.subjects()
+	got := srv.Subjects()
 	slices.Sort(got)
 	var want []string
 	for _, l := range []string{"R1", "R2", "R3"} {
@@ -233,12 +238,12 @@ func TestServerDownThenRestart(t *testing.T) {
 
 // TestOneConnectionPerBurst: a burst of mails reuses one SMTP connection.
 func TestOneConnectionPerBurst(t *testing.T) {
-	srv := newSMTPServer(t)
+	srv := smtptest.Start(t, smtpOptions)
 	e := start(t, t.TempDir(), srv)
 	e.submit(t, 1, cleanRollout("R1", 0)...)
 	e.submit(t, 1, cleanRollout("R2", 60)...)
 	e.flush()
-	if n, c := len(srv.messages()), srv.connections(); n != 4 || c != 1 {
+	if n, c := len(srv.Messages()), srv.Connections(); n != 4 || c != 1 {
 		t.Fatalf("%d mails over %d connections", n, c)
 	}
 }
@@ -246,7 +251,7 @@ func TestOneConnectionPerBurst(t *testing.T) {
 // TestEventTextIsData: a commit subject and a Flux message cannot add a
 // header, and HTML in them is escaped.
 func TestEventTextIsData(t *testing.T) {
-	srv := newSMTPServer(t)
+	srv := smtptest.Start(t, smtpOptions)
 	e := start(t, t.TempDir(), srv)
 	art := rollout.Observation{
 		Cluster: "prod", Emitter: rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: "flux-system"},
@@ -256,8 +261,9 @@ func TestEventTextIsData(t *testing.T) {
 	bad := ob("apps", "X", 5, rollout.SignalFailed, "ReconciliationFailed", "boom\r\nBcc: attacker@example.com <img src=x onerror=alert(1)>")
 	e.submit(t, 1, art, bad)
 	e.flush()
-	raws := srv.rawMessages()
-	for i, raw := range raws {
+	msgs := srv.Messages()
+	for i, m := range msgs {
+		raw := m.Raw
 		head := raw[:strings.Index(raw, "\r\n\r\n")]
 		if strings.Contains(strings.ToLower(head), "\r\nbcc:") || strings.Contains(head, "\r\nX-Evil") {
 			t.Fatalf("mail %d: event text added a header:\n%s", i, head)
@@ -267,26 +273,26 @@ func TestEventTextIsData(t *testing.T) {
 			t.Fatalf("mail %d: HTML from an event was not escaped:\n%s", i, html)
 		}
 	}
-	if len(raws) != 2 {
-		t.Fatalf("%d mails", len(raws))
+	if len(msgs) != 2 {
+		t.Fatalf("%d mails", len(msgs))
 	}
 }
 
 func TestBadRecipientDeadLetters(t *testing.T) {
-	srv := newSMTPServer(t)
+	srv := smtptest.Start(t, smtpOptions)
 	e := start(t, t.TempDir(), srv)
 	o := progressing("infra", "R0", 0)
 	o.MailTo = []string{"nobody@invalid.example"}
 	e.submit(t, 1, o)
 	e.flush()
 	dead, _ := e.te.DB.Dead()
-	if len(srv.messages()) != 1 || len(dead) != 1 || dead[0].Mail.To != "nobody@invalid.example" {
-		t.Fatalf("delivered %d, dead %+v", len(srv.messages()), dead)
+	if len(srv.Messages()) != 1 || len(dead) != 1 || dead[0].Mail.To != "nobody@invalid.example" {
+		t.Fatalf("delivered %d, dead %+v", len(srv.Messages()), dead)
 	}
 }
 
 func TestDispatcherRunWakesOnMail(t *testing.T) {
-	srv := newSMTPServer(t)
+	srv := smtptest.Start(t, smtpOptions)
 	e := start(t, t.TempDir(), srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -295,9 +301,9 @@ func TestDispatcherRunWakesOnMail(t *testing.T) {
 	e.te.OnMail(e.disp.Wake)
 	e.submit(t, 1, cleanRollout("R1", 0)...)
 	deadline := time.Now().Add(20 * time.Second)
-	for len(srv.messages()) < 2 {
+	for len(srv.Messages()) < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("dispatcher delivered %d of 2 mails", len(srv.messages()))
+			t.Fatalf("dispatcher delivered %d of 2 mails", len(srv.Messages()))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
