@@ -10,13 +10,7 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
@@ -47,15 +41,11 @@ func manifestDocs(t *testing.T, dir string) []*unstructured.Unstructured {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, doc := range bytes.Split(b, []byte("\n---")) {
-			u := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
-			if len(u.Object) > 0 {
-				out = append(out, u)
-			}
+		objs, err := clustertest.ParseYAML(b)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
 		}
+		out = append(out, objs...)
 	}
 	return out
 }
@@ -100,26 +90,13 @@ func TestManifestsGrantExactlyTheReaderRules(t *testing.T) {
 // CRDs installed: every object must be valid as written.
 func TestManifestsApplyToRealAPIServer(t *testing.T) {
 	c := clustertest.Start(t)
-	dc, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	disco, err := discovery.NewDiscoveryClientForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))
 	docs := manifestDocs(t, manifestsDir)
 	docs = append(docs, manifestDocs(t, filepath.Join(manifestsDir, "examples", "tenant"))...)
-	ctx := context.Background()
 	// Namespaces for real, so that the objects in them can be tried.
 	for _, ns := range []string{"flux-system", "flux-deploy-notifier", "team-a"} {
-		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
-		m, _ := mapper.RESTMapping(u.GroupVersionKind().GroupKind(), "v1")
-		if _, err := dc.Resource(m.Resource).Create(ctx, u, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+ns+"}\n")
 	}
+	ctx := context.Background()
 	seen := map[string]bool{}
 	for _, u := range docs {
 		id := u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
@@ -127,17 +104,7 @@ func TestManifestsApplyToRealAPIServer(t *testing.T) {
 			continue
 		}
 		seen[id] = true
-		gvk := u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Errorf("%s: %v", id, err)
-			continue
-		}
-		var ri dynamic.ResourceInterface = dc.Resource(m.Resource)
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			ri = dc.Resource(m.Resource).Namespace(u.GetNamespace())
-		}
-		if _, err := ri.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "manifests-check", DryRun: []string{metav1.DryRunAll}}); err != nil {
+		if err := c.ServerSideApply(ctx, u, "manifests-check", true); err != nil {
 			t.Errorf("%s: %v", id, err)
 		}
 	}

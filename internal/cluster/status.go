@@ -6,6 +6,7 @@
 package cluster
 
 import (
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -21,10 +22,14 @@ type condition struct {
 }
 
 func readyCondition(u *unstructured.Unstructured) (condition, bool) {
+	return statusCondition(u, "Ready")
+}
+
+func statusCondition(u *unstructured.Unstructured, typ string) (condition, bool) {
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
-		if m["type"] != "Ready" {
+		if m["type"] != typ {
 			continue
 		}
 		str := func(k string) string { s, _ := m[k].(string); return s }
@@ -82,7 +87,14 @@ func artifactRevision(src *unstructured.Unstructured) (string, time.Time) {
 //     Flux's message (PruneFailed names the objects it could not delete).
 //   - Ready False/Unknown with DependencyNotReady: waiting on a dependency,
 //     for the revision its source has now (waitingFor).
-//   - Ready Unknown otherwise: lastAttemptedRevision is progressing.
+//   - Ready False with HealthCheckCanceled: lastAttemptedRevision was left
+//     for a newer revision.
+//   - Ready Unknown otherwise: the revision the Reconciling condition's
+//     message names ("Fetching manifests for revision <rev> with a timeout
+//     of ...") is progressing. Not lastAttemptedRevision: at the start of a
+//     reconciliation it still names the previous revision (seen with real
+//     controllers: right after a canceled health check it named the
+//     canceled one while the newer was being applied).
 //   - status.history: each entry whose last reconciliation succeeded says its
 //     revision had applied by lastReconciled (catch-up after downtime).
 func StatusObservations(k *unstructured.Unstructured, cluster, waitingFor string) []rollout.Observation {
@@ -114,8 +126,14 @@ func StatusObservations(k *unstructured.Unstructured, cluster, waitingFor string
 					o.Objects = append(o.Objects, rollout.Object{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Error: p.Error})
 				}
 			}
+		case ready.Status == "False" && class == flux.ClassCanceled:
+			add(attempted, ready.At, rollout.SignalCanceled, ready.Reason, ready.Message)
 		case ready.Status == "Unknown":
-			add(attempted, ready.At, rollout.SignalProgressing, ready.Reason, ready.Message)
+			if rec, ok := statusCondition(k, "Reconciling"); ok && rec.Status == "True" {
+				if rev := reconcilingRevision(rec.Message); rev != "" {
+					add(rev, ready.At, rollout.SignalProgressing, ready.Reason, rec.Message)
+				}
+			}
 		}
 	}
 	history, _, _ := unstructured.NestedSlice(k.Object, "status", "history")
@@ -131,6 +149,18 @@ func StatusObservations(k *unstructured.Unstructured, cluster, waitingFor string
 		add(rev, at.UTC(), rollout.SignalSucceeded, flux.ReasonReconciliationSucceeded, "Applied (status.history)")
 	}
 	return out
+}
+
+// reconcilingRevision is the revision kustomize-controller names in its
+// Reconciling message ("<step> for revision <rev> with a timeout of <d>"),
+// or "".
+func reconcilingRevision(msg string) string {
+	_, rest, ok := strings.Cut(msg, " for revision ")
+	if !ok {
+		return ""
+	}
+	rev, _, _ := strings.Cut(rest, " ")
+	return rev
 }
 
 // severity is what the event for a Ready condition would carry.

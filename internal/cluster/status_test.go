@@ -18,7 +18,9 @@ const (
 
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-func kustomization(generation, observed int64, applied, attempted string, ready map[string]any, history ...map[string]any) *unstructured.Unstructured {
+// kustomization is a Kustomization's status with a Ready condition (when not
+// nil), and more conditions or history entries (those with lastReconciled).
+func kustomization(generation, observed int64, applied, attempted string, ready map[string]any, more ...map[string]any) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
 		"metadata": map[string]any{"name": "apps", "namespace": "flux-system", "generation": generation},
@@ -26,17 +28,29 @@ func kustomization(generation, observed int64, applied, attempted string, ready 
 			"observedGeneration": observed, "lastAppliedRevision": applied, "lastAttemptedRevision": attempted,
 		},
 	}}
+	var conds, hs []any
 	if ready != nil {
-		u.Object["status"].(map[string]any)["conditions"] = []any{ready}
+		conds = append(conds, ready)
 	}
-	var hs []any
-	for _, h := range history {
-		hs = append(hs, h)
+	for _, m := range more {
+		if _, ok := m["lastReconciled"]; ok {
+			hs = append(hs, m)
+		} else {
+			conds = append(conds, m)
+		}
+	}
+	if conds != nil {
+		u.Object["status"].(map[string]any)["conditions"] = conds
 	}
 	if hs != nil {
 		u.Object["status"].(map[string]any)["history"] = hs
 	}
 	return u
+}
+
+// reconciling is kustomize-controller's Reconciling condition.
+func reconciling(msg string) map[string]any {
+	return map[string]any{"type": "Reconciling", "status": "True", "reason": "Progressing", "message": msg, "lastTransitionTime": at.Format(time.RFC3339)}
 }
 
 func ready(status, reason, msg string) map[string]any {
@@ -74,8 +88,15 @@ func TestStatusObservations(t *testing.T) {
 			"", "failed 2222 HealthCheckFailed"},
 		{"waiting for a dependency, on the source's current revision", kustomization(1, 1, r1, r1, ready("False", "DependencyNotReady", "dependencies")),
 			r2, "waiting 2222 DependencyNotReady"},
-		{"progressing", kustomization(1, 1, r1, r2, ready("Unknown", "Progressing", "Reconciliation in progress")),
+		{"progressing: the revision the Reconciling condition names", kustomization(1, 1, r1, r1, ready("Unknown", "Progressing", "Reconciliation in progress"),
+			reconciling("Fetching manifests for revision "+r2+" with a timeout of 30s")),
 			"", "progressing 2222 Progressing"},
+		{"progressing without a revision named: not lastAttemptedRevision, which may be the previous one",
+			kustomization(1, 1, r1, r1, ready("Unknown", "Progressing", "Reconciliation in progress"), reconciling("Reconciliation in progress")),
+			"", ""},
+		{"health checks canceled for a newer revision", kustomization(1, 1, r1, r2, ready("False", "HealthCheckCanceled",
+			"New reconciliation triggered by GitRepository/flux-system/fleet")),
+			"", "canceled 2222 HealthCheckCanceled"},
 		{"no Ready condition yet", kustomization(1, 0, "", "", nil), "", ""},
 		{"history catches up a success", kustomization(1, 1, r2, r2, nil, map[string]any{
 			"digest": "sha256:x", "firstReconciled": at.Format(time.RFC3339), "lastReconciled": at.Format(time.RFC3339),

@@ -20,7 +20,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -42,8 +41,10 @@ type Cluster struct {
 	Config *rest.Config
 	// Kubeconfig is a kubeconfig file with the same credentials.
 	Kubeconfig string
-	dir        string
-	pki        pki
+	// Dir holds the cluster's files and the logs of the processes started.
+	Dir   string
+	pki   pki
+	apply applier
 }
 
 // CRDGroupVersionResource is the CRD resource.
@@ -67,11 +68,23 @@ func Start(t testing.TB) *Cluster {
 		}
 	}
 	dir := t.TempDir()
+	// FDN_TEST_LOGS keeps the processes' logs (and etcd's data) after the
+	// test, for a developer reading what the controllers did.
+	if keep := os.Getenv("FDN_TEST_LOGS"); keep != "" {
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if dir, err = os.MkdirTemp(keep, "cluster-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("logs in %s", dir)
+	}
 	pki := newPKI(t, dir)
 
-	etcdClient, etcdPeer := freePort(t), freePort(t)
+	etcdClient, etcdPeer := FreePort(t), FreePort(t)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
-	start(t, dir, "etcd", filepath.Join(bin, "etcd"),
+	StartProcess(t, dir, "etcd", filepath.Join(bin, "etcd"), nil,
 		"--data-dir", filepath.Join(dir, "etcd"),
 		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
 		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(etcdPeer),
@@ -79,8 +92,8 @@ func Start(t testing.TB) *Cluster {
 		"--initial-cluster", "default=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
 		"--unsafe-no-fsync", "--log-level", "error")
 
-	port := freePort(t)
-	exited := start(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"),
+	port := FreePort(t)
+	apiserver := StartProcess(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"), nil,
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(port),
@@ -105,42 +118,11 @@ func Start(t testing.TB) *Cluster {
 		},
 		QPS: 100, Burst: 200,
 	}
-	waitReady(t, cfg, exited)
-	c := &Cluster{Config: cfg, dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki}
+	waitReady(t, cfg, apiserver.Exited())
+	c := &Cluster{Config: cfg, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki}
 	writeKubeconfig(t, c.Kubeconfig, host, pki.adminCert, pki.adminKey)
 	installCRDs(t, cfg)
 	return c
-}
-
-// start runs a binary until the test ends; the channel is closed if it exits
-// before.
-func start(t testing.TB, dir, name, path string, args ...string) <-chan struct{} {
-	t.Helper()
-	logFile, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		// Only the process this test started, by its PID.
-		_ = cmd.Process.Kill()
-		<-exited
-		logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
-			}
-			t.Logf("%s log (tail):\n%s", name, b)
-		}
-	})
-	return exited
 }
 
 func waitReady(t testing.TB, cfg *rest.Config, exited <-chan struct{}) {
@@ -233,7 +215,8 @@ func established(u *unstructured.Unstructured) bool {
 	return false
 }
 
-func freePort(t testing.TB) int {
+// FreePort is a loopback TCP port free at the time of the call.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -264,7 +247,7 @@ func (c *Cluster) KubeconfigFor(t testing.TB, user string, groups ...string) str
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(c.dir, "kubeconfig-"+user)
+	path := filepath.Join(c.Dir, "kubeconfig-"+user)
 	writeKubeconfig(t, path, c.Config.Host, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pemKey(t, key))
 	return path
 }

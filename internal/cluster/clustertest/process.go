@@ -1,0 +1,68 @@
+package clustertest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is a binary started by a test, logging to <dir>/<name>.log.
+type Process struct {
+	Log    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// StartProcess runs a binary until the test ends, with env added to the
+// test's environment. When the test fails, the tail of its log is printed.
+func StartProcess(t testing.TB, dir, name, path string, env []string, args ...string) *Process {
+	t.Helper()
+	logFile, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &Process{Log: logFile.Name(), cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(p.exited) }()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.Log)
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("%s log (tail):\n%s", name, b)
+		}
+	})
+	return p
+}
+
+// Exited is closed once the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Kill stops the process with SIGKILL, by its PID, and waits for it.
+func (p *Process) Kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// Stop asks the process to shut down with SIGTERM and waits for it, up to
+// grace; then it is killed. It reports whether it stopped by itself.
+func (p *Process) Stop(grace time.Duration) bool {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return true
+	case <-time.After(grace):
+		p.Kill()
+		return false
+	}
+}

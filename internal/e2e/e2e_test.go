@@ -1,0 +1,614 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// rig is what every scenario shares: one cluster, the Flux controllers, the
+// artifact server, the SMTP server and the service's binary.
+type rig struct {
+	c    *clustertest.Cluster
+	arts *Artifacts
+	smtp *smtptest.Server
+	bin  string
+}
+
+// TestFlux runs every scenario against the real controllers, in parallel:
+// each has its own namespace, GitRepository, Kustomizations, Provider and
+// Alert, and its own instance of the service, which reads only that
+// namespace and mails its own recipient.
+func TestFlux(t *testing.T) {
+	bin, err := BuildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clustertest.Start(t)
+	StartFlux(t, c)
+	r := &rig{c: c, arts: ServeArtifacts(t), smtp: smtptest.Start(t, smtptest.Options{}), bin: bin}
+	scenarios := []struct {
+		name string
+		run  func(t *testing.T, w *world)
+	}{
+		{"clean", cleanRollout},
+		{"prune", pruneFailure},
+		{"prune-disabled", pruneDisabled},
+		{"health", healthCheckFailure},
+		{"superseded", supersededWaitsForHealthCheck},
+		{"canceled", supersededCancelsHealthCheck},
+		{"no-change", noChange},
+		{"suspended", suspendedTier},
+		{"down", downDuringRollout},
+		{"restart", restartMidRollout},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			sc.run(t, r.world(t, sc.name))
+		})
+	}
+}
+
+// tiers are the layers of every scenario, each depending on the one before.
+var tiers = []string{"infra", "platform", "apps"}
+
+// world is one scenario's namespace: a repository with three tiers of
+// Kustomizations chained by dependsOn, and the service watching them.
+type world struct {
+	*rig
+	ns   string
+	repo *Repo
+	svc  *Service
+}
+
+func (r *rig) world(t *testing.T, name string) *world {
+	ns := "e2e-" + name
+	r.c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+ns+"}\n")
+	return &world{rig: r, ns: ns, repo: NewRepo(t, r.c, r.arts, ns, "fleet")}
+}
+
+// tier is how a scenario sets up one Kustomization.
+type tier struct {
+	wait    bool   // health checks (spec.wait)
+	timeout string // spec.timeout, default 1m
+	suspend bool
+	shard   string // ShardCancel for the controller with CancelHealthCheckOnNewRevision
+}
+
+// start publishes the first commit, creates the tiers and the service, and
+// waits until the commit is applied everywhere.
+func (w *world) start(t *testing.T, files map[string]string, opts map[string]tier) Commit {
+	t.Helper()
+	r0 := w.repo.Publish(t, files)
+	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr)
+	for i, name := range tiers {
+		w.applyTier(t, i, opts[name])
+	}
+	w.svc.AwaitVerdict(t, r0, rollout.VerdictApplied, 2*time.Minute)
+	return r0
+}
+
+func (w *world) applyTier(t *testing.T, i int, o tier) {
+	t.Helper()
+	name := tiers[i]
+	deps := ""
+	if i > 0 {
+		deps = "\n  dependsOn: [{name: " + tiers[i-1] + "}]"
+	}
+	if o.timeout == "" {
+		o.timeout = "1m"
+	}
+	labels := ""
+	if o.shard != "" {
+		labels = "\n  labels: {" + ShardLabel + ": " + o.shard + "}"
+	}
+	// A long interval: no heartbeat interferes with a scenario, every event
+	// comes from a new commit or a retry.
+	w.c.ApplyYAML(t, fmt.Sprintf(`apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: %s
+  namespace: %s%s
+spec:
+  interval: 1h
+  retryInterval: 20s
+  timeout: %s
+  path: ./%s
+  prune: true
+  wait: %v
+  suspend: %v
+  sourceRef: {kind: GitRepository, name: fleet}%s
+`, name, w.ns, labels, o.timeout, name, o.wait, o.suspend, deps))
+}
+
+// files are the manifests of a commit, by path in the repository.
+type files map[string]string
+
+// base is every tier's namespace and a ConfigMap whose data is version.
+func (w *world) base(version string) files {
+	f := files{}
+	for _, tier := range tiers {
+		f[tier+"/namespace.yaml"] = "apiVersion: v1\nkind: Namespace\nmetadata: {name: " + w.ns + "-" + tier + "}\n"
+		f[tier+"/settings.yaml"] = w.configMap(tier, "settings", "", version)
+	}
+	return f
+}
+
+// configMap is a ConfigMap in a tier's namespace; meta is extra metadata
+// lines (labels, annotations).
+func (w *world) configMap(tier, name, meta, version string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s-%s\n%sdata: {version: %q}\n",
+		name, w.ns, tier, meta, version)
+}
+
+func (f files) with(path, content string) files {
+	out := maps.Clone(f)
+	out[path] = content
+	return out
+}
+
+func (f files) without(paths ...string) files {
+	out := maps.Clone(f)
+	for _, p := range paths {
+		delete(out, p)
+	}
+	return out
+}
+
+// Mail labels: a subject without the "[flux] " prefix, the cluster and the
+// duration, which vary.
+var durationInSubject = regexp.MustCompile(` in [0-9.]+(ms|s|m|h)[0-9.a-z]*`)
+
+func mailLabel(subject string) string {
+	s := strings.TrimPrefix(subject, "[flux] ")
+	s = strings.Replace(s, " on "+Cluster, "", 1)
+	return durationInSubject.ReplaceAllString(s, "")
+}
+
+func applying(c Commit) string { return "applying " + c.Hash[:7] }
+func applied(c Commit) string  { return "applied " + c.Hash[:7] }
+
+func (w *world) failed(tier, reason string, c Commit) string {
+	return fmt.Sprintf("failed: %s/%s %s (%s)", w.ns, tier, reason, c.Hash[:7])
+}
+
+// mails are the labels of the mails the scenario's service sent, sorted.
+func (w *world) mails() []string {
+	var out []string
+	for _, m := range w.smtp.Messages() {
+		if slices.Contains(m.To, w.svc.MailTo) {
+			out = append(out, mailLabel(m.Header.Get("Subject")))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// expectMails waits until exactly want has been delivered and the outbox is
+// empty, then stops the service (SIGTERM) and checks that nothing more was
+// sent: no more, no fewer mails than want.
+func (w *world) expectMails(t *testing.T, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		got := w.mails()
+		empty, err := w.svc.OutboxEmpty()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(got, want) && empty {
+			break
+		}
+		for _, g := range got {
+			if !slices.Contains(want, g) {
+				t.Fatalf("unexpected mail %q\ngot:  %q\nwant: %q", g, got, want)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mails after 90s:\ngot:  %q\nwant: %q (outbox empty: %v)", got, want, empty)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	w.svc.Stop()
+	if got := w.mails(); !slices.Equal(got, want) {
+		t.Fatalf("mails changed at shutdown:\ngot:  %q\nwant: %q", got, want)
+	}
+	t.Logf("mails: %q", want)
+}
+
+// expectWait runs the pipeline's `wait` and checks its exit code.
+func (w *world) expectWait(t *testing.T, c Commit, code int, extra ...string) {
+	t.Helper()
+	got, out := w.svc.Wait(t, c, extra...)
+	if got != code {
+		t.Fatalf("wait %s %v: exit %d, want %d\n%s", c.Hash[:7], extra, got, code, out)
+	}
+	t.Logf("wait %s %v: exit %d\n%s", c.Hash[:7], extra, got, out)
+}
+
+// kustomization reads a tier's Kustomization.
+func (w *world) kustomization(t *testing.T, tier string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("kustomize.toolkit.fluxcd.io/v1")
+	u.SetKind("Kustomization")
+	u.SetNamespace(w.ns)
+	ri, err := w.c.Resource(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ri.Get(context.Background(), tier, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func lastApplied(k *unstructured.Unstructured) string {
+	s, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
+	return s
+}
+
+// awaitCluster polls until every tier named has applied c, as Flux itself
+// reports in the Kustomizations' status.
+func (w *world) awaitCluster(t *testing.T, c Commit, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, n := range names {
+		for lastApplied(w.kustomization(t, n)) != c.Revision {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not apply %s within 2m", n, c.Hash[:7])
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+}
+
+// object reads an object of a tier's namespace; nil when it does not exist.
+func (w *world) object(t *testing.T, apiVersion, kind, tier, name string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(w.ns + "-" + tier)
+	ri, err := w.c.Resource(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ri.Get(context.Background(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// 1. A clean rollout over three tiers.
+func cleanRollout(t *testing.T, w *world) {
+	r0 := w.start(t, w.base("0"), nil)
+	r1 := w.repo.Publish(t, w.base("1"))
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	if v.ExpectedFrom != rollout.ExpectedFromCluster || len(v.Layers) != 3 {
+		t.Fatalf("applied on %d layers expected from %s, want the 3 tiers from the cluster\n%s", len(v.Layers), v.ExpectedFrom, dump(v))
+	}
+	for _, l := range v.Layers {
+		if l.State != rollout.LayerApplied {
+			t.Fatalf("layer %s is %s in an applied verdict", l.Name, l.State)
+		}
+	}
+	w.expectWait(t, r1, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// 2. A ValidatingAdmissionPolicy denies the deletion of a protected
+// ConfigMap the commit removed from the last tier; an ordinary ConfigMap
+// removed from another tier is deleted. The verdict is failed, naming the
+// protected object and the policy's message, and not the ordinary one.
+func pruneFailure(t *testing.T, w *world) {
+	policy := w.ns + "-protect-configmaps"
+	w.c.ApplyYAML(t, fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: %[1]s}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["DELETE"], resources: ["configmaps"]}
+  validations:
+  - expression: "!has(oldObject.metadata.labels) || !('protect' in oldObject.metadata.labels) || oldObject.metadata.labels['protect'] != 'true'"
+    message: ConfigMaps labelled protect=true may not be deleted
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: %[1]s}
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %[2]s-apps}
+`, policy, w.ns))
+	protected := w.configMap("apps", "protected", "  labels: {protect: \"true\"}\n", "0")
+	f0 := w.base("0").with("apps/protected.yaml", protected).with("platform/ordinary.yaml", w.configMap("platform", "ordinary", "", "0"))
+	r0 := w.start(t, f0, nil)
+	w.awaitPolicy(t)
+
+	r1 := w.repo.Publish(t, f0.without("apps/protected.yaml", "platform/ordinary.yaml"))
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, 2*time.Minute)
+	if len(v.Failures) != 1 {
+		t.Fatalf("%d failures, want 1\n%s", len(v.Failures), dump(v))
+	}
+	f := v.Failures[0]
+	obj := rollout.Object{Kind: "ConfigMap", Namespace: w.ns + "-apps", Name: "protected"}
+	if f.Layer != w.ns+"/apps" || f.Reason != "PruneFailed" || len(f.Objects) != 1 ||
+		f.Objects[0].Kind != obj.Kind || f.Objects[0].Namespace != obj.Namespace || f.Objects[0].Name != obj.Name ||
+		!strings.Contains(f.Objects[0].Error, "ValidatingAdmissionPolicy '"+policy+"'") ||
+		!strings.Contains(f.Objects[0].Error, "ConfigMaps labelled protect=true may not be deleted") {
+		t.Fatalf("failure does not name the protected ConfigMap and the policy's message:\n%s", dump(v))
+	}
+	if strings.Contains(dump(v), "ordinary") {
+		t.Fatalf("the ordinary ConfigMap, which was deleted, is named:\n%s", dump(v))
+	}
+	if w.object(t, "v1", "ConfigMap", "platform", "ordinary") != nil {
+		t.Fatal("the ordinary ConfigMap was not pruned")
+	}
+	if w.object(t, "v1", "ConfigMap", "apps", "protected") == nil {
+		t.Fatal("the protected ConfigMap was deleted: the policy did not hold")
+	}
+	if got := lastApplied(w.kustomization(t, "apps")); got != r0.Revision {
+		t.Fatalf("apps lastAppliedRevision %s, Flux keeps the old revision after a prune failure", got)
+	}
+	w.expectWait(t, r1, 1)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1),
+		fmt.Sprintf("prune failed: ConfigMap %s-apps/protected (%s)", w.ns, r1.Hash[:7]))
+}
+
+// awaitPolicy polls until the admission policy denies deleting a protected
+// ConfigMap: policies take effect asynchronously.
+func (w *world) awaitPolicy(t *testing.T) {
+	t.Helper()
+	probe := &unstructured.Unstructured{}
+	probe.SetAPIVersion("v1")
+	probe.SetKind("ConfigMap")
+	probe.SetNamespace(w.ns + "-apps")
+	ri, err := w.c.Resource(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := ri.Delete(context.Background(), "protected", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admission policy does not deny the deletion after 1m: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// 3. An object marked kustomize.toolkit.fluxcd.io/prune: disabled is
+// removed from the repository: Flux skips it, the rollout is applied.
+func pruneDisabled(t *testing.T, w *world) {
+	kept := w.configMap("apps", "kept", "  annotations: {kustomize.toolkit.fluxcd.io/prune: disabled}\n", "0")
+	f0 := w.base("0").with("apps/kept.yaml", kept)
+	r0 := w.start(t, f0, nil)
+	r1 := w.repo.Publish(t, f0.without("apps/kept.yaml"))
+	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	if w.object(t, "v1", "ConfigMap", "apps", "kept") == nil {
+		t.Fatal("the prune-disabled ConfigMap was deleted")
+	}
+	w.expectWait(t, r1, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// deployment never becomes ready: no controller-manager runs.
+func (w *world) deployment(tier string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: %s-%s}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: registry.invalid/web:1}]
+`, w.ns, tier)
+}
+
+// 4. A tier with health checks applies a Deployment that never becomes
+// ready: failed with HealthCheckFailed.
+func healthCheckFailure(t *testing.T, w *world) {
+	f0 := w.base("0")
+	r0 := w.start(t, f0, map[string]tier{"platform": {wait: true, timeout: "30s"}})
+	r1 := w.repo.Publish(t, f0.with("platform/web.yaml", w.deployment("platform")))
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, 2*time.Minute)
+	if len(v.Failures) != 1 || v.Failures[0].Layer != w.ns+"/platform" || v.Failures[0].Reason != "HealthCheckFailed" {
+		t.Fatalf("want platform HealthCheckFailed:\n%s", dump(v))
+	}
+	w.expectWait(t, r1, 1)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), w.failed("platform", "HealthCheckFailed", r1))
+}
+
+// superseding publishes a commit whose Deployment never becomes ready, and
+// a fixing commit while its health check runs.
+func (w *world) superseding(t *testing.T, shard string) (r0, r1, r2 Commit) {
+	t.Helper()
+	f0 := w.base("0")
+	opts := map[string]tier{}
+	for _, n := range tiers {
+		opts[n] = tier{shard: shard, wait: n == "platform", timeout: "30s"}
+	}
+	r0 = w.start(t, f0, opts)
+	r1 = w.repo.Publish(t, f0.with("platform/web.yaml", w.deployment("platform")))
+	// The Deployment exists: platform applied r1 and checks its health.
+	deadline := time.Now().Add(time.Minute)
+	for w.object(t, "apps/v1", "Deployment", "platform", "web") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("platform did not apply the Deployment within 1m")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r2 = w.repo.Publish(t, w.base("2"))
+	return r0, r1, r2
+}
+
+// 5a. By default kustomize-controller finishes the old commit's health
+// check: it fails on its own, and the newer commit is applied.
+func supersededWaitsForHealthCheck(t *testing.T, w *world) {
+	r0, r1, r2 := w.superseding(t, "")
+	w.svc.AwaitVerdict(t, r2, rollout.VerdictApplied, 2*time.Minute)
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, time.Minute)
+	if len(v.Failures) != 1 || v.Failures[0].Reason != "HealthCheckFailed" || v.SupersededBy == nil || *v.SupersededBy != r2.Revision {
+		t.Fatalf("want r1 failed with HealthCheckFailed, and superseded_by r2:\n%s", dump(v))
+	}
+	w.expectWait(t, r1, 1)
+	w.expectWait(t, r2, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), w.failed("platform", "HealthCheckFailed", r1),
+		applying(r2), applied(r2))
+}
+
+// 5b. With CancelHealthCheckOnNewRevision, the old commit's health check is
+// canceled (HealthCheckCanceled): superseded, not failed.
+func supersededCancelsHealthCheck(t *testing.T, w *world) {
+	r0, r1, r2 := w.superseding(t, ShardCancel)
+	w.svc.AwaitVerdict(t, r2, rollout.VerdictApplied, 2*time.Minute)
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictSuperseded, time.Minute)
+	if v.SupersededBy == nil || *v.SupersededBy != r2.Revision || len(v.Failures) != 0 {
+		t.Fatalf("want r1 superseded by r2 without failures:\n%s", dump(v))
+	}
+	w.awaitLayer(t, r1, "platform", rollout.LayerCanceled, "HealthCheckCanceled")
+	w.expectWait(t, r1, 1)
+	w.expectWait(t, r1, 0, "--follow-superseded")
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applying(r2), applied(r2))
+}
+
+// awaitLayer polls until a tier's state in c's verdict is state, with
+// reason.
+func (w *world) awaitLayer(t *testing.T, c Commit, tier string, state rollout.LayerState, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := w.svc.Verdict(c.Hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range v.Layers {
+			if l.Name == w.ns+"/"+tier && l.State == state && l.Reason == reason {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not %s (%s) after 1m:\n%s", tier, state, reason, dump(v))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// 6. A commit that changes no manifests: Flux sends no Progressing event,
+// only DependencyNotReady and the success (the heartbeat's reason), which
+// are enough for applied.
+func noChange(t *testing.T, w *world) {
+	f0 := w.base("0")
+	r0 := w.start(t, f0, nil)
+	before := w.progressing(t)
+	if before == 0 {
+		t.Fatal("no Progressing event counted for the first commit, which created objects")
+	}
+	r1 := w.repo.Publish(t, f0)
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	if after := w.progressing(t); after != before {
+		t.Fatalf("%d Progressing events during a commit that changes nothing", after-before)
+	}
+	for _, l := range v.Layers {
+		if l.Reason != "ReconciliationSucceeded" {
+			t.Fatalf("layer %s: reason %s\n%s", l.Name, l.Reason, dump(v))
+		}
+	}
+	w.expectWait(t, r1, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+func (w *world) progressing(t *testing.T) int {
+	t.Helper()
+	n, err := w.svc.Progressing()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// 7. A suspended tier is not waited for.
+func suspendedTier(t *testing.T, w *world) {
+	r0 := w.start(t, w.base("0"), nil)
+	w.applyTier(t, 2, tier{suspend: true})
+	r1 := w.repo.Publish(t, w.base("1"))
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	for _, l := range v.Layers {
+		if l.Name == w.ns+"/apps" {
+			t.Fatalf("the suspended tier is expected:\n%s", dump(v))
+		}
+	}
+	if got := lastApplied(w.kustomization(t, "apps")); got != r0.Revision {
+		t.Fatalf("suspended apps applied %s", got)
+	}
+	w.expectWait(t, r1, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// 8. The service is down while a commit rolls out: back up, it reaches the
+// verdict from cluster state and sends the mails it owed, once.
+func downDuringRollout(t *testing.T, w *world) {
+	r0 := w.start(t, w.base("0"), nil)
+	w.svc.Stop()
+	r1 := w.repo.Publish(t, w.base("1"))
+	w.awaitCluster(t, r1, tiers...)
+	w.svc.Start()
+	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
+	w.expectWait(t, r1, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// 9. The service is killed mid-rollout, after it mailed "applying", and
+// restarted: no duplicate and no missing mail.
+func restartMidRollout(t *testing.T, w *world) {
+	r0 := w.start(t, w.base("0"), nil)
+	r1 := w.repo.Publish(t, w.base("1"))
+	w.awaitCluster(t, r1, "infra")
+	deadline := time.Now().Add(time.Minute)
+	for !slices.Contains(w.mails(), applying(r1)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no applying mail for r1 within 1m: %q", w.mails())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.svc.Kill()
+	w.svc.Start()
+	if got := lastApplied(w.kustomization(t, "apps")); got == r1.Revision {
+		t.Fatal("apps applied r1 before the restart: the restart was not mid-rollout")
+	}
+	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	w.expectWait(t, r1, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}

@@ -1,0 +1,87 @@
+// Package e2e runs flux-deploy-notifier against real Flux controllers:
+// kustomize-controller and notification-controller built from their Go
+// modules (tools/), on the real kube-apiserver and etcd of clustertest, with
+// commits published as artifacts served on loopback the way
+// source-controller serves them. The scenarios are in e2e_test.go, behind
+// the e2e build tag: `make e2e` runs them.
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+)
+
+// Shard labels route a Kustomization to one of the two kustomize-controllers
+// (Flux's own sharding): the one with CancelHealthCheckOnNewRevision enabled
+// watches ShardCancel, the other everything else.
+const (
+	ShardLabel  = "sharding.fluxcd.io/key"
+	ShardCancel = "cancel-health-checks"
+)
+
+// Flux is a running notification-controller and two kustomize-controllers.
+type Flux struct {
+	// Processes by name, for their logs.
+	Processes map[string]*clustertest.Process
+}
+
+// StartFlux runs the controllers until the test ends and waits until they
+// are ready.
+func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
+	t.Helper()
+	bin := clustertest.BinDir()
+	for _, b := range []string{"kustomize-controller", "notification-controller"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			t.Fatalf("%s is missing: run `make e2ebin` (it builds the Flux controllers into bin/)", b)
+		}
+	}
+	env := []string{"KUBECONFIG=" + c.Kubeconfig, "RUNTIME_NAMESPACE=flux-system"}
+	loopback := func() string { return "127.0.0.1:" + strconv.Itoa(clustertest.FreePort(t)) }
+	f := &Flux{Processes: map[string]*clustertest.Process{}}
+	var health []string
+	run := func(name, binary string, args ...string) {
+		h := loopback()
+		health = append(health, h)
+		args = append(args, "--health-addr="+h, "--metrics-addr="+loopback(),
+			"--enable-leader-election=false", "--log-encoding=console")
+		f.Processes[name] = clustertest.StartProcess(t, c.Dir, name, filepath.Join(bin, binary), env, args...)
+	}
+
+	events := loopback()
+	run("notification-controller", "notification-controller",
+		"--events-addr="+events, "--receiverAddr="+loopback(), "--log-level=debug")
+	common := []string{"--events-addr=http://" + events,
+		// Dependencies are re-checked every 5 s instead of 30 s, to keep
+		// the scenarios short.
+		"--requeue-dependency=5s"}
+	run("kustomize-controller", "kustomize-controller", append(common,
+		"--watch-label-selector="+ShardLabel+" notin ("+ShardCancel+")")...)
+	run("kustomize-controller-"+ShardCancel, "kustomize-controller", append(common,
+		"--watch-label-selector="+ShardLabel+" in ("+ShardCancel+")",
+		"--feature-gates=CancelHealthCheckOnNewRevision=true")...)
+
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(2 * time.Minute)
+	for i, h := range health {
+		for {
+			resp, err := client.Get("http://" + h + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("Flux controller %d (health %s) not ready after 2m: %v", i, h, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return f
+}

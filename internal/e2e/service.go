@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Cluster is the cluster name the Alerts send as eventMetadata.
+const Cluster = "e2e"
+
+// BuildService builds the service's binary into dir, with the race
+// detector.
+func BuildService(dir string) (string, error) {
+	bin := filepath.Join(dir, "flux-deploy-notifier")
+	// With the race detector: the real scenarios exercise it too.
+	cmd := exec.Command("go", "build", "-race", "-o", bin, "./cmd/flux-deploy-notifier")
+	cmd.Dir = filepath.Join(clustertest.BinDir(), "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Service is flux-deploy-notifier running as its own process, reading one
+// namespace of the cluster and mailing MailTo through an SMTP server. It
+// keeps its port and data across restarts.
+type Service struct {
+	URL    string
+	MailTo string
+	bin    string
+	name   string
+	c      *clustertest.Cluster
+	args   []string
+	proc   *clustertest.Process
+	t      testing.TB
+}
+
+// StartService registers the service with notification-controller in
+// namespace, with the Provider, Alert and Secret its `manifests` command
+// writes, and starts it.
+func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr string) *Service {
+	t.Helper()
+	dir := t.TempDir()
+	token := make([]byte, 24)
+	_, _ = rand.Read(token)
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(hex.EncodeToString(token)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(clustertest.FreePort(t))
+	s := &Service{
+		URL: "http://" + listen, MailTo: namespace + "@e2e.test", bin: bin, name: "flux-deploy-notifier-" + namespace,
+		c: c, t: t,
+		args: []string{"serve", "--listen", listen, "--data-dir", filepath.Join(dir, "data"),
+			"--hmac-token-file", tokenFile, "--kubeconfig", c.Kubeconfig, "--namespaces", namespace,
+			"--default-cluster", Cluster, "--smtp-addr", smtpAddr, "--smtp-tls", "none",
+			"--mail-to", namespace + "@e2e.test", "--external-url", "http://" + listen,
+			"--log-format", "text", "--log-level", "debug"},
+	}
+	out, err := exec.Command(bin, "manifests", "--flux-namespace", namespace,
+		"--url", s.URL+"/webhook", "--cluster", Cluster).Output()
+	if err != nil {
+		t.Fatalf("manifests: %v", err)
+	}
+	c.ApplyYAML(t, strings.Replace(string(out), "REPLACE-WITH-THE-TOKEN-OF-manifests/secret.yaml", hex.EncodeToString(token), 1))
+	s.Start()
+	return s
+}
+
+// Start runs the service and waits until it is ready (its caches synced).
+func (s *Service) Start() {
+	s.t.Helper()
+	s.proc = clustertest.StartProcess(s.t, s.c.Dir, s.name, s.bin, nil, s.args...)
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := client.Get(s.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-s.proc.Exited():
+			s.t.Fatalf("%s exited at start (log: %s)", s.name, s.proc.Log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s not ready after 1m: %v", s.name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop shuts the service down with SIGTERM, as Kubernetes does.
+func (s *Service) Stop() {
+	if !s.proc.Stop(30 * time.Second) {
+		s.t.Errorf("%s did not stop within 30s of SIGTERM", s.name)
+	}
+}
+
+// Kill stops the service with SIGKILL.
+func (s *Service) Kill() { s.proc.Kill() }
+
+// Verdict is the service's answer for a commit, or nil when it has none.
+func (s *Service) Verdict(hash string) (*rollout.View, error) {
+	resp, err := http.Get(s.URL + "/verdict?rev=" + url.QueryEscape(hash))
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		return nil, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return nil, fmt.Errorf("GET /verdict: %s: %s", resp.Status, b)
+	}
+	var v rollout.View
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// AwaitVerdict polls the verdict until it is want, up to timeout, and
+// returns it; any other terminal verdict fails the test at once.
+func (s *Service) AwaitVerdict(t testing.TB, c Commit, want rollout.Verdict, timeout time.Duration) *rollout.View {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last *rollout.View
+	for {
+		v, err := s.Verdict(c.Hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != nil {
+			last = v
+			if v.Verdict == want {
+				return v
+			}
+			if v.Verdict.Terminal() {
+				t.Fatalf("%s: verdict %s, want %s\n%s", c.Hash[:7], v.Verdict, want, dump(v))
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %s verdict after %v; last: %s", c.Hash[:7], want, timeout, dump(last))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// Wait runs the `wait` command a pipeline runs and returns its exit code and
+// output.
+func (s *Service) Wait(t testing.TB, c Commit, extra ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.bin, append([]string{"wait", "--url", s.URL, "--rev", c.Hash, "--timeout", "4m"}, extra...)...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &exit):
+		return exit.ExitCode(), string(out)
+	default:
+		t.Fatalf("wait: %v\n%s", err, out)
+		return -1, ""
+	}
+}
+
+// OutboxEmpty reports whether the service has no mail waiting.
+func (s *Service) OutboxEmpty() (bool, error) {
+	n, ok, err := s.metric("fdn_outbox_depth")
+	if err == nil && !ok {
+		err = errors.New("no fdn_outbox_depth in /metrics")
+	}
+	return n == 0, err
+}
+
+// Progressing counts the Progressing events from Kustomizations the service
+// stored.
+func (s *Service) Progressing() (int, error) {
+	n, _, err := s.metric(`fdn_events_received_total{kind="Kustomization",reason="Progressing",result="stored"}`)
+	return int(n), err
+}
+
+// metric reads one sample of /metrics, by its name and labels as written
+// there.
+func (s *Service) metric(series string) (float64, bool, error) {
+	resp, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			return n, true, err
+		}
+	}
+	return 0, false, sc.Err()
+}
+
+func dump(v *rollout.View) string {
+	if v == nil {
+		return "none"
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}

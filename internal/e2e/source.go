@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+)
+
+// Artifacts serves tarballs over loopback HTTP, as source-controller's
+// storage does.
+type Artifacts struct {
+	base  string
+	mu    sync.Mutex
+	files map[string][]byte
+}
+
+// ServeArtifacts listens on loopback until the test ends.
+func ServeArtifacts(t testing.TB) *Artifacts {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Artifacts{base: "http://" + ln.Addr().String(), files: map[string][]byte{}}
+	srv := &http.Server{Handler: a, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return a
+}
+
+func (a *Artifacts) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	b, ok := a.files[r.URL.Path]
+	a.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/gzip")
+	_, _ = w.Write(b)
+}
+
+func (a *Artifacts) put(p string, b []byte) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.files[p] = b
+	return a.base + p
+}
+
+// Repo is a GitRepository whose commits the test publishes by writing its
+// status, as source-controller would after fetching them.
+type Repo struct {
+	Namespace, Name string
+	c               *clustertest.Cluster
+	a               *Artifacts
+	n               int
+}
+
+// NewRepo creates the GitRepository, without an artifact yet.
+func NewRepo(t testing.TB, c *clustertest.Cluster, a *Artifacts, namespace, name string) *Repo {
+	t.Helper()
+	c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: %s, namespace: %s}
+spec:
+  interval: 1h
+  url: https://git.example.invalid/fleet.git
+  ref: {branch: main}
+`, name, namespace))
+	return &Repo{Namespace: namespace, Name: name, c: c, a: a}
+}
+
+// Commit is a published commit.
+type Commit struct {
+	Hash     string // 40 hex digits
+	Revision string // main@sha1:<hash>
+}
+
+// Publish makes files (path: content) the repository's new commit: a
+// tarball served on loopback, and the GitRepository's status pointing at it
+// with its digest. Publishing the same files again is a new commit that
+// changes no manifests.
+func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
+	t.Helper()
+	r.n++
+	tgz := tarball(t, files)
+	sum := sha1.Sum(fmt.Appendf(nil, "%s/%s/%d/%x", r.Namespace, r.Name, r.n, sha256.Sum256(tgz)))
+	c := Commit{Hash: hex.EncodeToString(sum[:])}
+	c.Revision = "main@sha1:" + c.Hash
+	digest := sha256.Sum256(tgz)
+	artifactPath := path.Join("gitrepository", r.Namespace, r.Name, c.Hash+".tar.gz")
+	url := r.a.put("/"+artifactPath, tgz)
+	now := time.Now().UTC().Format(time.RFC3339)
+
+	ctx := context.Background()
+	probe := &unstructured.Unstructured{}
+	probe.SetAPIVersion("source.toolkit.fluxcd.io/v1")
+	probe.SetKind("GitRepository")
+	probe.SetNamespace(r.Namespace)
+	ri, err := r.c.Resource(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		u, err := ri.Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen := u.GetGeneration()
+		ready := map[string]any{
+			"type": "Ready", "status": "True", "reason": "Succeeded", "observedGeneration": gen,
+			"message": "stored artifact for revision '" + c.Revision + "'", "lastTransitionTime": now,
+		}
+		stored := map[string]any{}
+		for k, v := range ready {
+			stored[k] = v
+		}
+		stored["type"] = "ArtifactInStorage"
+		u.Object["status"] = map[string]any{
+			"observedGeneration": gen,
+			"conditions":         []any{ready, stored},
+			"artifact": map[string]any{
+				"path": artifactPath, "url": url, "revision": c.Revision,
+				"digest": "sha256:" + hex.EncodeToString(digest[:]), "size": int64(len(tgz)),
+				"lastUpdateTime": now,
+			},
+		}
+		_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("publish %s: %v", c.Revision, err)
+		}
+		return c
+	}
+}
+
+// tarball is a gzipped tar of files, with their directories, in a stable
+// order.
+func tarball(t testing.TB, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	dirs := map[string]bool{}
+	mod := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, n := range names {
+		for d := path.Dir(n); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	ds := make([]string, 0, len(dirs))
+	for d := range dirs {
+		ds = append(ds, d)
+	}
+	// Parents first.
+	slices.SortFunc(ds, func(a, b string) int {
+		if d := strings.Count(a, "/") - strings.Count(b, "/"); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	for _, d := range ds {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: mod}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names {
+		b := []byte(files[n])
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o644, Size: int64(len(b)), ModTime: mod}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
