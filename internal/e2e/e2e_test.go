@@ -25,6 +25,7 @@ import (
 // artifact server, the SMTP server and the service's binary.
 type rig struct {
 	c    *clustertest.Cluster
+	flux *Flux
 	arts *Artifacts
 	smtp *smtptest.Server
 	bin  string
@@ -40,8 +41,7 @@ func TestFlux(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := clustertest.Start(t)
-	StartFlux(t, c)
-	r := &rig{c: c, arts: ServeArtifacts(t), smtp: smtptest.Start(t, smtptest.Options{}), bin: bin}
+	r := &rig{c: c, flux: StartFlux(t, c), arts: ServeArtifacts(t), smtp: smtptest.Start(t, smtptest.Options{}), bin: bin}
 	scenarios := []struct {
 		name string
 		run  func(t *testing.T, w *world)
@@ -552,7 +552,7 @@ func noChange(t *testing.T, w *world) {
 
 func (w *world) progressing(t *testing.T) int {
 	t.Helper()
-	n, err := w.svc.Progressing()
+	n, err := w.svc.Received("Progressing")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,17 +577,45 @@ func suspendedTier(t *testing.T, w *world) {
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
-// 8. The service is down while a commit rolls out: back up, it reaches the
-// verdict from cluster state and sends the mails it owed, once.
+// 8. The service is down while a commit rolls out, long enough for
+// notification-controller to give up on every event of it: back up, it
+// reaches the verdict from cluster state alone and sends the mails it owed,
+// once.
 func downDuringRollout(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
 	w.svc.Stop()
+	d0, f0 := w.deliveries(t)
 	r1 := w.repo.Publish(t, w.base("1"))
 	w.awaitCluster(t, r1, tiers...)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d, f := w.deliveries(t)
+		if d > d0 && d-d0 == f-f0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, %d failed", d-d0, f-f0)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 	w.svc.Start()
 	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
+	if n, err := w.svc.Received(""); err != nil || n != 0 {
+		t.Fatalf("%d events reached the service after its restart (%v): the verdict was not from cluster state alone", n, err)
+	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// deliveries counts notification-controller's deliveries for the
+// scenario's namespace: dispatched, and failed for good.
+func (w *world) deliveries(t *testing.T) (dispatched, failed int) {
+	t.Helper()
+	d, f, err := w.flux.Deliveries(w.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, f
 }
 
 // 9. The service is killed mid-rollout, after it mailed "applying", and

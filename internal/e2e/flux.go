@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,31 @@ const (
 type Flux struct {
 	// Processes by name, for their logs.
 	Processes map[string]*clustertest.Process
+}
+
+// Deliveries counts, from notification-controller's log, the events about
+// objects of namespace it dispatched to a Provider and the deliveries that
+// failed for good (after its retries, within the Provider's timeout). A
+// delivery that succeeds is not logged: when the two counts are equal
+// since the Provider's address stopped answering, no delivery is in flight.
+func (f *Flux) Deliveries(namespace string) (dispatched, failed int, err error) {
+	b, err := os.ReadFile(f.Processes["notification-controller"].Log)
+	if err != nil {
+		return 0, 0, err
+	}
+	ns := `"namespace":"` + namespace + `"`
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `"eventInvolvedObject": {`) || !strings.Contains(line, ns) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, "\tdispatching event\t"):
+			dispatched++
+		case strings.Contains(line, "\tfailed to send notification\t"):
+			failed++
+		}
+	}
+	return dispatched, failed, nil
 }
 
 // StartFlux runs the controllers until the test ends and waits until they

@@ -191,36 +191,47 @@ func (s *Service) Wait(t testing.TB, c Commit, extra ...string) (int, string) {
 
 // OutboxEmpty reports whether the service has no mail waiting.
 func (s *Service) OutboxEmpty() (bool, error) {
-	n, ok, err := s.metric("fdn_outbox_depth")
-	if err == nil && !ok {
+	n, found, err := s.metric("fdn_outbox_depth ")
+	if err == nil && found == 0 {
 		err = errors.New("no fdn_outbox_depth in /metrics")
 	}
 	return n == 0, err
 }
 
-// Progressing counts the Progressing events from Kustomizations the service
-// stored.
-func (s *Service) Progressing() (int, error) {
-	n, _, err := s.metric(`fdn_events_received_total{kind="Kustomization",reason="Progressing",result="stored"}`)
+// Received counts the events about Kustomizations the service stored since
+// it started, or only those with reason when given.
+func (s *Service) Received(reason string) (int, error) {
+	series := `fdn_events_received_total{kind="Kustomization",`
+	if reason != "" {
+		series += `reason="` + reason + `",`
+	}
+	n, _, err := s.metric(series)
 	return int(n), err
 }
 
-// metric reads one sample of /metrics, by its name and labels as written
-// there.
-func (s *Service) metric(series string) (float64, bool, error) {
+// metric sums the samples of /metrics whose line starts with series, and
+// counts them.
+func (s *Service) metric(series string) (float64, int, error) {
 	resp, err := http.Get(s.URL + "/metrics")
 	if err != nil {
-		return 0, false, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
+	var sum float64
+	var found int
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			return n, true, err
+		line := sc.Text()
+		if !strings.HasPrefix(line, series) {
+			continue
 		}
+		n, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/metrics: %q: %w", line, err)
+		}
+		sum, found = sum+n, found+1
 	}
-	return 0, false, sc.Err()
+	return sum, found, sc.Err()
 }
 
 func dump(v *rollout.View) string {
