@@ -70,10 +70,10 @@ func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
 	env := []string{"KUBECONFIG=" + c.Kubeconfig, "RUNTIME_NAMESPACE=flux-system"}
 	loopback := func() string { return "127.0.0.1:" + strconv.Itoa(clustertest.FreePort(t)) }
 	f := &Flux{Processes: map[string]*clustertest.Process{}}
-	var health []string
+	health := map[string]string{}
 	run := func(name, binary string, args ...string) {
 		h := loopback()
-		health = append(health, h)
+		health[name] = h
 		args = append(args, "--health-addr="+h, "--metrics-addr="+loopback(),
 			"--enable-leader-election=false", "--log-encoding=console")
 		f.Processes[name] = clustertest.StartProcess(t, c.Dir, name, filepath.Join(bin, binary), env, args...)
@@ -93,21 +93,8 @@ func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
 		"--feature-gates=CancelHealthCheckOnNewRevision=true")...)
 
 	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(2 * time.Minute)
-	for i, h := range health {
-		for {
-			resp, err := client.Get("http://" + h + "/readyz")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Flux controller %d (health %s) not ready after 2m: %v", i, h, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+	for name, p := range f.Processes {
+		p.AwaitReady(t, client, "http://"+health[name]+"/readyz", 2*time.Minute)
 	}
 	return f
 }

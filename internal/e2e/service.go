@@ -89,26 +89,7 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 func (s *Service) Start() {
 	s.t.Helper()
 	s.proc = clustertest.StartProcess(s.t, s.c.Dir, s.name, s.bin, nil, s.args...)
-	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := client.Get(s.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-s.proc.Exited():
-			s.t.Fatalf("%s exited at start (log: %s)", s.name, s.proc.Log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s not ready after 1m: %v", s.name, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	s.proc.AwaitReady(s.t, &http.Client{Timeout: 2 * time.Second}, s.URL+"/readyz", time.Minute)
 }
 
 // Stop shuts the service down with SIGTERM, as Kubernetes does.

@@ -118,39 +118,20 @@ func Start(t testing.TB) *Cluster {
 		},
 		QPS: 100, Burst: 200,
 	}
-	waitReady(t, cfg, apiserver.Exited())
+	waitReady(t, cfg, apiserver)
 	c := &Cluster{Config: cfg, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki}
 	writeKubeconfig(t, c.Kubeconfig, host, pki.adminCert, pki.adminKey)
 	installCRDs(t, cfg)
 	return c
 }
 
-func waitReady(t testing.TB, cfg *rest.Config, exited <-chan struct{}) {
+func waitReady(t testing.TB, cfg *rest.Config, apiserver *Process) {
 	t.Helper()
 	rt, err := rest.TransportFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := &http.Client{Transport: rt, Timeout: 2 * time.Second}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		resp, err := client.Get(cfg.Host + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-exited:
-			t.Fatal("kube-apiserver exited before it was ready (its log follows)")
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kube-apiserver not ready after 90s: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	apiserver.AwaitReady(t, &http.Client{Transport: rt, Timeout: 2 * time.Second}, cfg.Host+"/readyz", 90*time.Second)
 }
 
 // installCRDs creates the Kustomization, GitRepository and OCIRepository

@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,31 @@ func StartProcess(t testing.TB, dir, name, path string, env []string, args ...st
 		}
 	})
 	return p
+}
+
+// AwaitReady polls url with client until it answers 200, for up to
+// timeout; the test fails at once if the process exits first.
+func (p *Process) AwaitReady(t testing.TB, client *http.Client, url string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited before it was ready (log: %s)", filepath.Base(p.cmd.Path), p.Log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s not ready after %v: %v", filepath.Base(p.cmd.Path), url, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // Exited is closed once the process has exited.
