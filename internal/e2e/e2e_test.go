@@ -86,21 +86,21 @@ func (r *rig) world(t *testing.T, name string) *world {
 // tier is how a scenario sets up one Kustomization.
 type tier struct {
 	wait    bool   // health checks (spec.wait)
-	timeout string // spec.timeout, default 1m
+	timeout string // spec.timeout, default 1m; kustomize-controller raises anything under 30s to 30s
 	suspend bool
 	shard   string // ShardCancel for the controller with CancelHealthCheckOnNewRevision
 }
 
 // start publishes the first commit, creates the tiers and the service, and
 // waits until the commit is applied everywhere.
-func (w *world) start(t *testing.T, files map[string]string, opts map[string]tier) Commit {
+func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 	t.Helper()
-	r0 := w.repo.Publish(t, files)
+	r0 := w.repo.Publish(t, f)
 	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr)
 	for i, name := range tiers {
 		w.applyTier(t, i, opts[name])
 	}
-	w.svc.AwaitVerdict(t, r0, rollout.VerdictApplied, 2*time.Minute)
+	w.awaitApplied(t, r0, tiers...)
 	return r0
 }
 
@@ -266,6 +266,20 @@ func lastApplied(k *unstructured.Unstructured) string {
 	return s
 }
 
+// awaitApplied waits for the applied verdict of c, and checks that it is
+// true: each of the tiers named has applied c, as Flux itself reports in
+// the Kustomization's status (written before the event that says so).
+func (w *world) awaitApplied(t *testing.T, c Commit, tiers ...string) *rollout.View {
+	t.Helper()
+	v := w.svc.AwaitVerdict(t, c, rollout.VerdictApplied, 2*time.Minute)
+	for _, n := range tiers {
+		if got := lastApplied(w.kustomization(t, n)); got != c.Revision {
+			t.Fatalf("applied verdict for %s while %s's lastAppliedRevision is %s", c.Hash[:7], n, got)
+		}
+	}
+	return v
+}
+
 // awaitCluster polls until every tier named has applied c, as Flux itself
 // reports in the Kustomizations' status.
 func (w *world) awaitCluster(t *testing.T, c Commit, names ...string) {
@@ -306,7 +320,7 @@ func (w *world) object(t *testing.T, apiVersion, kind, tier, name string) *unstr
 func cleanRollout(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
 	r1 := w.repo.Publish(t, w.base("1"))
-	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	v := w.awaitApplied(t, r1, tiers...)
 	if v.ExpectedFrom != rollout.ExpectedFromCluster || len(v.Layers) != 3 {
 		t.Fatalf("applied on %d layers expected from %s, want the 3 tiers from the cluster\n%s", len(v.Layers), v.ExpectedFrom, dump(v))
 	}
@@ -414,7 +428,7 @@ func pruneDisabled(t *testing.T, w *world) {
 	f0 := w.base("0").with("apps/kept.yaml", kept)
 	r0 := w.start(t, f0, nil)
 	r1 := w.repo.Publish(t, f0.without("apps/kept.yaml"))
-	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	w.awaitApplied(t, r1, tiers...)
 	if w.object(t, "v1", "ConfigMap", "apps", "kept") == nil {
 		t.Fatal("the prune-disabled ConfigMap was deleted")
 	}
@@ -478,7 +492,7 @@ func (w *world) superseding(t *testing.T, shard string) (r0, r1, r2 Commit) {
 // check: it fails on its own, and the newer commit is applied.
 func supersededWaitsForHealthCheck(t *testing.T, w *world) {
 	r0, r1, r2 := w.superseding(t, "")
-	w.svc.AwaitVerdict(t, r2, rollout.VerdictApplied, 2*time.Minute)
+	w.awaitApplied(t, r2, tiers...)
 	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, time.Minute)
 	if len(v.Failures) != 1 || v.Failures[0].Reason != "HealthCheckFailed" || v.SupersededBy == nil || *v.SupersededBy != r2.Revision {
 		t.Fatalf("want r1 failed with HealthCheckFailed, and superseded_by r2:\n%s", dump(v))
@@ -493,7 +507,7 @@ func supersededWaitsForHealthCheck(t *testing.T, w *world) {
 // canceled (HealthCheckCanceled): superseded, not failed.
 func supersededCancelsHealthCheck(t *testing.T, w *world) {
 	r0, r1, r2 := w.superseding(t, ShardCancel)
-	w.svc.AwaitVerdict(t, r2, rollout.VerdictApplied, 2*time.Minute)
+	w.awaitApplied(t, r2, tiers...)
 	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictSuperseded, time.Minute)
 	if v.SupersededBy == nil || *v.SupersededBy != r2.Revision || len(v.Failures) != 0 {
 		t.Fatalf("want r1 superseded by r2 without failures:\n%s", dump(v))
@@ -537,7 +551,7 @@ func noChange(t *testing.T, w *world) {
 		t.Fatal("no Progressing event counted for the first commit, which created objects")
 	}
 	r1 := w.repo.Publish(t, f0)
-	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	v := w.awaitApplied(t, r1, tiers...)
 	if after := w.progressing(t); after != before {
 		t.Fatalf("%d Progressing events during a commit that changes nothing", after-before)
 	}
@@ -564,7 +578,7 @@ func suspendedTier(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
 	w.applyTier(t, 2, tier{suspend: true})
 	r1 := w.repo.Publish(t, w.base("1"))
-	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	v := w.awaitApplied(t, r1, "infra", "platform")
 	for _, l := range v.Layers {
 		if l.Name == w.ns+"/apps" {
 			t.Fatalf("the suspended tier is expected:\n%s", dump(v))
@@ -599,7 +613,7 @@ func downDuringRollout(t *testing.T, w *world) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	w.svc.Start()
-	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
+	w.awaitApplied(t, r1, tiers...)
 	if n, err := w.svc.Received(""); err != nil || n != 0 {
 		t.Fatalf("%d events reached the service after its restart (%v): the verdict was not from cluster state alone", n, err)
 	}
@@ -636,7 +650,7 @@ func restartMidRollout(t *testing.T, w *world) {
 	if got := lastApplied(w.kustomization(t, "apps")); got == r1.Revision {
 		t.Fatal("apps applied r1 before the restart: the restart was not mid-rollout")
 	}
-	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	w.awaitApplied(t, r1, tiers...)
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 }
