@@ -598,17 +598,29 @@ func suspendedTier(t *testing.T, w *world) {
 func downDuringRollout(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
 	w.svc.Stop()
-	d0, f0 := w.deliveries(t)
+	seen := len(w.deliveries(t))
 	r1 := w.repo.Publish(t, w.base("1"))
 	w.awaitCluster(t, r1, tiers...)
+	// The last event of the rollout, apps' success, was dispatched, and
+	// every delivery since the stop failed.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		d, f := w.deliveries(t)
-		if d > d0 && d-d0 == f-f0 {
+		var dispatched, failed int
+		var last bool
+		for _, d := range w.deliveries(t)[seen:] {
+			switch {
+			case d.Failed:
+				failed++
+			default:
+				dispatched++
+				last = last || d.Name == "apps" && strings.HasPrefix(d.Message, "Reconciliation finished")
+			}
+		}
+		if last && failed == dispatched {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, %d failed", d-d0, f-f0)
+			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, %d failed", dispatched, failed)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -621,15 +633,15 @@ func downDuringRollout(t *testing.T, w *world) {
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
-// deliveries counts notification-controller's deliveries for the
-// scenario's namespace: dispatched, and failed for good.
-func (w *world) deliveries(t *testing.T) (dispatched, failed int) {
+// deliveries are notification-controller's deliveries for the scenario's
+// namespace.
+func (w *world) deliveries(t *testing.T) []Delivery {
 	t.Helper()
-	d, f, err := w.flux.Deliveries(w.ns)
+	ds, err := w.flux.Deliveries(w.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d, f
+	return ds
 }
 
 // 9. The service is killed mid-rollout, after it mailed "applying", and

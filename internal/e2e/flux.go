@@ -7,6 +7,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,29 +33,47 @@ type Flux struct {
 	Processes map[string]*clustertest.Process
 }
 
-// Deliveries counts, from notification-controller's log, the events about
-// objects of namespace it dispatched to a Provider and the deliveries that
-// failed for good (after its retries, within the Provider's timeout). A
-// delivery that succeeds is not logged: when the two counts are equal
-// since the Provider's address stopped answering, no delivery is in flight.
-func (f *Flux) Deliveries(namespace string) (dispatched, failed int, err error) {
+// Delivery is one line of notification-controller's log about an event it
+// received for a Provider.
+type Delivery struct {
+	Failed  bool   // "failed to send notification": given up after its retries
+	Name    string // of the involved object
+	Message string // of the event; empty on failures
+}
+
+// Deliveries reads from notification-controller's log the events about
+// objects of namespace it dispatched to a Provider, and the deliveries that
+// failed for good (after its retries, within the Provider's timeout), in
+// order. A delivery that succeeds is not logged: when as many failed as
+// were dispatched since the Provider's address stopped answering, no
+// delivery is in flight.
+func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 	b, err := os.ReadFile(f.Processes["notification-controller"].Log)
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	ns := `"namespace":"` + namespace + `"`
+	var out []Delivery
 	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.Contains(line, `"eventInvolvedObject": {`) || !strings.Contains(line, ns) {
+		// Console encoding: time, level, logger, message, then JSON fields.
+		fields := strings.SplitN(line, "\t", 5)
+		if len(fields) < 5 || fields[2] != "event-server" {
 			continue
 		}
-		switch {
-		case strings.Contains(line, "\tdispatching event\t"):
-			dispatched++
-		case strings.Contains(line, "\tfailed to send notification\t"):
-			failed++
+		d := Delivery{Failed: fields[3] == "failed to send notification"}
+		if !d.Failed && fields[3] != "dispatching event" {
+			continue
 		}
+		var kv struct {
+			Object  struct{ Namespace, Name string } `json:"eventInvolvedObject"`
+			Message string                           `json:"message"`
+		}
+		if err := json.Unmarshal([]byte(fields[4]), &kv); err != nil || kv.Object.Namespace != namespace {
+			continue
+		}
+		d.Name, d.Message = kv.Object.Name, kv.Message
+		out = append(out, d)
 	}
-	return dispatched, failed, nil
+	return out, nil
 }
 
 // StartFlux runs the controllers until the test ends and waits until they
