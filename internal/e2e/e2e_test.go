@@ -392,8 +392,35 @@ spec:
 		t.Fatalf("apps lastAppliedRevision %s, Flux keeps the old revision after a prune failure", got)
 	}
 	w.expectWait(t, r1, 1)
-	w.expectMails(t, applying(r0), applied(r0), applying(r1),
-		fmt.Sprintf("prune failed: ConfigMap %s-apps/protected (%s)", w.ns, r1.Hash[:7]))
+	prune := fmt.Sprintf("prune failed: ConfigMap %s-apps/protected (%s)", w.ns, r1.Hash[:7])
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), prune)
+	// The mail names the Kustomization, the object and Flux's reason.
+	body := w.mailText(t, prune)
+	for _, want := range []string{
+		"Kustomization: " + w.ns + "/apps",
+		"Object:        ConfigMap " + w.ns + "-apps/protected",
+		"ValidatingAdmissionPolicy '" + policy + "' with binding '" + policy + "' denied request: ConfigMaps labelled protect=true may not be deleted",
+	} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the prune-failed mail does not say %q:\n%s", want, body)
+		}
+	}
+}
+
+// mailText is the text part of the scenario's mail with label.
+func (w *world) mailText(t *testing.T, label string) string {
+	t.Helper()
+	for _, m := range w.smtp.Messages() {
+		if slices.Contains(m.To, w.svc.MailTo) && mailLabel(m.Header.Get("Subject")) == label {
+			text, err := m.Part("text/plain")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return text
+		}
+	}
+	t.Fatalf("no mail %q", label)
+	return ""
 }
 
 // awaitPolicy polls until the admission policy denies deleting a protected
@@ -462,7 +489,13 @@ func healthCheckFailure(t *testing.T, w *world) {
 		t.Fatalf("want platform HealthCheckFailed:\n%s", dump(v))
 	}
 	w.expectWait(t, r1, 1)
-	w.expectMails(t, applying(r0), applied(r0), applying(r1), w.failed("platform", "HealthCheckFailed", r1))
+	failed := w.failed("platform", "HealthCheckFailed", r1)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), failed)
+	body := w.mailText(t, failed)
+	if !strings.Contains(body, "Reason:  HealthCheckFailed") ||
+		!strings.Contains(body, "timeout waiting for: [Deployment/"+w.ns+"-platform/web status: 'InProgress']") {
+		t.Fatalf("the failed mail does not give Flux's reason and message:\n%s", body)
+	}
 }
 
 // superseding publishes a commit whose Deployment never becomes ready, and

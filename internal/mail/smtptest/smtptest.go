@@ -10,8 +10,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
+	"mime"
+	"mime/multipart"
 	"net"
 	"net/mail"
 	"strings"
@@ -39,6 +42,38 @@ type Message struct {
 	Raw  string
 	From string
 	To   []string
+}
+
+// Part is the decoded body of the message's first MIME part of mediaType
+// (text/plain, text/html), or of the whole message when it is not
+// multipart and of that type.
+func (m Message) Part(mediaType string) (string, error) {
+	msg, err := mail.ReadMessage(strings.NewReader(m.Raw))
+	if err != nil {
+		return "", err
+	}
+	mt, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(mt, "multipart/") {
+		if mt != mediaType {
+			return "", fmt.Errorf("no %s part: the message is %s", mediaType, mt)
+		}
+		b, err := io.ReadAll(msg.Body)
+		return string(b), err
+	}
+	r := multipart.NewReader(msg.Body, params["boundary"])
+	for {
+		p, err := r.NextPart()
+		if err != nil {
+			return "", fmt.Errorf("no %s part: %w", mediaType, err)
+		}
+		if pt, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type")); pt == mediaType {
+			b, err := io.ReadAll(p) // NextPart undoes quoted-printable
+			return string(b), err
+		}
+	}
 }
 
 // Server is a running SMTP server. Recipients ending in @invalid.example are
