@@ -328,4 +328,3 @@ func TestDirSender(t *testing.T) {
 		t.Fatalf("files %v", files)
 	}
 }
-
