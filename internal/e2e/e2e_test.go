@@ -56,6 +56,7 @@ func TestFlux(t *testing.T) {
 		{"suspended", suspendedTier},
 		{"down", downDuringRollout},
 		{"restart", restartMidRollout},
+		{"no-success-event", noSuccessEvent},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -88,7 +89,7 @@ type tier struct {
 	wait    bool   // health checks (spec.wait)
 	timeout string // spec.timeout, default 1m; kustomize-controller raises anything under 30s to 30s
 	suspend bool
-	shard   string // ShardCancel for the controller with CancelHealthCheckOnNewRevision
+	shard   string // the kustomize-controller shard (feature gates), default none
 }
 
 // start publishes the first commit, creates the tiers and the service, and
@@ -696,6 +697,26 @@ func restartMidRollout(t *testing.T, w *world) {
 		t.Fatal("apps applied r1 before the restart: the restart was not mid-rollout")
 	}
 	w.awaitApplied(t, r1, tiers...)
+	w.expectWait(t, r1, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// 11. kustomize-controller with DisableCommitStatusEvent sends no success
+// event at all: the applied verdict comes from the Kustomizations' status.
+func noSuccessEvent(t *testing.T, w *world) {
+	opts := map[string]tier{}
+	for _, n := range tiers {
+		opts[n] = tier{shard: ShardNoSuccessEvent}
+	}
+	r0 := w.start(t, w.base("0"), opts)
+	r1 := w.repo.Publish(t, w.base("1"))
+	w.awaitApplied(t, r1, tiers...)
+	if n, err := w.svc.Received("ReconciliationSucceeded"); err != nil || n != 0 {
+		t.Fatalf("%d success events (%v): the feature gate did not hold", n, err)
+	}
+	if n, err := w.svc.Received(""); err != nil || n == 0 {
+		t.Fatalf("no event at all (%v): notification-controller did not deliver", err)
+	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,15 +20,30 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 )
 
-// Shard labels route a Kustomization to one of the two kustomize-controllers
-// (Flux's own sharding): the one with CancelHealthCheckOnNewRevision enabled
-// watches ShardCancel, the other everything else.
+// Shard labels route a Kustomization to one of three kustomize-controllers
+// (Flux's own sharding), each with different feature gates: the shards
+// below, and the default one for every other Kustomization.
+const ShardLabel = "sharding.fluxcd.io/key"
+
+// Shards of kustomize-controller, by label value: their feature gates.
 const (
-	ShardLabel  = "sharding.fluxcd.io/key"
+	// ShardCancel cancels a running health check when a new revision
+	// arrives (HealthCheckCanceled).
 	ShardCancel = "cancel-health-checks"
+	// ShardNoSuccessEvent sends no ReconciliationSucceeded event, only
+	// the status says a revision applied.
+	ShardNoSuccessEvent = "no-success-event"
 )
 
-// Flux is a running notification-controller and two kustomize-controllers.
+func shardGates() map[string]string {
+	return map[string]string{
+		ShardCancel:         "CancelHealthCheckOnNewRevision=true",
+		ShardNoSuccessEvent: "DisableCommitStatusEvent=true",
+	}
+}
+
+// Flux is a running notification-controller and the kustomize-controllers
+// of every shard.
 type Flux struct {
 	// Processes by name, for their logs.
 	Processes map[string]*clustertest.Process
@@ -105,11 +121,15 @@ func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
 		// Dependencies are re-checked every 5 s instead of 30 s, to keep
 		// the scenarios short.
 		"--requeue-dependency=5s"}
+	var shards []string
+	for shard, gates := range shardGates() {
+		shards = append(shards, shard)
+		run("kustomize-controller-"+shard, "kustomize-controller", append(common,
+			"--watch-label-selector="+ShardLabel+" in ("+shard+")", "--feature-gates="+gates)...)
+	}
+	slices.Sort(shards)
 	run("kustomize-controller", "kustomize-controller", append(common,
-		"--watch-label-selector="+ShardLabel+" notin ("+ShardCancel+")")...)
-	run("kustomize-controller-"+ShardCancel, "kustomize-controller", append(common,
-		"--watch-label-selector="+ShardLabel+" in ("+ShardCancel+")",
-		"--feature-gates=CancelHealthCheckOnNewRevision=true")...)
+		"--watch-label-selector="+ShardLabel+" notin ("+strings.Join(shards, ", ")+")")...)
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	for name, p := range f.Processes {
