@@ -70,12 +70,14 @@ func TestFlux(t *testing.T) {
 var tiers = []string{"infra", "platform", "apps"}
 
 // world is one scenario's namespace: a repository with three tiers of
-// Kustomizations chained by dependsOn, and the service watching them.
+// Kustomizations chained by dependsOn, and two instances of the service:
+// svc reads the cluster, evt has events only (with the tiers in --layers).
 type world struct {
 	*rig
 	ns   string
 	repo *Repo
 	svc  *Service
+	evt  *Service
 }
 
 func (r *rig) world(t *testing.T, name string) *world {
@@ -97,7 +99,12 @@ type tier struct {
 func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 	t.Helper()
 	r0 := w.repo.Publish(t, f)
-	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr)
+	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{})
+	var layers []string
+	for _, n := range tiers {
+		layers = append(layers, w.ns+"/"+n)
+	}
+	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers})
 	for i, name := range tiers {
 		w.applyTier(t, i, opts[name])
 	}
@@ -189,11 +196,11 @@ func (w *world) failed(tier, reason string, c Commit) string {
 	return fmt.Sprintf("failed: %s/%s %s (%s)", w.ns, tier, reason, c.Hash[:7])
 }
 
-// mails are the labels of the mails the scenario's service sent, sorted.
-func (w *world) mails() []string {
+// mails are the labels of the mails an instance sent, sorted.
+func (w *world) mails(svc *Service) []string {
 	var out []string
 	for _, m := range w.smtp.Messages() {
-		if slices.Contains(m.To, w.svc.MailTo) {
+		if slices.Contains(m.To, svc.MailTo) {
 			out = append(out, mailLabel(m.Header.Get("Subject")))
 		}
 	}
@@ -201,16 +208,22 @@ func (w *world) mails() []string {
 	return out
 }
 
-// expectMails waits until exactly want has been delivered and the outbox is
-// empty, then stops the service (SIGTERM) and checks that nothing more was
-// sent: no more, no fewer mails than want.
+// expectMails checks the mails of the instance that reads the cluster.
 func (w *world) expectMails(t *testing.T, want ...string) {
+	t.Helper()
+	w.awaitMails(t, w.svc, want...)
+}
+
+// awaitMails waits until exactly want has been delivered from svc and its
+// outbox is empty, then stops it (SIGTERM) and checks that nothing more was
+// sent: no more, no fewer mails than want.
+func (w *world) awaitMails(t *testing.T, svc *Service, want ...string) {
 	t.Helper()
 	slices.Sort(want)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		got := w.mails()
-		empty, err := w.svc.OutboxEmpty()
+		got := w.mails(svc)
+		empty, err := svc.OutboxEmpty()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,19 +232,47 @@ func (w *world) expectMails(t *testing.T, want ...string) {
 		}
 		for _, g := range got {
 			if !slices.Contains(want, g) {
-				t.Fatalf("unexpected mail %q\ngot:  %q\nwant: %q", g, got, want)
+				t.Fatalf("%s: unexpected mail %q\ngot:  %q\nwant: %q", svc.MailTo, g, got, want)
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("mails after 90s:\ngot:  %q\nwant: %q (outbox empty: %v)", got, want, empty)
+			t.Fatalf("%s: mails after 90s:\ngot:  %q\nwant: %q (outbox empty: %v)", svc.MailTo, got, want, empty)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	w.svc.Stop()
-	if got := w.mails(); !slices.Equal(got, want) {
-		t.Fatalf("mails changed at shutdown:\ngot:  %q\nwant: %q", got, want)
+	svc.Stop()
+	if got := w.mails(svc); !slices.Equal(got, want) {
+		t.Fatalf("%s: mails changed at shutdown:\ngot:  %q\nwant: %q", svc.MailTo, got, want)
 	}
-	t.Logf("mails: %q", want)
+	t.Logf("%s: %q", svc.MailTo, want)
+}
+
+// verdict is what an instance is expected to answer for a commit.
+type verdict struct {
+	c    Commit
+	want rollout.Verdict
+}
+
+// expectEventsOnly checks the events-only instance, after the one that
+// reads the cluster has finished: each terminal verdict is reached, each
+// other one (applying, or unknown: no evidence) holds then, and exactly
+// want was mailed. Any other verdict fails the test.
+func (w *world) expectEventsOnly(t *testing.T, verdicts []verdict, want ...string) {
+	t.Helper()
+	for _, v := range verdicts {
+		if v.want.Terminal() {
+			w.evt.AwaitVerdict(t, v.c, v.want, time.Minute)
+			continue
+		}
+		got, err := w.evt.Verdict(v.c.Hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == nil && v.want != rollout.VerdictUnknown || got != nil && got.Verdict != v.want {
+			t.Fatalf("events only, %s: want %s, got %s", v.c.Hash[:7], v.want, dump(got))
+		}
+	}
+	w.awaitMails(t, w.evt, want...)
 }
 
 // expectWait runs the pipeline's `wait` and checks its exit code.
@@ -332,6 +373,8 @@ func cleanRollout(t *testing.T, w *world) {
 	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictApplied}, {r1, rollout.VerdictApplied}},
+		applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
 // 2. A ValidatingAdmissionPolicy denies the deletion of a protected
@@ -395,6 +438,7 @@ spec:
 	w.expectWait(t, r1, 1)
 	prune := fmt.Sprintf("prune failed: ConfigMap %s-apps/protected (%s)", w.ns, r1.Hash[:7])
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), prune)
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictFailed}}, applying(r0), applied(r0), applying(r1), prune)
 	// The mail names the Kustomization, the object and Flux's reason.
 	body := w.mailText(t, prune)
 	for _, want := range []string{
@@ -462,6 +506,7 @@ func pruneDisabled(t *testing.T, w *world) {
 	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplied}}, applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
 // deployment never becomes ready: no controller-manager runs.
@@ -492,6 +537,7 @@ func healthCheckFailure(t *testing.T, w *world) {
 	w.expectWait(t, r1, 1)
 	failed := w.failed("platform", "HealthCheckFailed", r1)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), failed)
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictFailed}}, applying(r0), applied(r0), applying(r1), failed)
 	body := w.mailText(t, failed)
 	if !strings.Contains(body, "Reason:  HealthCheckFailed") ||
 		!strings.Contains(body, "timeout waiting for: [Deployment/"+w.ns+"-platform/web status: 'InProgress']") {
@@ -535,6 +581,8 @@ func supersededWaitsForHealthCheck(t *testing.T, w *world) {
 	w.expectWait(t, r2, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), w.failed("platform", "HealthCheckFailed", r1),
 		applying(r2), applied(r2))
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictFailed}, {r2, rollout.VerdictApplied}},
+		applying(r0), applied(r0), applying(r1), w.failed("platform", "HealthCheckFailed", r1), applying(r2), applied(r2))
 }
 
 // 5b. With CancelHealthCheckOnNewRevision, the old commit's health check is
@@ -550,6 +598,8 @@ func supersededCancelsHealthCheck(t *testing.T, w *world) {
 	w.expectWait(t, r1, 1)
 	w.expectWait(t, r1, 0, "--follow-superseded")
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applying(r2), applied(r2))
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictSuperseded}, {r2, rollout.VerdictApplied}},
+		applying(r0), applied(r0), applying(r1), applying(r2), applied(r2))
 }
 
 // awaitLayer polls until a tier's state in c's verdict is state, with
@@ -596,6 +646,7 @@ func noChange(t *testing.T, w *world) {
 	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplied}}, applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
 func (w *world) progressing(t *testing.T) int {
@@ -623,6 +674,9 @@ func suspendedTier(t *testing.T, w *world) {
 	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+	// Events alone cannot know apps is suspended: it is in --layers, and
+	// silent on r1, which therefore is not applied.
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplying}}, applying(r0), applied(r0), applying(r1))
 }
 
 // 8. The service is down while a commit rolls out, long enough for
@@ -632,39 +686,45 @@ func suspendedTier(t *testing.T, w *world) {
 func downDuringRollout(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
 	w.svc.Stop()
+	w.evt.Stop()
 	seen := len(w.deliveries(t))
 	r1 := w.repo.Publish(t, w.base("1"))
 	w.awaitCluster(t, r1, tiers...)
 	// The last event of the rollout, apps' success, was dispatched, and
-	// every delivery since the stop failed.
+	// every delivery since the stop failed, to both instances.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		var dispatched, failed int
+		var dispatched int
 		var last bool
+		failed := map[string]int{}
 		for _, d := range w.deliveries(t)[seen:] {
 			switch {
 			case d.Failed:
-				failed++
+				failed[d.Alert]++
 			default:
 				dispatched++
 				last = last || d.Name == "apps" && strings.HasPrefix(d.Message, "Reconciliation finished")
 			}
 		}
-		if last && failed == dispatched {
+		if last && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, %d failed", dispatched, failed)
+			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", dispatched, failed)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
 	w.svc.Start()
+	w.evt.Start()
 	w.awaitApplied(t, r1, tiers...)
 	if n, err := w.svc.Received(""); err != nil || n != 0 {
 		t.Fatalf("%d events reached the service after its restart (%v): the verdict was not from cluster state alone", n, err)
 	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+	// The events-only instance was down too: every event of r1 was lost to
+	// it, and silence is not success.
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictUnknown}}, applying(r0), applied(r0))
 }
 
 // deliveries are notification-controller's deliveries for the scenario's
@@ -685,9 +745,9 @@ func restartMidRollout(t *testing.T, w *world) {
 	r1 := w.repo.Publish(t, w.base("1"))
 	w.awaitCluster(t, r1, "infra")
 	deadline := time.Now().Add(time.Minute)
-	for !slices.Contains(w.mails(), applying(r1)) {
+	for !slices.Contains(w.mails(w.svc), applying(r1)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no applying mail for r1 within 1m: %q", w.mails())
+			t.Fatalf("no applying mail for r1 within 1m: %q", w.mails(w.svc))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -699,6 +759,7 @@ func restartMidRollout(t *testing.T, w *world) {
 	w.awaitApplied(t, r1, tiers...)
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplied}}, applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
 // 11. kustomize-controller with DisableCommitStatusEvent sends no success
@@ -719,4 +780,8 @@ func noSuccessEvent(t *testing.T, w *world) {
 	}
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
+	// Without the success events and the status, nothing says a tier
+	// applied: for the events-only instance neither commit is applied, and
+	// the first was left for the second before it was.
+	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictSuperseded}, {r1, rollout.VerdictApplying}}, applying(r0), applying(r1))
 }

@@ -52,17 +52,21 @@ type Flux struct {
 // Delivery is one line of notification-controller's log about an event it
 // received for a Provider.
 type Delivery struct {
-	Failed  bool   // "failed to send notification": given up after its retries
+	// Failed is a delivery to the Alert's Provider given up after its
+	// retries ("failed to send notification"); else the event was
+	// dispatched to every Alert that matches it ("dispatching event").
+	Failed  bool
+	Alert   string // of a failure
 	Name    string // of the involved object
-	Message string // of the event; empty on failures
+	Message string // of a dispatched event
 }
 
 // Deliveries reads from notification-controller's log the events about
 // objects of namespace it dispatched to a Provider, and the deliveries that
 // failed for good (after its retries, within the Provider's timeout), in
-// order. A delivery that succeeds is not logged: when as many failed as
-// were dispatched since the Provider's address stopped answering, no
-// delivery is in flight.
+// order. A delivery that succeeds is not logged: when, for an Alert, as
+// many failed as were dispatched since its Provider's address stopped
+// answering, no delivery to it is in flight.
 func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 	b, err := os.ReadFile(f.Processes["notification-controller"].Log)
 	if err != nil {
@@ -81,12 +85,13 @@ func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 		}
 		var kv struct {
 			Object  struct{ Namespace, Name string } `json:"eventInvolvedObject"`
+			Alert   struct{ Name string }            `json:"alert"`
 			Message string                           `json:"message"`
 		}
 		if err := json.Unmarshal([]byte(fields[4]), &kv); err != nil || kv.Object.Namespace != namespace {
 			continue
 		}
-		d.Name, d.Message = kv.Object.Name, kv.Message
+		d.Name, d.Message, d.Alert = kv.Object.Name, kv.Message, kv.Alert.Name
 		out = append(out, d)
 	}
 	return out, nil

@@ -53,10 +53,31 @@ type Service struct {
 	t      testing.TB
 }
 
-// StartService registers the service with notification-controller in
-// namespace, with the Provider, Alert and Secret its `manifests` command
-// writes, and starts it.
-func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr string) *Service {
+// Options change how an instance of the service runs.
+type Options struct {
+	// EventsOnly runs it without cluster access (--cluster=off), expecting
+	// Layers (namespace/name) on every rollout (--layers): what a team
+	// that gives the service no access to the cluster configures. Its
+	// Provider, Alert and Secret are named flux-deploy-notifier-events.
+	EventsOnly bool
+	Layers     []string
+}
+
+// Registration is the name of the Secret, Provider and Alert of an
+// instance.
+func (o Options) Registration() string {
+	if o.EventsOnly {
+		return "flux-deploy-notifier-events"
+	}
+	return "flux-deploy-notifier"
+}
+
+// StartService registers an instance of the service with
+// notification-controller in namespace, with the Provider, Alert and Secret
+// its `manifests` command writes, and starts it. With cluster access it
+// reads only that namespace. It mails <namespace>@e2e.test, or
+// <namespace>-events@e2e.test when events only.
+func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr string, opts Options) *Service {
 	t.Helper()
 	dir := t.TempDir()
 	token := make([]byte, 24)
@@ -66,21 +87,29 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 		t.Fatal(err)
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(clustertest.FreePort(t))
-	s := &Service{
-		URL: "http://" + listen, MailTo: namespace + "@e2e.test", bin: bin, name: "flux-deploy-notifier-" + namespace,
-		c: c, t: t,
-		args: []string{"serve", "--listen", listen, "--data-dir", filepath.Join(dir, "data"),
-			"--hmac-token-file", tokenFile, "--kubeconfig", c.Kubeconfig, "--namespaces", namespace,
-			"--default-cluster", Cluster, "--smtp-addr", smtpAddr, "--smtp-tls", "none",
-			"--mail-to", namespace + "@e2e.test", "--external-url", "http://" + listen,
-			"--log-format", "text", "--log-level", "debug"},
+	name := opts.Registration() + "-" + namespace
+	mailTo := namespace + "@e2e.test"
+	args := []string{"serve", "--listen", listen, "--data-dir", filepath.Join(dir, "data"),
+		"--hmac-token-file", tokenFile, "--default-cluster", Cluster,
+		"--smtp-addr", smtpAddr, "--smtp-tls", "none", "--external-url", "http://" + listen,
+		"--log-format", "text", "--log-level", "debug"}
+	if opts.EventsOnly {
+		mailTo = namespace + "-events@e2e.test"
+		args = append(args, "--cluster=off", "--layers", strings.Join(opts.Layers, ","))
+	} else {
+		args = append(args, "--kubeconfig", c.Kubeconfig, "--namespaces", namespace)
 	}
+	s := &Service{URL: "http://" + listen, MailTo: mailTo, bin: bin, name: name, c: c, t: t,
+		args: append(args, "--mail-to", mailTo)}
 	out, err := exec.Command(bin, "manifests", "--flux-namespace", namespace,
 		"--url", s.URL+"/webhook", "--cluster", Cluster).Output()
 	if err != nil {
 		t.Fatalf("manifests: %v", err)
 	}
-	c.ApplyYAML(t, strings.Replace(string(out), "REPLACE-WITH-THE-TOKEN-OF-manifests/secret.yaml", hex.EncodeToString(token), 1))
+	docs := strings.Replace(string(out), "REPLACE-WITH-THE-TOKEN-OF-manifests/secret.yaml", hex.EncodeToString(token), 1)
+	// Secret, Provider and Alert, and the references between them.
+	docs = strings.ReplaceAll(docs, "name: flux-deploy-notifier\n", "name: "+opts.Registration()+"\n")
+	c.ApplyYAML(t, docs)
 	s.Start()
 	return s
 }
@@ -102,7 +131,8 @@ func (s *Service) Stop() {
 // Kill stops the service with SIGKILL.
 func (s *Service) Kill() { s.proc.Kill() }
 
-// Verdict is the service's answer for a commit, or nil when it has none.
+// Verdict is the service's answer for a commit, or nil when it has none
+// (unknown).
 func (s *Service) Verdict(hash string) (*rollout.View, error) {
 	resp, err := http.Get(s.URL + "/verdict?rev=" + url.QueryEscape(hash))
 	if err != nil {
