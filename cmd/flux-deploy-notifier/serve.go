@@ -176,7 +176,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		checks = append(checks, api.Check{Name: "cluster", OK: reader.Synced})
 		// Blindness can only be told with cluster access: without it,
 		// silence and "no deploys" look the same.
-		watchdog = silence.New(*c.cluster.silenceAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg)
+		if watchdog, err = silence.New(*c.cluster.silenceAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg); err != nil {
+			return err
+		}
 		warning = watchdog.Warning
 	}
 	hook := webhook.New(token, engine, log, reg)

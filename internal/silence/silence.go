@@ -17,9 +17,13 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
-// Outbox enqueues a mail durably: the store.
-type Outbox interface {
+// Store is the store: it enqueues the mail durably, and keeps the time of
+// the last event across restarts, so that a silence spanning a restart is
+// still one episode, with one mail.
+type Store interface {
 	Enqueue(mails []rollout.Mail, at time.Time) error
+	LastEvent() (time.Time, error)
+	SetLastEvent(at time.Time) error
 }
 
 // Watchdog watches the pipe from notification-controller.
@@ -27,7 +31,7 @@ type Watchdog struct {
 	after  time.Duration
 	now    func() time.Time
 	layers func() int // layers the cluster reader sees
-	outbox Outbox
+	store  Store
 	to     []string
 	notify func()
 	log    *slog.Logger
@@ -35,6 +39,15 @@ type Watchdog struct {
 	started    time.Time
 	lastEvent  atomic.Int64 // unix nanos of the last event received
 	lastStatus atomic.Int64 // unix nanos of the last status change seen in the cluster
+	// recordNext makes the next event be recorded at once rather than at
+	// the next check. It is set when the last event recorded may name an
+	// episode that was mailed (after a mail, and at start): else a crash
+	// before the next check would let a later episode reuse that key, and
+	// its mail be dropped as sent.
+	recordNext atomic.Bool
+
+	storedMu sync.Mutex
+	stored   time.Time // the last event recorded in the store
 
 	mu    sync.Mutex
 	since time.Time // start of the current silent episode; zero when not silent
@@ -43,10 +56,15 @@ type Watchdog struct {
 }
 
 // New returns a watchdog; layers reports how many Kustomizations the
-// cluster reader sees, outbox and to (may be empty) receive the one mail
+// cluster reader sees, store and to (may be empty) receive the one mail
 // per episode, notify wakes the mail dispatcher.
-func New(after time.Duration, layers func() int, outbox Outbox, to []string, notify func(), log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Watchdog {
-	w := &Watchdog{after: after, now: now, layers: layers, outbox: outbox, to: to, notify: notify, log: log, started: now()}
+func New(after time.Duration, layers func() int, store Store, to []string, notify func(), log *slog.Logger, now func() time.Time, reg prometheus.Registerer) (*Watchdog, error) {
+	stored, err := store.LastEvent()
+	if err != nil {
+		return nil, fmt.Errorf("read the time of the last Flux event: %w", err)
+	}
+	w := &Watchdog{after: after, now: now, layers: layers, store: store, to: to, notify: notify, log: log, started: now(), stored: stored}
+	w.recordNext.Store(true)
 	w.silent = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fdn_flux_events_silent",
 		Help: "1 while layers exist but no event has come from notification-controller for --silence-after.",
@@ -58,18 +76,57 @@ func New(after time.Duration, layers func() int, outbox Outbox, to []string, not
 	if reg != nil {
 		reg.MustRegister(w.silent, since)
 	}
-	return w
+	return w, nil
 }
 
 // Event records an event received from notification-controller.
-func (w *Watchdog) Event() { w.lastEvent.Store(w.now().UnixNano()) }
+func (w *Watchdog) Event() {
+	now := w.now()
+	w.lastEvent.Store(now.UnixNano())
+	if w.recordNext.CompareAndSwap(true, false) && !w.record(now) {
+		w.recordNext.Store(true)
+	}
+}
+
+// record writes the time of the last event to the store, unless it is
+// there already, and reports whether it is there.
+func (w *Watchdog) record(at time.Time) bool {
+	w.storedMu.Lock()
+	defer w.storedMu.Unlock()
+	if !at.After(w.stored) {
+		return true
+	}
+	if err := w.store.SetLastEvent(at); err != nil {
+		w.log.Error("record the time of the last Flux event", "err", err)
+		return false
+	}
+	w.stored = at
+	return true
+}
 
 // StatusMoved records a status change of a layer in the cluster.
 func (w *Watchdog) StatusMoved() { w.lastStatus.Store(w.now().UnixNano()) }
 
+// last is when the silence counts from: the last event, or the start of
+// this process when none came since. A restart thus waits --silence-after
+// for notification-controller before it says anything.
 func (w *Watchdog) last() time.Time {
 	if n := w.lastEvent.Load(); n != 0 {
 		return time.Unix(0, n)
+	}
+	return w.started
+}
+
+// lastKnown is the last event ever received, across restarts: it names the
+// episode (the mail's key) and is what the warning reports.
+func (w *Watchdog) lastKnown() time.Time {
+	if n := w.lastEvent.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	w.storedMu.Lock()
+	defer w.storedMu.Unlock()
+	if !w.stored.IsZero() {
+		return w.stored
 	}
 	return w.started
 }
@@ -82,17 +139,21 @@ func (w *Watchdog) Warning() string {
 	if since.IsZero() {
 		return ""
 	}
-	msg := fmt.Sprintf("no event from notification-controller since %s while %d layers exist", w.last().UTC().Format(time.RFC3339), w.layers())
-	if n := w.lastStatus.Load(); n != 0 && time.Unix(0, n).After(w.last()) {
+	msg := fmt.Sprintf("no event from notification-controller since %s while %d layers exist", w.lastKnown().UTC().Format(time.RFC3339), w.layers())
+	if n := w.lastStatus.Load(); n != 0 && time.Unix(0, n).After(w.lastKnown()) {
 		msg += fmt.Sprintf(", and their status last moved at %s", time.Unix(0, n).UTC().Format(time.RFC3339))
 	}
 	return msg + ": check the Provider, the Alert and this service's address; until then verdicts rely on cluster state alone"
 }
 
 // Check evaluates the pipe once: it starts an episode (one mail) when the
-// silence has lasted --silence-after, and ends it when an event comes.
+// silence has lasted --silence-after, and ends it when an event comes. It
+// records the last event in the store when it moved.
 func (w *Watchdog) Check() {
 	now := w.now()
+	if n := w.lastEvent.Load(); n != 0 {
+		w.record(time.Unix(0, n))
+	}
 	silent := w.layers() > 0 && now.Sub(w.last()) >= w.after
 	w.mu.Lock()
 	started := silent && w.since.IsZero()
@@ -111,7 +172,7 @@ func (w *Watchdog) Check() {
 	}
 	switch {
 	case started:
-		w.log.Warn("no events from Flux", "since", w.last().UTC().Format(time.RFC3339), "layers", w.layers())
+		w.log.Warn("no events from Flux", "since", w.lastKnown().UTC().Format(time.RFC3339), "layers", w.layers())
 		w.mail(now)
 	case ended:
 		w.log.Info("events from Flux again")
@@ -119,13 +180,13 @@ func (w *Watchdog) Check() {
 }
 
 // mail enqueues one "no events from Flux" mail per recipient for the
-// episode; the key (the time the silence began) keeps it to one across
-// restarts within the same silence.
+// episode; the key (the last event before it, kept in the store) keeps it
+// to one across restarts within the same silence.
 func (w *Watchdog) mail(now time.Time) {
 	if len(w.to) == 0 {
 		return
 	}
-	began := w.last().UTC().Truncate(time.Second)
+	began := w.lastKnown().UTC().Truncate(time.Second)
 	var mails []rollout.Mail
 	for _, to := range w.to {
 		mails = append(mails, rollout.Mail{
@@ -134,10 +195,11 @@ func (w *Watchdog) mail(now time.Time) {
 			Silence: &rollout.Silence{Since: began, Layers: w.layers(), Warning: w.Warning()},
 		})
 	}
-	if err := w.outbox.Enqueue(mails, now); err != nil {
+	if err := w.store.Enqueue(mails, now); err != nil {
 		w.log.Error("enqueue the no-events mail", "err", err)
 		return
 	}
+	w.recordNext.Store(true)
 	if w.notify != nil {
 		w.notify()
 	}

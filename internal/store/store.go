@@ -25,6 +25,7 @@ var (
 	bucketMailKeys = []byte("mailkeys") // de-duplication key of every mail enqueued
 	bucketDead     = []byte("dead")     // sequence -> mail that failed for good
 	keySchema      = []byte("schema")
+	keyLastEvent   = []byte("last-flux-event") // RFC 3339 nanoseconds
 )
 
 // schema is bumped when the layout changes incompatibly; an old binary then
@@ -90,6 +91,30 @@ func Open(dir string) (*DB, error) {
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
 	return &DB{db: db}, nil
+}
+
+// LastEvent is the time of the last event from notification-controller
+// recorded by SetLastEvent; zero when none was.
+func (d *DB) LastEvent() (time.Time, error) {
+	var at time.Time
+	err := d.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get(keyLastEvent)
+		if v == nil {
+			return nil
+		}
+		var err error
+		at, err = time.Parse(time.RFC3339Nano, string(v))
+		return err
+	})
+	return at, err
+}
+
+// SetLastEvent records the time of the last event from
+// notification-controller.
+func (d *DB) SetLastEvent(at time.Time) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyLastEvent, []byte(at.UTC().Format(time.RFC3339Nano)))
+	})
 }
 
 // Close closes the database.
