@@ -288,11 +288,7 @@ func (w *world) expectWait(t *testing.T, c Commit, code int, extra ...string) {
 // kustomization reads a tier's Kustomization.
 func (w *world) kustomization(t *testing.T, tier string) *unstructured.Unstructured {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion("kustomize.toolkit.fluxcd.io/v1")
-	u.SetKind("Kustomization")
-	u.SetNamespace(w.ns)
-	ri, err := w.c.Resource(u)
+	ri, err := w.c.ResourceFor("kustomize.toolkit.fluxcd.io/v1", "Kustomization", w.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,11 +336,7 @@ func (w *world) awaitCluster(t *testing.T, c Commit, names ...string) {
 // object reads an object of a tier's namespace; nil when it does not exist.
 func (w *world) object(t *testing.T, apiVersion, kind, tier, name string) *unstructured.Unstructured {
 	t.Helper()
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(apiVersion)
-	u.SetKind(kind)
-	u.SetNamespace(w.ns + "-" + tier)
-	ri, err := w.c.Resource(u)
+	ri, err := w.c.ResourceFor(apiVersion, kind, w.ns+"-"+tier)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,11 +464,7 @@ func (w *world) mailText(t *testing.T, label string) string {
 // ConfigMap: policies take effect asynchronously.
 func (w *world) awaitPolicy(t *testing.T) {
 	t.Helper()
-	probe := &unstructured.Unstructured{}
-	probe.SetAPIVersion("v1")
-	probe.SetKind("ConfigMap")
-	probe.SetNamespace(w.ns + "-apps")
-	ri, err := w.c.Resource(probe)
+	ri, err := w.c.ResourceFor("v1", "ConfigMap", w.ns+"-apps")
 	if err != nil {
 		t.Fatal(err)
 	}

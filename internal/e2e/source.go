@@ -20,7 +20,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 )
@@ -112,11 +111,7 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 	now := time.Now().UTC().Format(time.RFC3339)
 
 	ctx := context.Background()
-	probe := &unstructured.Unstructured{}
-	probe.SetAPIVersion("source.toolkit.fluxcd.io/v1")
-	probe.SetKind("GitRepository")
-	probe.SetNamespace(r.Namespace)
-	ri, err := r.c.Resource(probe)
+	ri, err := r.c.ResourceFor("source.toolkit.fluxcd.io/v1", "GitRepository", r.Namespace)
 	if err != nil {
 		t.Fatal(err)
 	}

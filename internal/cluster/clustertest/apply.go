@@ -56,6 +56,15 @@ func (c *Cluster) Resource(u *unstructured.Unstructured) (dynamic.ResourceInterf
 	return a.dc.Resource(m.Resource), nil
 }
 
+// ResourceFor is the client of a kind, in namespace when it is namespaced.
+func (c *Cluster) ResourceFor(apiVersion, kind, namespace string) (dynamic.ResourceInterface, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(namespace)
+	return c.Resource(u)
+}
+
 // ServerSideApply applies u as the administrator, with field manager
 // manager; dryRun only validates it.
 func (c *Cluster) ServerSideApply(ctx context.Context, u *unstructured.Unstructured, manager string, dryRun bool) error {
