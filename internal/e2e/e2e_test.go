@@ -55,6 +55,7 @@ func TestFlux(t *testing.T) {
 		{"no-change", noChange},
 		{"suspended", suspendedTier},
 		{"down", downDuringRollout},
+		{"down-two-commits", downDuringTwoCommits},
 		{"restart", restartMidRollout},
 		{"no-success-event", noSuccessEvent},
 	}
@@ -678,30 +679,7 @@ func downDuringRollout(t *testing.T, w *world) {
 	seen := len(w.deliveries(t))
 	r1 := w.repo.Publish(t, w.base("1"))
 	w.awaitCluster(t, r1, tiers...)
-	// The last event of the rollout, apps' success, was dispatched, and
-	// every delivery since the stop failed, to both instances.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var dispatched int
-		var last bool
-		failed := map[string]int{}
-		for _, d := range w.deliveries(t)[seen:] {
-			switch {
-			case d.Failed:
-				failed[d.Alert]++
-			default:
-				dispatched++
-				last = last || d.Name == "apps" && strings.HasPrefix(d.Message, "Reconciliation finished")
-			}
-		}
-		if last && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", dispatched, failed)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	w.awaitUndelivered(t, seen)
 	w.svc.Start()
 	w.evt.Start()
 	w.awaitApplied(t, r1, tiers...)
@@ -713,6 +691,65 @@ func downDuringRollout(t *testing.T, w *world) {
 	// The events-only instance was down too: every event of r1 was lost to
 	// it, and silence is not success.
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictUnknown}}, applying(r0), applied(r0))
+}
+
+// awaitUndelivered waits until notification-controller has given up on
+// every event it dispatched since the first seen deliveries, to both
+// instances, the last of them being apps' success (the end of a rollout).
+func (w *world) awaitUndelivered(t *testing.T, seen int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var dispatched int
+		var last bool
+		failed := map[string]int{}
+		for _, d := range w.deliveries(t)[seen:] {
+			switch {
+			case d.Failed:
+				failed[d.Alert]++
+			default:
+				dispatched++
+				last = d.Name == "apps" && strings.HasPrefix(d.Message, "Reconciliation finished")
+			}
+		}
+		if last && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", dispatched, failed)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// 8b. The service is down while two commits roll out one after the other:
+// the first was the source's revision only while the service was down. It
+// catches both up from cluster state (the Kustomizations' status.history
+// for the first) and sends the mails it owed for each.
+func downDuringTwoCommits(t *testing.T, w *world) {
+	r0 := w.start(t, w.base("0"), nil)
+	w.svc.Stop()
+	w.evt.Stop()
+	seen := len(w.deliveries(t))
+	r1 := w.repo.Publish(t, w.base("1"))
+	w.awaitCluster(t, r1, tiers...)
+	r2 := w.repo.Publish(t, w.base("2"))
+	w.awaitCluster(t, r2, tiers...)
+	w.awaitUndelivered(t, seen)
+	w.svc.Start()
+	w.evt.Start()
+	w.awaitApplied(t, r2, tiers...)
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
+	if n, err := w.svc.Received(""); err != nil || n != 0 {
+		t.Fatalf("%d events reached the service after its restart (%v): the verdicts were not from cluster state alone", n, err)
+	}
+	if len(v.Layers) != 3 {
+		t.Fatalf("r1 applied on %d layers:\n%s", len(v.Layers), dump(v))
+	}
+	w.expectWait(t, r1, 0)
+	w.expectWait(t, r2, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), applied(r2))
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictUnknown}, {r2, rollout.VerdictUnknown}}, applying(r0), applied(r0))
 }
 
 // deliveries are notification-controller's deliveries for the scenario's
