@@ -108,7 +108,7 @@ func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
 		}
 	}
 	env := []string{"KUBECONFIG=" + c.Kubeconfig, "RUNTIME_NAMESPACE=flux-system"}
-	loopback := func() string { return "127.0.0.1:" + strconv.Itoa(clustertest.FreePort(t)) }
+	loopback := func() string { return "127.0.0.1:" + strconv.Itoa(c.FreePort(t)) }
 	f := &Flux{Processes: map[string]*clustertest.Process{}}
 	health := map[string]string{}
 	run := func(name, binary string, args ...string) {

@@ -86,7 +86,7 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	if err := os.WriteFile(tokenFile, []byte(hex.EncodeToString(token)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	listen := "127.0.0.1:" + strconv.Itoa(clustertest.FreePort(t))
+	listen := "127.0.0.1:" + strconv.Itoa(c.FreePort(t))
 	name := opts.Registration() + "-" + namespace
 	mailTo := namespace + "@e2e.test"
 	args := []string{"serve", "--listen", listen, "--data-dir", filepath.Join(dir, "data"),

@@ -17,7 +17,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,6 +44,7 @@ type Cluster struct {
 	Dir   string
 	pki   pki
 	apply applier
+	ports *ports
 }
 
 // CRDGroupVersionResource is the CRD resource.
@@ -82,7 +82,8 @@ func Start(t testing.TB) *Cluster {
 	}
 	pki := newPKI(t, dir)
 
-	etcdClient, etcdPeer := FreePort(t), FreePort(t)
+	ports := newPorts()
+	etcdClient, etcdPeer := ports.take(t), ports.take(t)
 	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
 	StartProcess(t, dir, "etcd", filepath.Join(bin, "etcd"), nil,
 		"--data-dir", filepath.Join(dir, "etcd"),
@@ -92,7 +93,7 @@ func Start(t testing.TB) *Cluster {
 		"--initial-cluster", "default=http://127.0.0.1:"+strconv.Itoa(etcdPeer),
 		"--unsafe-no-fsync", "--log-level", "error")
 
-	port := FreePort(t)
+	port := ports.take(t)
 	apiserver := StartProcess(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"), nil,
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
@@ -119,7 +120,7 @@ func Start(t testing.TB) *Cluster {
 		QPS: 100, Burst: 200,
 	}
 	waitReady(t, cfg, apiserver)
-	c := &Cluster{Config: cfg, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki}
+	c := &Cluster{Config: cfg, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki, ports: ports}
 	writeKubeconfig(t, c.Kubeconfig, host, pki.adminCert, pki.adminKey)
 	installCRDs(t, cfg)
 	return c
@@ -194,17 +195,6 @@ func established(u *unstructured.Unstructured) bool {
 		}
 	}
 	return false
-}
-
-// FreePort is a loopback TCP port free at the time of the call.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 type pki struct {

@@ -53,16 +53,18 @@ func (p *Process) AwaitReady(t testing.TB, client *http.Client, url string, time
 	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := client.Get(url)
+		ok := err == nil && resp.StatusCode == http.StatusOK
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
 		}
 		select {
 		case <-p.exited:
+			// Whoever answered, it was not this process.
 			t.Fatalf("%s exited before it was ready (log: %s)", filepath.Base(p.cmd.Path), p.Log)
 		default:
+		}
+		if ok {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %s not ready after %v: %v", filepath.Base(p.cmd.Path), url, timeout, err)
