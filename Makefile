@@ -88,7 +88,7 @@ bin/notification-controller: tools/notification-controller/go.mod tools/notifica
 # internal/e2e, in parallel (about a minute once the binaries are built).
 E2E_TIMEOUT ?= 20m
 e2e: e2ebin
-	$(GO) test -race -tags e2e -count=1 -v -parallel 12 -timeout $(E2E_TIMEOUT) -run '^TestFlux$$' ./internal/e2e/
+	$(GO) test -race -tags e2e -count=1 -v -parallel 13 -timeout $(E2E_TIMEOUT) -run '^TestFlux$$' ./internal/e2e/
 
 vet:
 	@unformatted=$$(gofmt -l cmd internal templates); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi

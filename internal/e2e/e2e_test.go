@@ -58,6 +58,7 @@ func TestFlux(t *testing.T) {
 		{"down-two-commits", downDuringTwoCommits},
 		{"restart", restartMidRollout},
 		{"no-success-event", noSuccessEvent},
+		{"stuck", stuckBehindHealthCheck},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -75,10 +76,11 @@ var tiers = []string{"infra", "platform", "apps"}
 // svc reads the cluster, evt has events only (with the tiers in --layers).
 type world struct {
 	*rig
-	ns   string
-	repo *Repo
-	svc  *Service
-	evt  *Service
+	ns         string
+	repo       *Repo
+	svc        *Service
+	evt        *Service
+	stuckAfter time.Duration // of both instances; zero: the default
 }
 
 func (r *rig) world(t *testing.T, name string) *world {
@@ -100,12 +102,12 @@ type tier struct {
 func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 	t.Helper()
 	r0 := w.repo.Publish(t, f)
-	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{})
+	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{StuckAfter: w.stuckAfter})
 	var layers []string
 	for _, n := range tiers {
 		layers = append(layers, w.ns+"/"+n)
 	}
-	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers})
+	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter})
 	for i, name := range tiers {
 		w.applyTier(t, i, opts[name])
 	}
@@ -813,4 +815,22 @@ func noSuccessEvent(t *testing.T, w *world) {
 	// applied: for the events-only instance neither commit is applied, and
 	// the first was left for the second before it was.
 	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictSuperseded}, {r1, rollout.VerdictApplying}}, applying(r0), applying(r1))
+}
+
+// 12. A tier whose health check runs longer than --stuck-after (here 40 s
+// against a 5 m timeout) holds the rollout: stuck, naming that tier as the
+// root cause (not apps, which only waits on it), with one stuck mail.
+func stuckBehindHealthCheck(t *testing.T, w *world) {
+	w.stuckAfter = 40 * time.Second
+	f0 := w.base("0")
+	r0 := w.start(t, f0, map[string]tier{"platform": {wait: true, timeout: "5m"}})
+	r1 := w.repo.Publish(t, f0.with("platform/web.yaml", w.deployment("platform")))
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictStuck, 2*time.Minute)
+	if v.RootCause != w.ns+"/platform" || len(v.Failures) != 0 {
+		t.Fatalf("want stuck on platform, without failures:\n%s", dump(v))
+	}
+	w.expectWait(t, r1, 1)
+	stuck := fmt.Sprintf("stuck: %s waiting on %s/platform", r1.Hash[:7], w.ns)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), stuck)
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictStuck}}, applying(r0), applied(r0), applying(r1), stuck)
 }

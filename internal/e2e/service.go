@@ -61,6 +61,8 @@ type Options struct {
 	// Provider, Alert and Secret are named flux-deploy-notifier-events.
 	EventsOnly bool
 	Layers     []string
+	// StuckAfter is --stuck-after; zero keeps the default (30m).
+	StuckAfter time.Duration
 }
 
 // Registration is the name of the Secret, Provider and Alert of an
@@ -93,6 +95,9 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 		"--hmac-token-file", tokenFile, "--default-cluster", Cluster,
 		"--smtp-addr", smtpAddr, "--smtp-tls", "none", "--external-url", "http://" + listen,
 		"--log-format", "text", "--log-level", "debug"}
+	if opts.StuckAfter > 0 {
+		args = append(args, "--stuck-after", opts.StuckAfter.String())
+	}
 	if opts.EventsOnly {
 		mailTo = namespace + "-events@e2e.test"
 		args = append(args, "--cluster=off", "--layers", strings.Join(opts.Layers, ","))
