@@ -32,9 +32,10 @@ type rig struct {
 }
 
 // TestFlux runs every scenario against the real controllers, in parallel:
-// each has its own namespace, GitRepository, Kustomizations, Provider and
-// Alert, and its own instance of the service, which reads only that
-// namespace and mails its own recipient.
+// each has its own namespace, GitRepository and Kustomizations, and two
+// instances of the service with their own Provider and Alert, each mailing
+// its own recipient: one reads that namespace of the cluster, the other
+// has events only.
 func TestFlux(t *testing.T) {
 	bin, err := BuildService(t.TempDir())
 	if err != nil {
@@ -793,7 +794,7 @@ func restartMidRollout(t *testing.T, w *world) {
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplied}}, applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
-// 11. kustomize-controller with DisableCommitStatusEvent sends no success
+// 10. kustomize-controller with DisableCommitStatusEvent sends no success
 // event at all: the applied verdict comes from the Kustomizations' status.
 func noSuccessEvent(t *testing.T, w *world) {
 	opts := map[string]tier{}
@@ -817,7 +818,7 @@ func noSuccessEvent(t *testing.T, w *world) {
 	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictSuperseded}, {r1, rollout.VerdictApplying}}, applying(r0), applying(r1))
 }
 
-// 12. A tier whose health check runs longer than --stuck-after (here 40 s
+// 11. A tier whose health check runs longer than --stuck-after (here 40 s
 // against a 5 m timeout) holds the rollout: stuck, naming that tier as the
 // root cause (not apps, which only waits on it), with one stuck mail.
 func stuckBehindHealthCheck(t *testing.T, w *world) {
