@@ -73,8 +73,8 @@ bin/crds/.stamp: Makefile
 	@touch $@
 
 # The Flux controllers the end-to-end tests run, built from their Go modules
-# (tools/, pinned there; rebuilt only when a pin changes: about ten minutes
-# for both on 2 cores the first time).
+# (tools/, pinned there; rebuilt only when a pin changes: about five minutes
+# for both on 2 cores with an empty build cache, measured: 3 and 2.3).
 e2ebin: testbin bin/kustomize-controller bin/notification-controller
 
 bin/kustomize-controller: tools/kustomize-controller/go.mod tools/kustomize-controller/go.sum
