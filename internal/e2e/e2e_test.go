@@ -282,7 +282,10 @@ func (w *world) expectEventsOnly(t *testing.T, verdicts []verdict, want ...strin
 // expectWait runs the pipeline's `wait` and checks its exit code.
 func (w *world) expectWait(t *testing.T, c Commit, code int, extra ...string) {
 	t.Helper()
-	got, out := w.svc.Wait(t, c, extra...)
+	got, out, err := w.svc.Wait(c, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got != code {
 		t.Fatalf("wait %s %v: exit %d, want %d\n%s", c.Hash[:7], extra, got, code, out)
 	}
@@ -564,15 +567,38 @@ func (w *world) superseding(t *testing.T, shard string) (r0, r1, r2 Commit) {
 	return r0, r1, r2
 }
 
+// waitFrom starts a pipeline's `wait` for c now; the channel gives its exit
+// code and output once it stopped, on the first terminal verdict.
+func (w *world) waitFrom(c Commit) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		code, out, err := w.svc.Wait(c)
+		done <- fmt.Sprintf("exit %d (%v)\n%s", code, err, out)
+	}()
+	return done
+}
+
+// expectEarlyWait checks what a `wait` started while the newer commit was
+// arriving stopped on: the final verdict, not one it turned from.
+func expectEarlyWait(t *testing.T, early <-chan string, c Commit, want rollout.Verdict) {
+	t.Helper()
+	got := <-early
+	if !strings.HasPrefix(got, "exit 1 (<nil>)") || !strings.Contains(got, c.Revision+" on "+Cluster+": "+want.String()+" (") {
+		t.Fatalf("a wait for %s started as the next commit arrived stopped on something else than %s:\n%s", c.Hash[:7], want, got)
+	}
+}
+
 // 5a. By default kustomize-controller finishes the old commit's health
 // check: it fails on its own, and the newer commit is applied.
 func supersededWaitsForHealthCheck(t *testing.T, w *world) {
 	r0, r1, r2 := w.superseding(t, "")
+	early := w.waitFrom(r1)
 	w.awaitApplied(t, r2, tiers...)
 	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, time.Minute)
 	if len(v.Failures) != 1 || v.Failures[0].Reason != "HealthCheckFailed" || v.SupersededBy == nil || *v.SupersededBy != r2.Revision {
 		t.Fatalf("want r1 failed with HealthCheckFailed, and superseded_by r2:\n%s", dump(v))
 	}
+	expectEarlyWait(t, early, r1, rollout.VerdictFailed)
 	w.expectWait(t, r1, 1)
 	w.expectWait(t, r2, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), w.failed("platform", "HealthCheckFailed", r1),
@@ -585,12 +611,14 @@ func supersededWaitsForHealthCheck(t *testing.T, w *world) {
 // canceled (HealthCheckCanceled): superseded, not failed.
 func supersededCancelsHealthCheck(t *testing.T, w *world) {
 	r0, r1, r2 := w.superseding(t, ShardCancel)
+	early := w.waitFrom(r1)
 	w.awaitApplied(t, r2, tiers...)
 	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictSuperseded, time.Minute)
 	if v.SupersededBy == nil || *v.SupersededBy != r2.Revision || len(v.Failures) != 0 {
 		t.Fatalf("want r1 superseded by r2 without failures:\n%s", dump(v))
 	}
 	w.awaitLayer(t, r1, "platform", rollout.LayerCanceled, "HealthCheckCanceled")
+	expectEarlyWait(t, early, r1, rollout.VerdictSuperseded)
 	w.expectWait(t, r1, 1)
 	w.expectWait(t, r1, 0, "--follow-superseded")
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applying(r2), applied(r2))

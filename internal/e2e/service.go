@@ -185,10 +185,9 @@ func (s *Service) AwaitVerdict(t testing.TB, c Commit, want rollout.Verdict, tim
 	}
 }
 
-// Wait runs the `wait` command a pipeline runs and returns its exit code and
-// output.
-func (s *Service) Wait(t testing.TB, c Commit, extra ...string) (int, string) {
-	t.Helper()
+// Wait runs the `wait` command a pipeline runs and returns its exit code
+// and output; the error is for a command that could not run.
+func (s *Service) Wait(c Commit, extra ...string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, s.bin, append([]string{"wait", "--url", s.URL, "--rev", c.Hash, "--timeout", "4m"}, extra...)...)
@@ -196,12 +195,11 @@ func (s *Service) Wait(t testing.TB, c Commit, extra ...string) (int, string) {
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, string(out)
+		return 0, string(out), nil
 	case errors.As(err, &exit):
-		return exit.ExitCode(), string(out)
+		return exit.ExitCode(), string(out), nil
 	default:
-		t.Fatalf("wait: %v\n%s", err, out)
-		return -1, ""
+		return -1, string(out), fmt.Errorf("wait: %w", err)
 	}
 }
 

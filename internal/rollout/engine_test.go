@@ -217,6 +217,21 @@ func TestVerdictRules(t *testing.T) {
 			},
 		},
 		{
+			// Real kustomize-controller, by default: infra and apps move on to
+			// R2 while platform still checks R1's health. Calling R1
+			// superseded now would turn into failed when the check fails: a
+			// verdict a pipeline stopped on would change.
+			name: "not superseded while a layer is still applying the revision",
+			obs: []rollout.Observation{succ("infra", "R1", 1), prog("platform", "R1", 5), waiting("apps", "R1", 6),
+				succ("infra", "R2", 10), waiting("apps", "R2", 12)},
+			label: "R1", want: rollout.VerdictApplying,
+			check: func(t *testing.T, v *rollout.View) {
+				if v.SupersededBy != nil || v.Terminal {
+					t.Fatalf("view %+v", v)
+				}
+			},
+		},
+		{
 			name: "failed beats superseded when the old revision's own failure arrives late",
 			obs: []rollout.Observation{succ("infra", "R1", 1), prog("platform", "R1", 5),
 				succ("infra", "R2", 10), fail("platform", "R1", 35, "HealthCheckFailed"), prog("platform", "R2", 36)},

@@ -177,6 +177,12 @@ type Member struct {
 	DependsOn []string `json:"depends_on,omitempty"`
 }
 
+// reported is whether the emitter itself said something about the
+// revision, beyond the cluster's membership mark.
+func (ev *Evidence) reported() bool {
+	return ev.Progress != nil || ev.Succeeded != nil || len(ev.Failures) > 0
+}
+
 func (ev *Evidence) clone() *Evidence {
 	if ev == nil {
 		return &Evidence{}

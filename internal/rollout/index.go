@@ -93,7 +93,10 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence) (visible bool) {
 	}
 	if old != nil {
 		if old.First.Equal(ev.First) {
-			return old.Revision != ev.Revision
+			// A layer that was only told to apply this revision (a
+			// membership mark) now reports on it: it has moved on from the
+			// one it was applying before (see movedOn).
+			return old.Revision != ev.Revision || !old.reported() && ev.reported()
 		}
 		lg.remove(logEntry{old.First, hash})
 	}
@@ -218,5 +221,43 @@ func (c *cluster) affected(hash string, changed []Emitter, dirty map[Key]struct{
 		if p := c.logs[e].before(r.position(e)); p != "" {
 			succOf(p)
 		}
+		if p := c.reportedBefore(e, r.position(e)); p != "" {
+			dirty[Key{c.name, p}] = struct{}{}
+		}
+	}
+}
+
+// reportedBefore is the last revision before x that emitter e reported on,
+// skipping those it was only told to apply: the one it may have been
+// applying until now.
+func (c *cluster) reportedBefore(e Emitter, x logEntry) string {
+	lg := c.logs[e]
+	if lg == nil {
+		return ""
+	}
+	i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	for i--; i >= 0; i-- {
+		h := lg.revs[i].hash
+		if ev := c.rollouts[h].ev[e]; ev != nil && ev.reported() {
+			return h
+		}
+	}
+	return ""
+}
+
+// movedOn reports whether emitter e reported on a revision after r's: a
+// membership mark is not a report, it says what the layer must apply, not
+// that it started.
+func (c *cluster) movedOn(e Emitter, r *rolloutState) bool {
+	x := r.position(e)
+	for {
+		s, ok := c.logs[e].after(x)
+		if !ok {
+			return false
+		}
+		if ev := c.rollouts[s.hash].ev[e]; ev != nil && ev.reported() {
+			return true
+		}
+		x = s
 	}
 }

@@ -256,6 +256,7 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		firstFailure time.Time
 		supAt        time.Time
 		supHash      string
+		working      bool // a layer is still applying this revision
 		behind       []LayerView
 	)
 	for _, l := range expected {
@@ -277,6 +278,9 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		}
 		// Supersession: the next revision this layer reported after this one,
 		// if it is newer everywhere and not one this rollout replaced.
+		if lv.State == LayerProgressing && !c.movedOn(l, r) {
+			working = true
+		}
 		s, ok := c.logs[l].after(r.position(l))
 		if !ok || preds[s.hash] {
 			continue
@@ -310,6 +314,14 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 
 	if completed && !supAt.Before(completedAt) {
 		supHash = "" // replaced after it completed: the normal course of things
+	}
+	if working {
+		// A layer that has not moved on is still applying this revision
+		// (checking its health, say): its own outcome comes first. Flux
+		// finishes that work unless told to cancel it, so declaring the
+		// revision superseded now would turn into "failed" later, and a
+		// verdict a pipeline stopped on must not change.
+		supHash = ""
 	}
 	if supHash != "" {
 		sv := c.rollouts[supHash]
