@@ -345,14 +345,14 @@ func (e *Engine) process(batch []*request) {
 		// computed from the state being committed; a failed commit is undone
 		// by reloading from the store.
 		byRollout := make(map[Key][]Emitter)
+		dirty := make(map[Key]struct{})
 		for ek, ev := range c.changed {
 			ems := byRollout[ek.Key]
-			if e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev) {
+			if e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev, dirty) {
 				ems = append(ems, ek.Emitter)
 			}
 			byRollout[ek.Key] = ems
 		}
-		dirty := make(map[Key]struct{})
 		for k, ems := range byRollout {
 			e.clusters[k.Cluster].affected(k.Hash, ems, dirty)
 		}
@@ -498,7 +498,7 @@ func (e *Engine) load() error {
 	err := e.store.Load(func(ek EvidenceKey, ev *Evidence) error {
 		c := e.cluster(ek.Cluster)
 		c.rollout(ek.Hash, ek.Seq)
-		c.set(ek.Hash, ek.Emitter, ev)
+		c.set(ek.Hash, ek.Emitter, ev, nil)
 		e.nextSeq = max(e.nextSeq, ek.Seq+1)
 		return nil
 	}, func(key string) { e.mailed[key] = struct{}{} })

@@ -76,7 +76,12 @@ func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 // to the rollout, or its first evidence or revision spelling changed. Other
 // changes (a layer progressing, failing, succeeding) concern this rollout
 // alone.
-func (c *cluster) set(hash string, e Emitter, ev *Evidence) (visible bool) {
+//
+// Moving or inserting an entry in an emitter's log changes its neighbours'
+// neighbours: those around the old and the new place are added to dirty
+// (when not nil) at once, while the places are known; other changes in the
+// same batch may move entries again before affected runs.
+func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty map[Key]struct{}) (visible bool) {
 	r := c.rollouts[hash]
 	old := r.ev[e]
 	r.ev[e] = ev
@@ -98,10 +103,26 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence) (visible bool) {
 			// one it was applying before (see movedOn).
 			return old.Revision != ev.Revision || !old.reported() && ev.reported()
 		}
+		c.dirtyAround(lg, logEntry{old.First, hash}, dirty)
 		lg.remove(logEntry{old.First, hash})
 	}
-	lg.insert(logEntry{ev.First, hash})
+	x := logEntry{ev.First, hash}
+	lg.insert(x)
+	c.dirtyAround(lg, x, dirty)
 	return true
+}
+
+// dirtyAround adds to dirty the rollouts just before and after x in lg.
+func (c *cluster) dirtyAround(lg *emitterLog, x logEntry, dirty map[Key]struct{}) {
+	if dirty == nil {
+		return
+	}
+	if p := lg.before(x); p != "" {
+		dirty[Key{c.name, p}] = struct{}{}
+	}
+	if s, ok := lg.after(x); ok {
+		dirty[Key{c.name, s.hash}] = struct{}{}
+	}
 }
 
 // drop forgets a rollout entirely.
