@@ -709,23 +709,43 @@ func suspendedTier(t *testing.T, w *world) {
 // once.
 func downDuringRollout(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
-	w.svc.Stop()
-	w.evt.Stop()
-	seen := len(w.deliveries(t))
-	r1 := w.repo.Publish(t, w.base("1"))
-	w.awaitCluster(t, r1, tiers...)
-	w.awaitUndelivered(t, seen)
-	w.svc.Start()
-	w.evt.Start()
+	r1 := w.outage(t, 1)[0]
 	w.awaitApplied(t, r1, tiers...)
-	if n, err := w.svc.Received(""); err != nil || n != 0 {
-		t.Fatalf("%d events reached the service after its restart (%v): the verdict was not from cluster state alone", n, err)
-	}
+	w.expectNoEvents(t)
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 	// The events-only instance was down too: every event of r1 was lost to
 	// it, and silence is not success.
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictUnknown}}, applying(r0), applied(r0))
+}
+
+// outage stops both instances, publishes n commits one after the other,
+// each applied by every tier, waits until notification-controller gave up
+// on all their events, and starts the instances again.
+func (w *world) outage(t *testing.T, n int) []Commit {
+	t.Helper()
+	w.svc.Stop()
+	w.evt.Stop()
+	seen := len(w.deliveries(t))
+	var out []Commit
+	for i := range n {
+		c := w.repo.Publish(t, w.base(fmt.Sprint(i+1)))
+		w.awaitCluster(t, c, tiers...)
+		out = append(out, c)
+	}
+	w.awaitUndelivered(t, seen)
+	w.svc.Start()
+	w.evt.Start()
+	return out
+}
+
+// expectNoEvents checks that no event reached the instance that reads the
+// cluster since it started: what it knows came from cluster state alone.
+func (w *world) expectNoEvents(t *testing.T) {
+	t.Helper()
+	if n, err := w.svc.Received(""); err != nil || n != 0 {
+		t.Fatalf("%d events reached the service after its restart (%v): not from cluster state alone", n, err)
+	}
 }
 
 // awaitUndelivered waits until notification-controller has given up on
@@ -763,21 +783,11 @@ func (w *world) awaitUndelivered(t *testing.T, seen int) {
 // for the first) and sends the mails it owed for each.
 func downDuringTwoCommits(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
-	w.svc.Stop()
-	w.evt.Stop()
-	seen := len(w.deliveries(t))
-	r1 := w.repo.Publish(t, w.base("1"))
-	w.awaitCluster(t, r1, tiers...)
-	r2 := w.repo.Publish(t, w.base("2"))
-	w.awaitCluster(t, r2, tiers...)
-	w.awaitUndelivered(t, seen)
-	w.svc.Start()
-	w.evt.Start()
+	rs := w.outage(t, 2)
+	r1, r2 := rs[0], rs[1]
 	w.awaitApplied(t, r2, tiers...)
 	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
-	if n, err := w.svc.Received(""); err != nil || n != 0 {
-		t.Fatalf("%d events reached the service after its restart (%v): the verdicts were not from cluster state alone", n, err)
-	}
+	w.expectNoEvents(t)
 	if len(v.Layers) != 3 {
 		t.Fatalf("r1 applied on %d layers:\n%s", len(v.Layers), dump(v))
 	}
