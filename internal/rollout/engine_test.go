@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -461,4 +462,43 @@ func TestStuckAtDeadline(t *testing.T) {
 		}
 		h.stop()
 	})
+}
+
+// TestSupersededOnceTheWorkingLayerMovesOn: R1 is held from superseded
+// while platform still applies it, though the cluster already told every
+// layer to apply newer revisions (membership marks are not reports). When
+// platform's first report on a newer revision arrives, and nothing about R1
+// itself, R1 must be re-evaluated at once: superseded. The newer revision
+// may be the next one, or one past revisions platform was only told to
+// apply.
+func TestSupersededOnceTheWorkingLayerMovesOn(t *testing.T) {
+	marks := func(label string, sec int) []rollout.Observation {
+		var out []rollout.Observation
+		for _, l := range []string{"infra", "platform", "apps"} {
+			out = append(out, ob(l, label, sec, rollout.SignalExpected, "", ""))
+		}
+		return out
+	}
+	for _, newer := range [][]string{{"R2"}, {"R2", "R3"}} {
+		t.Run(strings.Join(newer, ","), func(t *testing.T) {
+			h := start(t, t.TempDir(), defaultConfig(), fixedClock(t0.Add(10*time.Minute)))
+			if err := h.engine.SubmitAll(context.Background(), marks("R1", 0)); err != nil {
+				t.Fatal(err)
+			}
+			h.submit(succ("infra", "R1", 1), prog("platform", "R1", 5))
+			for i, label := range newer {
+				if err := h.engine.SubmitAll(context.Background(), marks(label, 10+10*i)); err != nil {
+					t.Fatal(err)
+				}
+				h.submit(succ("infra", label, 11+10*i))
+			}
+			if v := h.view("R1"); v.Verdict != rollout.VerdictApplying {
+				t.Fatalf("R1 is %s while platform still applies it", v.Verdict)
+			}
+			h.submit(prog("platform", newer[len(newer)-1], 40))
+			if v := h.view("R1"); v.Verdict != rollout.VerdictSuperseded {
+				t.Fatalf("R1 is %s after platform moved on", v.Verdict)
+			}
+		})
+	}
 }
