@@ -6,7 +6,6 @@
 package clustertest
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -31,7 +30,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 )
 
 // Cluster is a running kube-apiserver.
@@ -154,14 +152,11 @@ func installCRDs(t testing.TB, cfg *rest.Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, doc := range bytes.Split(b, []byte("\n---")) {
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			u := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
+		objs, err := ParseYAML(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, u := range objs {
 			if u.GetKind() != "CustomResourceDefinition" {
 				continue
 			}

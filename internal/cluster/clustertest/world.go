@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
@@ -34,22 +33,6 @@ func (c *Cluster) NewWorld(t testing.TB, ns string, now time.Time) *World {
 		t.Fatal(err)
 	}
 	return &World{t: t, dc: dc, ns: ns, now: now}
-}
-
-// Apply creates any object from its YAML, as the administrator.
-func (c *Cluster) Apply(t testing.TB, gvr schema.GroupVersionResource, doc string) {
-	t.Helper()
-	dc, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dc.Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create %s: %v", u.GetName(), err)
-	}
 }
 
 // World writes Flux objects and their status into one namespace, the way
