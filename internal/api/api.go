@@ -28,6 +28,7 @@ type Rollouts interface {
 	Wait(ctx context.Context, q rollout.Query) (*rollout.View, error)
 	Get(k rollout.Key) *rollout.View
 	List(cluster string, limit int) []*rollout.View
+	Live() map[rollout.Verdict]int
 	Ready() bool
 }
 

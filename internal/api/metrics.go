@@ -8,17 +8,32 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
-// Outbox is what the metrics read of the mail outbox.
-type Outbox interface {
+// Store is what the metrics read of the store: the mail outbox, the
+// settled rollouts and the file's size.
+type Store interface {
 	Pending() ([]rollout.Queued, error)
+	SettledCount() (int, error)
+	Size() int64
 }
 
 // RegisterMetrics adds the service's gauges, read at scrape time from the
 // engine's snapshot and the outbox, and returns the function that observes
 // the time from a rollout's first evidence to its terminal verdict.
-func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, outbox Outbox, now func() time.Time) func(v *rollout.View) {
+func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now func() time.Time) func(v *rollout.View) {
 	reg.MustRegister(&rolloutsCollector{rs: rs, desc: prometheus.NewDesc("fdn_rollouts",
-		"Rollouts kept, by verdict.", []string{"verdict"}, nil)})
+		"Live rollouts (in memory: they can still change), by verdict.", []string{"verdict"}, nil)})
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdn_rollouts_settled",
+		Help: "Settled rollouts: final, kept on disk until the retention ends.",
+	}, func() float64 {
+		n, _ := store.SettledCount()
+		return float64(n)
+	}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdn_store_bytes",
+		Help: "Size of the state database file.",
+	}, func() float64 { return float64(store.Size()) }))
+	outbox := store
 	reg.MustRegister(&outboxCollector{outbox: outbox, now: now,
 		depth:  prometheus.NewDesc("fdn_outbox_depth", "Mails waiting in the outbox.", nil, nil),
 		oldest: prometheus.NewDesc("fdn_outbox_oldest_pending_seconds", "Age of the oldest mail waiting in the outbox.", nil, nil),
@@ -42,17 +57,16 @@ type rolloutsCollector struct {
 func (c *rolloutsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *rolloutsCollector) Collect(ch chan<- prometheus.Metric) {
-	counts := map[rollout.Verdict]int{}
-	for _, v := range c.rs.List("", 1<<30) {
-		counts[v.Verdict]++
-	}
+	counts := c.rs.Live()
 	for _, v := range []rollout.Verdict{rollout.VerdictApplying, rollout.VerdictApplied, rollout.VerdictFailed, rollout.VerdictSuperseded, rollout.VerdictStuck} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[v]), v.String())
 	}
 }
 
 type outboxCollector struct {
-	outbox        Outbox
+	outbox interface {
+		Pending() ([]rollout.Queued, error)
+	}
 	now           func() time.Time
 	depth, oldest *prometheus.Desc
 }

@@ -24,24 +24,73 @@ type Config struct {
 	DefaultCluster string
 	// MailTo receive every mail (--mail-to); Alerts add recipients per layer.
 	MailTo []string
+	// SettleAfter is how long a terminal rollout whose emitters all moved
+	// on must stay quiet before it is settled: compacted into its final
+	// view on disk, its evidence dropped. It covers late deliveries
+	// (notification-controller retries within its Provider timeout, 15 s
+	// by default). Zero means DefaultSettleAfter.
+	SettleAfter time.Duration
 }
+
+// DefaultSettleAfter is the SettleAfter used when none is set.
+const DefaultSettleAfter = time.Hour
 
 // Store keeps evidence and the mail outbox durably. Commit is one
 // transaction: all or nothing.
 type Store interface {
-	// Load calls evidence for every record and mailed for the key of every
-	// mail ever enqueued (pending, sent or dead).
-	Load(evidence func(EvidenceKey, *Evidence) error, mailed func(key string)) error
+	// Load calls evidence for every record of a live rollout, mailed for
+	// the key of every mail enqueued for one (pending, sent or dead), and
+	// floor for every emitter's floor.
+	Load(evidence func(EvidenceKey, *Evidence) error, mailed func(key string), floor func(FloorKey, Floor)) error
 	Commit(b *Batch) error
+	Archive
+}
+
+// Archive holds the settled rollouts: final views, read when asked for.
+type Archive interface {
+	// Settled returns the view of a settled rollout, or nil.
+	Settled(k Key) (*View, error)
+	// SettledAmong reports which of keys are settled.
+	SettledAmong(keys []Key) (map[Key]bool, error)
+	// SettledKeys returns up to limit settled rollouts whose hash (with
+	// origin: whose origin revision's hash) is hash, or with prefix starts
+	// with it, on cluster unless it is "".
+	SettledKeys(hash string, prefix, origin bool, cluster string, limit int) ([]Key, error)
+	// ListSettled returns at least limit settled rollouts, when there are,
+	// newest first by first evidence, and all that began with the last.
+	ListSettled(cluster string, limit int) ([]*View, error)
 }
 
 // Batch is one transaction's worth of changes.
 type Batch struct {
 	Puts    map[EvidenceKey]*Evidence
 	Deletes []EvidenceKey
-	Forget  []Key  // rollouts collected: the keys of their mails go too
+	Forget  []Key  // rollouts collected or settled: the keys of their mails go too
 	Mails   []Mail // mails made due, for the outbox
-	At      time.Time
+	// Settle are the final views of rollouts that can no longer change;
+	// their evidence is in Deletes.
+	Settle []*View
+	// Floors are the emitters' floors the settled rollouts raised.
+	Floors map[FloorKey]Floor
+	// PurgeBefore, when set, drops settled rollouts whose last evidence is
+	// older (retention).
+	PurgeBefore time.Time
+	At          time.Time
+}
+
+// FloorKey names one emitter of one cluster.
+type FloorKey struct {
+	Cluster string
+	Emitter Emitter
+}
+
+// Floor is the newest entry of an emitter's log that was settled (its first
+// evidence and hash). Evidence for a revision new to the emitter and older
+// than its floor is about history that is already settled: it would enter
+// the log between rollouts that no longer exist, so it is ignored.
+type Floor struct {
+	First time.Time
+	Hash  string
 }
 
 // ErrStore is returned by Submit when the observation could not be stored;
@@ -53,6 +102,10 @@ var ErrStopped = errors.New("engine stopped")
 
 // gcEvery is how often rollouts past retention are looked for.
 const gcEvery = time.Hour
+
+// settleEvery is how often rollouts that can no longer change are looked
+// for. The pass is linear in the live set, which is small.
+const settleEvery = 10 * time.Second
 
 // Engine owns all rollout state. Observations are applied in batches by a
 // leader: the submitter that finds no batch under way takes every queued
@@ -99,6 +152,8 @@ type Stats struct {
 	Learned      atomic.Int64 // of those, ones that changed evidence
 	Commits      atomic.Int64
 	CommitErrors atomic.Int64
+	Settled      atomic.Int64 // rollouts settled
+	Ignored      atomic.Int64 // observations about settled history
 }
 
 // request is an observation to apply, or housekeeping for the leader to run.
@@ -116,6 +171,9 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 	if cfg.DefaultCluster == "" {
 		cfg.DefaultCluster = "default"
 	}
+	if cfg.SettleAfter <= 0 {
+		cfg.SettleAfter = DefaultSettleAfter
+	}
 	e := &Engine{
 		cfg: cfg, store: store, log: log, now: now,
 		rearm: make(chan struct{}, 1),
@@ -125,9 +183,12 @@ func NewEngine(store Store, cfg Config, log *slog.Logger, now func() time.Time) 
 	if err := e.load(); err != nil {
 		return nil, err
 	}
-	// Collect garbage before serving; a failure is logged and retried by Run.
+	// Collect garbage and settle before serving; a failure is logged and
+	// retried by Run.
 	c := &commit{}
-	e.collectGarbage(c, now())
+	t := now()
+	e.collectGarbage(c, t)
+	e.settle(c, t)
 	_ = e.write(c)
 	return e, nil
 }
@@ -262,6 +323,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	}()
 	gc := time.NewTicker(gcEvery)
 	defer gc.Stop()
+	settle := time.NewTicker(settleEvery)
+	defer settle.Stop()
 	timer := time.NewTimer(e.untilDue())
 	defer timer.Stop()
 	for {
@@ -276,6 +339,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-gc.C:
 			if err := e.do(ctx, &request{tick: e.collectGarbage, done: make(chan error, 1)}); err != nil && ctx.Err() == nil {
 				e.log.Warn("garbage-collect rollouts", "err", err)
+			}
+		case <-settle.C:
+			if err := e.do(ctx, &request{tick: e.settle, done: make(chan error, 1)}); err != nil && ctx.Err() == nil {
+				e.log.Warn("settle rollouts", "err", err)
 			}
 		}
 		timer.Reset(e.untilDue())
@@ -303,6 +370,9 @@ type commit struct {
 	removed []Key    // rollouts to unpublish once committed
 	changes []change // verdict changes to log once committed
 	mails   []Mail   // made due, enqueued in the same transaction
+	settled []*View  // final views of the rollouts settled
+	floors  map[FloorKey]Floor
+	purge   time.Time // retention of settled rollouts
 }
 
 type change struct {
@@ -322,10 +392,31 @@ func (e *Engine) process(batch []*request) {
 	}
 	now := e.now()
 	c := &commit{changed: make(map[EvidenceKey]*Evidence)}
+	settled, err := e.settledAmong(batch)
+	if err != nil {
+		e.answer(batch, fmt.Errorf("%w: %v", ErrStore, err))
+		return
+	}
+	// Emitters that have evidence on a rollout in this batch, by hash.
+	pending := map[Key]map[Emitter]bool{}
 	for _, req := range batch {
 		for i := range req.obs {
 			o := &req.obs[i]
-			r := e.cluster(o.Cluster).rollout(o.Hash, e.nextSeq)
+			k := Key{o.Cluster, o.Hash}
+			if settled[k] {
+				e.stats.Ignored.Add(1)
+				continue
+			}
+			cl := e.cluster(o.Cluster)
+			if cl.beforeFloor(o, pending[k][o.Emitter]) {
+				e.stats.Ignored.Add(1)
+				continue
+			}
+			if pending[k] == nil {
+				pending[k] = map[Emitter]bool{}
+			}
+			pending[k][o.Emitter] = true
+			r := cl.rollout(o.Hash, e.nextSeq)
 			if r.seq == e.nextSeq {
 				e.nextSeq++
 			}
@@ -369,8 +460,9 @@ func (e *Engine) process(batch []*request) {
 // write commits c and publishes what it computed; on failure it restores
 // memory from the store, so that nothing unstored is ever acknowledged.
 func (e *Engine) write(c *commit) error {
-	if len(c.changed) > 0 || len(c.deletes) > 0 || len(c.mails) > 0 {
-		b := &Batch{Puts: c.changed, Deletes: c.deletes, Forget: c.removed, Mails: c.mails, At: e.now()}
+	if len(c.changed) > 0 || len(c.deletes) > 0 || len(c.mails) > 0 || len(c.settled) > 0 || !c.purge.IsZero() {
+		b := &Batch{Puts: c.changed, Deletes: c.deletes, Forget: c.removed, Mails: c.mails,
+			Settle: c.settled, Floors: c.floors, PurgeBefore: c.purge, At: e.now()}
 		if err := e.store.Commit(b); err != nil {
 			e.stats.CommitErrors.Add(1)
 			e.log.Error("commit observations", "err", err)
@@ -380,6 +472,7 @@ func (e *Engine) write(c *commit) error {
 			return fmt.Errorf("%w: %v", ErrStore, err)
 		}
 		e.stats.Commits.Add(1)
+		e.stats.Settled.Add(int64(len(c.settled)))
 	}
 	for _, ch := range c.changes {
 		from := "none"
@@ -501,7 +594,9 @@ func (e *Engine) load() error {
 		c.set(ek.Hash, ek.Emitter, ev, nil)
 		e.nextSeq = max(e.nextSeq, ek.Seq+1)
 		return nil
-	}, func(key string) { e.mailed[key] = struct{}{} })
+	}, func(key string) { e.mailed[key] = struct{}{} }, func(fk FloorKey, f Floor) {
+		e.cluster(fk.Cluster).floors[fk.Emitter] = logEntry{f.First, f.Hash}
+	})
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
@@ -541,38 +636,25 @@ func (e *Engine) load() error {
 // collectGarbage forgets rollouts whose last evidence is older than the
 // retention, unless some emitter is still at that revision: the current
 // revision of a layer is what the next rollout's expected layers come from.
+// Settled rollouts past the retention go in the same commit.
 func (e *Engine) collectGarbage(c *commit, now time.Time) {
 	if e.cfg.Retention <= 0 {
 		return
 	}
 	cutoff := now.Add(-e.cfg.Retention)
-	var gone []Key
+	c.purge = cutoff
+	var gone []*rolloutState
 	for _, cl := range e.clusters {
-		for hash, r := range cl.rollouts {
-			if !r.last.Before(cutoff) || cl.isCurrent(r) {
-				continue
-			}
-			for em := range r.ev {
-				c.deletes = append(c.deletes, EvidenceKey{r.key, r.seq, em})
-			}
-			gone = append(gone, Key{cl.name, hash})
-		}
-	}
-	for _, k := range gone {
-		e.clusters[k.Cluster].drop(k.Hash)
-	}
-	if len(gone) > 0 {
-		forget := make(map[Key]bool, len(gone))
-		for _, k := range gone {
-			forget[k] = true
-		}
-		for key := range e.mailed {
-			if forget[mailRollout(key)] {
-				delete(e.mailed, key)
+		for _, r := range cl.rollouts {
+			if r.last.Before(cutoff) && !cl.isCurrent(r) {
+				gone = append(gone, r)
 			}
 		}
 	}
-	c.removed = append(c.removed, gone...)
+	for _, r := range gone {
+		e.retire(c, r)
+	}
+	e.forgetMails(c.removed)
 	if len(gone) > 0 {
 		e.log.Info("garbage-collecting rollouts", "count", len(gone), "retention", e.cfg.Retention.String())
 	}

@@ -25,8 +25,9 @@ type EvidenceKey struct {
 // goroutine touches it.
 type cluster struct {
 	name     string
-	rollouts map[string]*rolloutState // by hash
-	logs     map[Emitter]*emitterLog
+	rollouts map[string]*rolloutState // by hash: the live set
+	logs     map[Emitter]*emitterLog  // entries of live rollouts only
+	floors   map[Emitter]logEntry     // newest settled entry of each log
 }
 
 type rolloutState struct {
@@ -58,7 +59,7 @@ func (a logEntry) compare(b logEntry) int {
 }
 
 func newCluster(name string) *cluster {
-	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}}
+	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}, floors: map[Emitter]logEntry{}}
 }
 
 // rollout returns the rollout of hash, creating it with seq when new.

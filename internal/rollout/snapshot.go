@@ -71,6 +71,10 @@ func (s *snapshot) publish(views []*View, removed []Key, replace bool) {
 	}
 	for _, k := range removed {
 		delete(s.views, k)
+		if ch, ok := s.watch[k]; ok {
+			close(ch)
+			delete(s.watch, k)
+		}
 	}
 	if appeared {
 		close(s.created)
@@ -81,49 +85,108 @@ func (s *snapshot) publish(views []*View, removed []Key, replace bool) {
 // Ready reports whether the engine is running on loaded state.
 func (e *Engine) Ready() bool { return e.snap.ready.Load() }
 
-// Get returns the view of one rollout, or nil.
+// Get returns the view of one rollout, live or settled, or nil.
 func (e *Engine) Get(k Key) *View {
 	e.snap.mu.RLock()
-	defer e.snap.mu.RUnlock()
-	return e.snap.views[k]
+	v := e.snap.views[k]
+	e.snap.mu.RUnlock()
+	if v != nil {
+		return v
+	}
+	// A rollout leaves the snapshot only after its settled view was
+	// committed: a miss here is a miss in both, or a hit in the archive.
+	v, err := e.store.Settled(k)
+	if err != nil {
+		e.log.Error("read settled rollout", "cluster", k.Cluster, "hash", k.Hash, "err", err)
+		return nil
+	}
+	return v
 }
 
-// Lookup finds the one rollout a query names.
+// maxMatches bounds the rollouts an ambiguous query lists.
+const maxMatches = 16
+
+// Lookup finds the one rollout a query names, live or settled.
 func (e *Engine) Lookup(q Query) (*View, error) {
 	e.snap.mu.RLock()
-	defer e.snap.mu.RUnlock()
-	return e.snap.lookup(q)
-}
-
-func (s *snapshot) lookup(q Query) (*View, error) {
-	if !q.Prefix {
-		// The rollout's own hash wins over an origin revision that has it.
-		var own []*View
-		if q.Cluster != "" {
-			if v := s.views[Key{q.Cluster, q.Hash}]; v != nil {
-				return v, nil
-			}
-		} else {
-			for k, v := range s.views {
-				if k.Hash == q.Hash {
-					own = append(own, v)
-				}
-			}
-		}
-		if len(own) > 0 {
-			return one(own)
+	own, origin := e.snap.candidates(q)
+	e.snap.mu.RUnlock()
+	ownKeys, err := e.store.SettledKeys(q.Hash, q.Prefix, false, q.Cluster, maxMatches)
+	if err != nil {
+		return nil, err
+	}
+	originKeys, err := e.store.SettledKeys(q.Hash, q.Prefix, true, q.Cluster, maxMatches)
+	if err != nil {
+		return nil, err
+	}
+	found := map[Key]*View{}
+	for _, v := range own {
+		found[Key{v.Cluster, v.Hash}] = v
+	}
+	for _, k := range ownKeys {
+		if _, ok := found[k]; !ok {
+			found[k] = nil
 		}
 	}
-	var found []*View
+	// The rollout's own hash wins over an origin revision that has it.
+	if q.Prefix || len(found) == 0 {
+		for _, v := range origin {
+			found[Key{v.Cluster, v.Hash}] = v
+		}
+		for _, k := range originKeys {
+			if _, ok := found[k]; !ok {
+				found[k] = nil
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, ErrNotFound
+	case 1:
+		for k, v := range found {
+			if v == nil {
+				if v = e.Get(k); v == nil {
+					return nil, ErrNotFound
+				}
+			}
+			return v, nil
+		}
+	}
+	keys := make([]Key, 0, len(found))
+	for k := range found {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	return nil, &AmbiguousError{Matches: keys}
+}
+
+func compareKeys(a, b Key) int {
+	if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Hash, b.Hash)
+}
+
+// candidates are the live views a query names: by their own hash, and by
+// their origin revision's.
+func (s *snapshot) candidates(q Query) (own, origin []*View) {
+	if !q.Prefix && q.Cluster != "" {
+		if v := s.views[Key{q.Cluster, q.Hash}]; v != nil {
+			own = append(own, v)
+		}
+	}
 	for k, v := range s.views {
 		if q.Cluster != "" && k.Cluster != q.Cluster {
 			continue
 		}
-		if matches(k.Hash, q) || v.OriginHash != "" && matches(v.OriginHash, q) {
-			found = append(found, v)
+		if matches(k.Hash, q) && (q.Prefix || q.Cluster == "") {
+			own = append(own, v)
+		}
+		if v.OriginHash != "" && matches(v.OriginHash, q) {
+			origin = append(origin, v)
 		}
 	}
-	return one(found)
+	return own, origin
 }
 
 func matches(hash string, q Query) bool {
@@ -133,45 +196,35 @@ func matches(hash string, q Query) bool {
 	return hash == q.Hash
 }
 
-func one(vs []*View) (*View, error) {
-	switch len(vs) {
-	case 0:
-		return nil, ErrNotFound
-	case 1:
-		return vs[0], nil
-	}
-	keys := make([]Key, len(vs))
-	for i, v := range vs {
-		keys[i] = Key{v.Cluster, v.Hash}
-	}
-	slices.SortFunc(keys, func(a, b Key) int {
-		if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Hash, b.Hash)
-	})
-	return nil, &AmbiguousError{Matches: keys}
-}
-
 // Wait long-polls: it returns as soon as the rollout the query names has a
-// terminal verdict, or when ctx ends with the latest answer.
+// terminal verdict, or when ctx ends with the latest answer. Only live
+// rollouts change, and each change is published to the snapshot, so the
+// wait is on the snapshot's channels.
 func (e *Engine) Wait(ctx context.Context, q Query) (*View, error) {
 	s := e.snap
 	for {
-		s.mu.Lock()
-		v, err := s.lookup(q)
+		v, err := e.Lookup(q)
 		var ch chan struct{}
+		s.mu.Lock()
 		switch {
 		case err == nil && v.Terminal:
 			s.mu.Unlock()
 			return v, nil
 		case err == nil:
 			k := Key{v.Cluster, v.Hash}
+			if s.views[k] != v {
+				s.mu.Unlock()
+				continue // changed between the lookup and now
+			}
 			if ch = s.watch[k]; ch == nil {
 				ch = make(chan struct{})
 				s.watch[k] = ch
 			}
 		case errors.Is(err, ErrNotFound):
+			if own, origin := s.candidates(q); len(own)+len(origin) > 0 {
+				s.mu.Unlock()
+				continue // appeared between the lookup and now
+			}
 			ch = s.created
 		default:
 			s.mu.Unlock()
@@ -186,7 +239,8 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*View, error) {
 	}
 }
 
-// List returns up to limit rollouts, newest first, of one cluster or all.
+// List returns up to limit rollouts, newest first, of one cluster or all:
+// the live ones and, after them in time, the settled ones.
 func (e *Engine) List(cluster string, limit int) []*View {
 	e.snap.mu.RLock()
 	out := make([]*View, 0, min(limit, len(e.snap.views)))
@@ -196,17 +250,38 @@ func (e *Engine) List(cluster string, limit int) []*View {
 		}
 	}
 	e.snap.mu.RUnlock()
+	settled, err := e.store.ListSettled(cluster, limit)
+	if err != nil {
+		e.log.Error("list settled rollouts", "err", err)
+	}
+	live := make(map[Key]bool, len(out))
+	for _, v := range out {
+		live[Key{v.Cluster, v.Hash}] = true
+	}
+	for _, v := range settled {
+		if !live[Key{v.Cluster, v.Hash}] {
+			out = append(out, v)
+		}
+	}
 	slices.SortFunc(out, func(a, b *View) int {
 		if c := b.FirstSeen.Compare(a.FirstSeen); c != 0 {
 			return c
 		}
-		if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Hash, b.Hash)
+		return compareKeys(Key{a.Cluster, a.Hash}, Key{b.Cluster, b.Hash})
 	})
 	if len(out) > limit {
 		out = out[:limit]
+	}
+	return out
+}
+
+// Live counts the rollouts in memory, by verdict.
+func (e *Engine) Live() map[Verdict]int {
+	e.snap.mu.RLock()
+	defer e.snap.mu.RUnlock()
+	out := map[Verdict]int{}
+	for _, v := range e.snap.views {
+		out[v.Verdict]++
 	}
 	return out
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,39 +19,98 @@ import (
 
 var (
 	bucketMeta     = []byte("meta")
-	bucketEvidence = []byte("evidence")
+	bucketEvidence = []byte("evidence") // live rollouts' evidence
 	bucketOutbox   = []byte("outbox")   // sequence -> queued mail
-	bucketMailKeys = []byte("mailkeys") // de-duplication key of every mail enqueued
+	bucketMailKeys = []byte("mailkeys") // de-duplication key of every mail enqueued for a live rollout
 	bucketDead     = []byte("dead")     // sequence -> mail that failed for good
+	bucketSettled  = []byte("settled")  // hash NUL cluster -> deflated settledRecord
+	bucketOrigin   = []byte("settled-origin")
+	bucketTime     = []byte("settled-time")
+	bucketFloors   = []byte("floors") // emitter -> newest settled entry of its log
 	keySchema      = []byte("schema")
 	keyLastEvent   = []byte("last-flux-event") // RFC 3339 nanoseconds
+	keySettledN    = []byte("settled-count")   // big-endian uint64
 )
 
-// schema is bumped when the layout changes incompatibly; an old binary then
-// refuses a newer file instead of misreading it.
-const schema = "1"
+// schema is bumped when the records change incompatibly; an old binary then
+// refuses a newer file instead of misreading it. 2 added the settled
+// rollouts and the floors; a schema 1 file is upgraded in place (its
+// evidence records are unchanged), and the engine settles what it can at
+// its first start.
+const schema = "2"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
 
 // DB is the bbolt-backed rollout store.
 type DB struct {
-	db *bolt.DB
+	db   *bolt.DB
+	path string
 }
 
 var _ rollout.Store = (*DB)(nil)
 
+// compactAbove and compactFree decide when Open rewrites the file: bbolt
+// never shrinks it, so after retention has freed most of a large file the
+// space only comes back by copying the live pages to a new one.
+const (
+	compactAbove = 64 << 20
+	compactFree  = 0.5
+)
+
 // Open opens (creating if needed) the database in dir. It fails fast when
-// another process holds the file.
+// another process holds the file. A large file that is mostly free space is
+// compacted first.
 func Open(dir string) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
+	db, err := open(path)
+	if err != nil {
+		return nil, err
+	}
+	if mostlyFree(db) {
+		db.Close()
+		if err := compact(path); err != nil {
+			return nil, err
+		}
+		if db, err = open(path); err != nil {
+			return nil, err
+		}
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		switch v := meta.Get(keySchema); {
+		case v == nil, string(v) == "1":
+			if err := meta.Put(keySchema, []byte(schema)); err != nil {
+				return err
+			}
+		case string(v) != schema:
+			return fmt.Errorf("schema %q, this binary reads %q", v, schema)
+		}
+		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	return &DB{db: db, path: path}, nil
+}
+
+func open(path string) (*bolt.DB, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: 2 * time.Second,
 		// The freelist is rebuilt on open instead of written on every
-		// commit: cheaper commits for a file that stays small.
+		// commit: cheaper commits.
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 		// Map 256 MiB of address space up front: while the file grows
@@ -66,31 +124,67 @@ func Open(dir string) (*DB, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		switch v := meta.Get(keySchema); {
-		case v == nil:
-			if err := meta.Put(keySchema, []byte(schema)); err != nil {
-				return err
-			}
-		case string(v) != schema:
-			return fmt.Errorf("schema %q, this binary reads %q", v, schema)
-		}
-		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("init %s: %w", path, err)
+	return db, nil
+}
+
+func mostlyFree(db *bolt.DB) bool {
+	fi, err := os.Stat(db.Path())
+	if err != nil || fi.Size() < compactAbove {
+		return false
 	}
-	return &DB{db: db}, nil
+	st := db.Stats()
+	free := int64(st.FreePageN+st.PendingPageN) * int64(db.Info().PageSize)
+	return float64(free) > compactFree*float64(fi.Size())
+}
+
+// compact copies the live pages of path to a new file and renames it over
+// the old one; a crash midway leaves the old file, and a stale copy is
+// overwritten next time.
+func compact(path string) error {
+	tmp := path + ".compact"
+	_ = os.Remove(tmp)
+	src, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("compact %s: %w", path, err)
+	}
+	defer src.Close()
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("compact %s: %w", path, err)
+	}
+	if err := bolt.Compact(dst, src, 16<<20); err != nil {
+		dst.Close()
+		return fmt.Errorf("compact %s: %w", path, err)
+	}
+	if err := dst.Sync(); err != nil {
+		dst.Close()
+		return fmt.Errorf("compact %s: %w", path, err)
+	}
+	if err := dst.Close(); err != nil {
+		return fmt.Errorf("compact %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("compact %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Size is the database file's size in bytes: what the volume must hold.
+func (d *DB) Size() int64 {
+	fi, err := os.Stat(d.path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
 }
 
 // LastEvent is the time of the last event from notification-controller
@@ -120,9 +214,11 @@ func (d *DB) SetLastEvent(at time.Time) error {
 // Close closes the database.
 func (d *DB) Close() error { return d.db.Close() }
 
-// Load calls evidence for every evidence record and mailed for the key of
-// every mail ever enqueued.
-func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, mailed func(string)) error {
+// Load calls evidence for every evidence record (the live rollouts), mailed
+// for the key of every mail enqueued for them, and floor for every
+// emitter's floor. Settled rollouts are not loaded: they are read when
+// asked for.
+func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, mailed func(string), floor func(rollout.FloorKey, rollout.Floor)) error {
 	return d.db.View(func(tx *bolt.Tx) error {
 		err := tx.Bucket(bucketEvidence).ForEach(func(k, v []byte) error {
 			ek, err := decodeKey(k)
@@ -138,6 +234,21 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 		if err != nil {
 			return err
 		}
+		err = tx.Bucket(bucketFloors).ForEach(func(k, v []byte) error {
+			fk, err := parseFloorKey(k)
+			if err != nil {
+				return err
+			}
+			f, err := parseFloorValue(v)
+			if err != nil {
+				return err
+			}
+			floor(fk, f)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 		return tx.Bucket(bucketMailKeys).ForEach(func(k, _ []byte) error {
 			mailed(string(k))
 			return nil
@@ -145,9 +256,10 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 	})
 }
 
-// Commit writes one batch in one transaction: evidence, deletions, and the
-// mails the batch made due (the transactional outbox). A mail whose key was
-// ever enqueued before is dropped, so it goes out at most once.
+// Commit writes one batch in one transaction: evidence, deletions, settled
+// rollouts with their floors, retention, and the mails the batch made due
+// (the transactional outbox). A mail whose key was ever enqueued before is
+// dropped, so it goes out at most once.
 func (d *DB) Commit(b *rollout.Batch) error {
 	// Encode outside the write lock: bbolt serialises writers.
 	type kv struct{ k, v []byte }
@@ -158,6 +270,13 @@ func (d *DB) Commit(b *rollout.Batch) error {
 			return fmt.Errorf("encode evidence: %w", err)
 		}
 		enc = append(enc, kv{encodeKey(ek), v})
+	}
+	settled := make([][]byte, len(b.Settle))
+	for i, v := range b.Settle {
+		var err error
+		if settled[i], err = encodeSettled(v); err != nil {
+			return err
+		}
 	}
 	return d.db.Update(func(tx *bolt.Tx) error {
 		evb := tx.Bucket(bucketEvidence)
@@ -174,8 +293,102 @@ func (d *DB) Commit(b *rollout.Batch) error {
 		if err := forgetMails(tx, b.Forget); err != nil {
 			return err
 		}
+		if err := settle(tx, b.Settle, settled, b.Floors); err != nil {
+			return err
+		}
+		if !b.PurgeBefore.IsZero() {
+			if err := purge(tx, b.PurgeBefore); err != nil {
+				return err
+			}
+		}
 		return enqueue(tx, b.Mails, b.At)
 	})
+}
+
+func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rollout.FloorKey]rollout.Floor) error {
+	sb, ob, tb := tx.Bucket(bucketSettled), tx.Bucket(bucketOrigin), tx.Bucket(bucketTime)
+	added := 0
+	for i, v := range views {
+		k := rollout.Key{Cluster: v.Cluster, Hash: v.Hash}
+		if sb.Get(settledKey(k)) == nil {
+			added++
+		}
+		if err := sb.Put(settledKey(k), records[i]); err != nil {
+			return err
+		}
+		if v.OriginHash != "" {
+			if err := ob.Put(originKey(v.OriginHash, k), nil); err != nil {
+				return err
+			}
+		}
+		if err := tb.Put(timeKey(v), timeValue(v)); err != nil {
+			return err
+		}
+	}
+	fb := tx.Bucket(bucketFloors)
+	for fk, f := range floors {
+		if err := fb.Put(floorKey(fk), floorValue(f)); err != nil {
+			return err
+		}
+	}
+	return addSettled(tx, added)
+}
+
+// purge deletes the settled rollouts whose last evidence is before cutoff.
+// The time index is ordered by first evidence, which is never after the
+// last: the scan stops at the first rollout that began after the cutoff.
+func purge(tx *bolt.Tx, cutoff time.Time) error {
+	sb, ob, tb := tx.Bucket(bucketSettled), tx.Bucket(bucketOrigin), tx.Bucket(bucketTime)
+	c := tb.Cursor()
+	removed := 0
+	for k, v := c.First(); k != nil; {
+		first, key, err := parseTimeKey(k)
+		if err != nil {
+			return err
+		}
+		if !first.Before(cutoff) {
+			break
+		}
+		if len(v) != 8 || !time.Unix(0, int64(binary.BigEndian.Uint64(v))).Before(cutoff) {
+			k, v = c.Next()
+			continue
+		}
+		if rec := sb.Get(settledKey(key)); rec != nil {
+			view, err := decodeSettled(rec)
+			if err != nil {
+				return err
+			}
+			if view.OriginHash != "" {
+				if err := ob.Delete(originKey(view.OriginHash, key)); err != nil {
+					return err
+				}
+			}
+			if err := sb.Delete(settledKey(key)); err != nil {
+				return err
+			}
+			removed++
+		}
+		// k lives in the page the delete rewrites.
+		next := bytes.Clone(k)
+		if err := c.Delete(); err != nil {
+			return err
+		}
+		k, v = c.Seek(next)
+	}
+	return addSettled(tx, -removed)
+}
+
+func addSettled(tx *bolt.Tx, delta int) error {
+	if delta == 0 {
+		return nil
+	}
+	meta := tx.Bucket(bucketMeta)
+	var n uint64
+	if v := meta.Get(keySettledN); len(v) == 8 {
+		n = binary.BigEndian.Uint64(v)
+	}
+	n = uint64(max(int64(n)+int64(delta), 0))
+	return meta.Put(keySettledN, binary.BigEndian.AppendUint64(nil, n))
 }
 
 func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
@@ -281,34 +494,113 @@ func (d *DB) put(bucket []byte, q rollout.Queued, remove bool) error {
 	})
 }
 
-// Sequence keys are big-endian, so byte order is numeric order.
-func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
-
-// Keys are the rollout's sequence number (16 hex digits, so byte order is
-// numeric order), cluster, hash, kind, namespace and name, joined by NUL,
-// which no Kubernetes name or validated cluster name contains. Leading with
-// the sequence keeps the records of recent rollouts, where nearly every
-// write goes, on a few adjacent pages: a commit rewrites those pages, not
-// pages scattered over the whole file.
-func encodeKey(ek rollout.EvidenceKey) []byte {
-	return bytes.Join([][]byte{
-		fmt.Appendf(nil, "%016x", ek.Seq), []byte(ek.Cluster), []byte(ek.Hash),
-		[]byte(ek.Emitter.Kind), []byte(ek.Emitter.Namespace), []byte(ek.Emitter.Name),
-	}, []byte{0})
+// Settled returns the final view of a settled rollout, or nil.
+func (d *DB) Settled(k rollout.Key) (*rollout.View, error) {
+	var v *rollout.View
+	err := d.db.View(func(tx *bolt.Tx) error {
+		rec := tx.Bucket(bucketSettled).Get(settledKey(k))
+		if rec == nil {
+			return nil
+		}
+		var err error
+		v, err = decodeSettled(rec)
+		return err
+	})
+	return v, err
 }
 
-func decodeKey(k []byte) (rollout.EvidenceKey, error) {
-	p := bytes.Split(k, []byte{0})
-	if len(p) != 6 {
-		return rollout.EvidenceKey{}, fmt.Errorf("malformed evidence key %q", k)
-	}
-	seq, err := strconv.ParseUint(string(p[0]), 16, 64)
-	if err != nil {
-		return rollout.EvidenceKey{}, fmt.Errorf("malformed evidence key %q: %w", k, err)
-	}
-	return rollout.EvidenceKey{
-		Key:     rollout.Key{Cluster: string(p[1]), Hash: string(p[2])},
-		Seq:     seq,
-		Emitter: rollout.Emitter{Kind: string(p[3]), Namespace: string(p[4]), Name: string(p[5])},
-	}, nil
+// SettledAmong reports which of keys are settled rollouts.
+func (d *DB) SettledAmong(keys []rollout.Key) (map[rollout.Key]bool, error) {
+	out := map[rollout.Key]bool{}
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSettled)
+		for _, k := range keys {
+			if b.Get(settledKey(k)) != nil {
+				out[k] = true
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SettledKeys returns up to limit settled rollouts whose hash (or, with
+// origin, whose origin revision's hash) is hash or, with prefix, starts
+// with it; on one cluster unless cluster is "". A cursor seek: the cost
+// does not grow with the history.
+func (d *DB) SettledKeys(hash string, prefix, origin bool, cluster string, limit int) ([]rollout.Key, error) {
+	var out []rollout.Key
+	err := d.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketSettled)
+		if origin {
+			b = tx.Bucket(bucketOrigin)
+		}
+		seek := []byte(hash)
+		if !prefix {
+			seek = append(seek, 0)
+		}
+		c := b.Cursor()
+		for k, _ := c.Seek(seek); k != nil && bytes.HasPrefix(k, seek) && len(out) < limit; k, _ = c.Next() {
+			if origin {
+				_, k, _ = bytes.Cut(k, []byte{0})
+			}
+			key, err := parseSettledKey(k)
+			if err != nil {
+				return err
+			}
+			if cluster == "" || key.Cluster == cluster {
+				out = append(out, key)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ListSettled returns settled rollouts newest first (by first evidence), of
+// one cluster or all: at least limit when there are, and every rollout
+// that began in the same nanosecond as the last, so that the caller's sort
+// breaks ties the way it does for live ones.
+func (d *DB) ListSettled(cluster string, limit int) ([]*rollout.View, error) {
+	var out []*rollout.View
+	err := d.db.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(bucketSettled)
+		c := tx.Bucket(bucketTime).Cursor()
+		var last time.Time
+		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+			first, key, err := parseTimeKey(k)
+			if err != nil {
+				return err
+			}
+			if len(out) >= limit && !first.Equal(last) {
+				break
+			}
+			if cluster != "" && key.Cluster != cluster {
+				continue
+			}
+			rec := sb.Get(settledKey(key))
+			if rec == nil {
+				continue
+			}
+			v, err := decodeSettled(rec)
+			if err != nil {
+				return err
+			}
+			out, last = append(out, v), first
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SettledCount is how many settled rollouts are kept.
+func (d *DB) SettledCount() (int, error) {
+	var n int
+	err := d.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keySettledN); len(v) == 8 {
+			n = int(binary.BigEndian.Uint64(v))
+		}
+		return nil
+	})
+	return n, err
 }

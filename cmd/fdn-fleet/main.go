@@ -1,0 +1,477 @@
+// Command fdn-fleet runs the service binary against a whole fleet's worth of
+// Flux events, one simulated day at a time, and prints what an operator
+// sizing it needs per day: memory (RSS and Go heap), data dir size, ingest
+// rate and ack latency, /verdict and /rollouts latency over the whole
+// history, and at the end the time to ready after a restart. Every verdict
+// is checked: each commit rolls across all layers of its source, so each
+// must read applied.
+//
+// Flux timestamps are spread over the last days (day d of D is D-d days
+// ago), so that the history is as old as it would be; the service runs with
+// a deadline and retention longer than the run, so nothing turns stuck or is
+// collected because the days went by in minutes.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "fdn-fleet:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	binary      string
+	sources     int
+	layers      int
+	commits     int // per source and day
+	days        int
+	concurrency int
+	samples     int // /verdict requests per day
+	dir         string
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("fdn-fleet", flag.ContinueOnError)
+	var c config
+	fs.StringVar(&c.binary, "binary", "bin/flux-deploy-notifier", "the service binary to run")
+	fs.IntVar(&c.sources, "sources", 100, "GitRepositories")
+	fs.IntVar(&c.layers, "layers", 85, "Kustomizations per source")
+	fs.IntVar(&c.commits, "commits", 10, "commits a day per source")
+	fs.IntVar(&c.days, "days", 30, "simulated days")
+	fs.IntVar(&c.concurrency, "concurrency", 32, "connections posting events")
+	fs.IntVar(&c.samples, "samples", 1000, "/verdict requests a day, for random revisions of the whole history")
+	fs.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary one, removed at the end)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if c.dir == "" {
+		d, err := os.MkdirTemp("", "fdn-fleet-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		c.dir = d
+	}
+	token := []byte("fleet-token")
+	if err := os.WriteFile(filepath.Join(c.dir, "token"), token, 0o600); err != nil {
+		return err
+	}
+	svc, err := startService(c)
+	if err != nil {
+		return err
+	}
+	defer func() { svc.stop() }()
+
+	fleet := &fleet{c: c, token: token, now: time.Now().UTC().Truncate(time.Second)}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency}, Timeout: 30 * time.Second}
+	fmt.Fprintf(out, "fleet: %d sources x %d layers, %d commits a day per source, %d days, %d connections\n",
+		c.sources, c.layers, c.commits, c.days, c.concurrency)
+	fmt.Fprintf(out, "%4s %9s %9s %9s %10s %8s %8s %8s %9s %8s\n",
+		"day", "RSS MiB", "peak MiB", "heap MiB", "data MiB", "ev/s", "ack p99", "vrd p50", "vrd p99", "lst p99")
+	var refused atomic.Int64
+	worst := struct{ rss, heap, data, vp99 float64 }{}
+	for day := range c.days {
+		evs := fleet.day(day)
+		rate, ackP99, err := ingest(client, svc.url, evs, c.concurrency, &refused)
+		if err != nil {
+			return fmt.Errorf("day %d: %w", day+1, err)
+		}
+		vp50, vp99, err := fleet.verdicts(client, svc.url, c.samples)
+		if err != nil {
+			return fmt.Errorf("day %d: %w", day+1, err)
+		}
+		lp99, err := latency(client, svc.url+"/rollouts?limit=50", 200)
+		if err != nil {
+			return fmt.Errorf("day %d: %w", day+1, err)
+		}
+		rss, peak := svc.memory()
+		heap, err := heapInUse(client, svc.url)
+		if err != nil {
+			return err
+		}
+		data, err := dirSize(svc.dataDir)
+		if err != nil {
+			return err
+		}
+		worst.rss, worst.heap = max(worst.rss, peak), max(worst.heap, heap)
+		worst.data, worst.vp99 = max(worst.data, data), max(worst.vp99, ms(vp99))
+		fmt.Fprintf(out, "%4d %9.0f %9.0f %9.0f %10.0f %8.0f %8.2f %8.2f %9.2f %8.2f\n",
+			day+1, rss, peak, heap, data, rate, ms(ackP99), ms(vp50), ms(vp99), ms(lp99))
+	}
+
+	// Every revision of the history, once more: all applied, none lost.
+	wrong, err := fleet.checkAll(client, svc.url)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	svc.stop()
+	stopped := time.Since(t0)
+	t0 = time.Now()
+	if svc, err = startService(c); err != nil {
+		return err
+	}
+	if err := awaitReady(client, svc.url, 2*time.Minute); err != nil {
+		return err
+	}
+	ready := time.Since(t0)
+	wrongAfter, err := fleet.checkAll(client, svc.url)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "restart: stopped in %.2f s, ready in %.2f s (%d revisions checked after it, %d not applied)\n",
+		stopped.Seconds(), ready.Seconds(), len(fleet.revs), wrongAfter)
+	fmt.Fprintf(out, "summary: peak RSS %.0f MiB, max heap %.0f MiB, max data %.0f MiB, max /verdict p99 %.2f ms, %d events refused, %d of %d verdicts not applied\n",
+		worst.rss, worst.heap, worst.data, worst.vp99, refused.Load(), wrong, len(fleet.revs))
+	if refused.Load() > 0 || wrong > 0 || wrongAfter > 0 {
+		return errors.New("events were refused or verdicts were wrong")
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// service is the binary under test, in its own process.
+type service struct {
+	url     string
+	pid     int
+	dataDir string
+	stop    func()
+}
+
+func startService(c config) (*service, error) {
+	data := filepath.Join(c.dir, "data")
+	horizon := (time.Duration(c.days) + 2) * 24 * time.Hour
+	cmd := exec.Command(c.binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", data,
+		"--hmac-token-file", filepath.Join(c.dir, "token"), "--cluster=off", "--log-level", "warn",
+		"--stuck-after", horizon.String(), "--retention", horizon.String(),
+		"--mail-to", "fleet@localhost", "--mail-dir", filepath.Join(c.dir, "mail"))
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			// Only the PID this program started.
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		})
+	}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if _, url, ok := strings.Cut(sc.Text(), "listening on "); ok {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return &service{url: url, pid: cmd.Process.Pid, dataDir: data, stop: stop}, nil
+		}
+	}
+	stop()
+	return nil, errors.New("the service exited before it listened")
+}
+
+// memory is the service's resident set and its peak, in MiB.
+func (s *service) memory() (rss, peak float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			peak = kb / 1024
+		}
+	}
+	return rss, peak
+}
+
+func heapInUse(client *http.Client, url string) (float64, error) {
+	resp, err := client.Get(url + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f / (1 << 20), err
+		}
+	}
+	return 0, errors.New("no go_memstats_heap_inuse_bytes in /metrics")
+}
+
+// dirSize is the apparent size of every file under dir, in MiB: what a
+// volume must hold.
+func dirSize(dir string) (float64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			n += fi.Size()
+		}
+		return err
+	})
+	return float64(n) / (1 << 20), err
+}
+
+func awaitReady(client *http.Client, url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if resp, err := client.Get(url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready within %s", within)
+}
+
+// fleet generates the events and remembers every revision it rolled out.
+type fleet struct {
+	c     config
+	token []byte
+	now   time.Time
+	revs  []string // hashes
+}
+
+type event struct {
+	body []byte
+	sig  string
+}
+
+// day builds one simulated day: each source gets c.commits commits spread
+// over the day, each rolling across all its layers in dependsOn order
+// (layer i depends on layer (i-1)/4): the source's NewArtifact, then per
+// layer DependencyNotReady for dependents, Progressing and
+// ReconciliationSucceeded. Commits are interleaved across sources as they
+// would be over a day.
+func (f *fleet) day(d int) []event {
+	c := f.c
+	base := f.now.Add(-time.Duration(c.days-d) * 24 * time.Hour)
+	gap := 24 * time.Hour / time.Duration(c.commits)
+	var out []event
+	for k := range c.commits {
+		for s := range c.sources {
+			sum := sha1.Sum(fmt.Appendf(nil, "fleet-%d-%d-%d", s, d, k))
+			hash := hex.EncodeToString(sum[:])
+			f.revs = append(f.revs, hash)
+			rev := "main@sha1:" + hash
+			t := base.Add(time.Duration(k)*gap + time.Duration(s)*7*time.Second)
+			src := fmt.Sprintf("src-%03d", s)
+			out = append(out, f.event("GitRepository", src, "source-controller", t, "NewArtifact",
+				fmt.Sprintf("stored artifact for commit 'Change %d of day %d'", k, d+1), rev))
+			for l := range c.layers {
+				name := fmt.Sprintf("%s-l%02d", src, l)
+				depth := 0
+				for p := l; p > 0; p = (p - 1) / 4 {
+					depth++
+				}
+				at := t.Add(time.Duration(1+depth*30) * time.Second)
+				if l > 0 {
+					out = append(out, f.event("Kustomization", name, "kustomize-controller", t.Add(time.Second),
+						"DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s", rev))
+				}
+				out = append(out,
+					f.event("Kustomization", name, "kustomize-controller", at, "Progressing",
+						fmt.Sprintf("Deployment/%s/web configured\nConfigMap/%s/settings-%d created", name, name, k), rev),
+					f.event("Kustomization", name, "kustomize-controller", at.Add(2*time.Second), "ReconciliationSucceeded",
+						"Reconciliation finished in 2.31s, next run in 10m0s", rev))
+			}
+		}
+	}
+	return out
+}
+
+func (f *fleet) event(kind, name, controller string, at time.Time, reason, msg, rev string) event {
+	apiVersion := "kustomize.toolkit.fluxcd.io/v1"
+	if kind == "GitRepository" {
+		apiVersion = "source.toolkit.fluxcd.io/v1"
+	}
+	body, _ := json.Marshal(flux.Event{
+		InvolvedObject: flux.ObjectRef{Kind: kind, Namespace: "flux-system", Name: name,
+			UID: "7d0cdc51-ddcf-4743-b223-83ca5c699632", APIVersion: apiVersion, ResourceVersion: "1"},
+		Severity: "info", Timestamp: at.Format(time.RFC3339), Message: msg, Reason: reason,
+		Metadata:            map[string]string{"revision": rev},
+		ReportingController: controller,
+	})
+	return event{body: body, sig: webhook.Sign(f.token, body)}
+}
+
+// ingest posts evs from n connections and returns the rate acknowledged
+// and the p99 time to acknowledgement.
+func ingest(client *http.Client, url string, evs []event, n int, refused *atomic.Int64) (float64, time.Duration, error) {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		lat  = make([]time.Duration, 0, len(evs))
+		errs = make(chan error, n)
+	)
+	start := time.Now()
+	for range n {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, len(evs)/n+1)
+			defer func() { mu.Lock(); lat = append(lat, mine...); mu.Unlock() }()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(evs)) {
+					return
+				}
+				t := time.Now()
+				status, err := post(client, url+"/webhook", evs[i])
+				if err != nil {
+					errs <- err
+					return
+				}
+				if status != http.StatusAccepted {
+					refused.Add(1)
+				}
+				mine = append(mine, time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, 0, err
+	}
+	slices.Sort(lat)
+	return float64(len(evs)) / el.Seconds(), lat[len(lat)*99/100], nil
+}
+
+func post(client *http.Client, url string, ev event) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(ev.body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Signature", ev.sig)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// verdicts asks for n random revisions of the whole history, checks each is
+// applied, and returns the p50 and p99 latency.
+func (f *fleet) verdicts(client *http.Client, url string, n int) (time.Duration, time.Duration, error) {
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		hash := f.revs[rand.IntN(len(f.revs))]
+		t := time.Now()
+		v, err := verdict(client, url, hash)
+		if err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, time.Since(t))
+		if v != "applied" {
+			return 0, 0, fmt.Errorf("revision %s is %s, want applied", hash, v)
+		}
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
+
+// checkAll counts the revisions of the history whose verdict is not applied.
+func (f *fleet) checkAll(client *http.Client, url string) (int, error) {
+	wrong := 0
+	for _, h := range f.revs {
+		v, err := verdict(client, url, h)
+		if err != nil {
+			return 0, err
+		}
+		if v != "applied" {
+			wrong++
+		}
+	}
+	return wrong, nil
+}
+
+func verdict(client *http.Client, url, hash string) (string, error) {
+	resp, err := client.Get(url + "/verdict?rev=" + hash)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Verdict string `json:"verdict"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", fmt.Errorf("verdict %s: %w", hash, err)
+	}
+	return v.Verdict, nil
+}
+
+func latency(client *http.Client, url string, n int) (time.Duration, error) {
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t := time.Now()
+		resp, err := client.Get(url)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("%s: status %d", url, resp.StatusCode)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	slices.Sort(lat)
+	return lat[len(lat)*99/100], nil
+}

@@ -1,0 +1,253 @@
+package rollout
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Settling keeps memory bounded by what can still change. A rollout is
+// settled when its verdict is terminal, every emitter it has evidence on
+// has moved on to a later revision, and it has been quiet for SettleAfter
+// since its last evidence and since the last of its emitters moved on. Its
+// final view goes to the archive, its evidence and mail keys are dropped,
+// and each emitter's floor is raised to it: evidence about it, or about a
+// revision new to an emitter and older than the emitter's floor, is then
+// acknowledged and ignored (it concerns history that is already judged).
+//
+// Settling must not change any verdict. The views of live rollouts next to
+// a settled one can depend on it (it replaced their revision, or superseded
+// them), so before a rollout is dropped every live rollout whose view may
+// depend on it is evaluated with and without it; if one would differ, the
+// rollout stays live and is tried again at the next pass.
+
+// Settle runs a settle pass now, as Run does every few seconds.
+func (e *Engine) Settle(ctx context.Context) error {
+	return e.do(ctx, &request{tick: e.settle, done: make(chan error, 1)})
+}
+
+// settle moves every rollout that can no longer change to the archive.
+func (e *Engine) settle(c *commit, now time.Time) {
+	for _, cl := range e.clusters {
+		var candidates []*rolloutState
+		for _, r := range cl.rollouts {
+			if cl.settles(r, e.cfg.SettleAfter, now) {
+				candidates = append(candidates, r)
+			}
+		}
+		// Oldest first, so the outcome does not depend on map order.
+		slices.SortFunc(candidates, func(a, b *rolloutState) int {
+			return logEntry{a.first, a.key.Hash}.compare(logEntry{b.first, b.key.Hash})
+		})
+		for _, r := range candidates {
+			v, ok := cl.settleAlone(r, &e.cfg, now)
+			if !ok {
+				continue
+			}
+			cl.restore(r) // retire drops it again, recording what goes
+			c.settled = append(c.settled, v)
+			e.retire(c, r)
+		}
+	}
+	e.forgetMails(c.removed)
+}
+
+// settles reports whether r's verdict is final and r has been quiet long
+// enough to be settled.
+func (c *cluster) settles(r *rolloutState, after time.Duration, now time.Time) bool {
+	if r.view == nil || !r.view.Terminal {
+		return false
+	}
+	quiet := r.last
+	for em, ev := range r.ev {
+		s, ok := c.logs[em].after(logEntry{ev.First, r.key.Hash})
+		if !ok {
+			return false // the emitter is still at this revision
+		}
+		if s.first.After(quiet) {
+			quiet = s.first
+		}
+	}
+	return !now.Before(quiet.Add(after))
+}
+
+// settleAlone drops r from the cluster's index when no other live view
+// depends on it, and returns r's final view; otherwise it leaves the index
+// as it was.
+func (c *cluster) settleAlone(r *rolloutState, cfg *Config, now time.Time) (*View, bool) {
+	deps := c.dependents(r)
+	before := make([]*View, len(deps))
+	for i, d := range deps {
+		before[i] = c.evaluate(d, cfg, now)
+	}
+	final := c.evaluate(r, cfg, now)
+	c.drop(r.key.Hash)
+	for i, d := range deps {
+		if !reflect.DeepEqual(before[i], c.evaluate(d, cfg, now)) {
+			c.restore(r)
+			return nil, false
+		}
+	}
+	return final, true
+}
+
+// dependents are the live rollouts whose view may read r: its neighbours in
+// each of its emitters' logs (r replaced the one before, or is replaced by
+// the one after), and every rollout that expects one of r's layers without
+// evidence on it and places itself, by its first evidence, between that
+// layer's entry before r and r's (for it, r is what the layer moved to
+// next: supersession).
+func (c *cluster) dependents(r *rolloutState) []*rolloutState {
+	seen := map[string]bool{r.key.Hash: true}
+	var out []*rolloutState
+	add := func(h string) {
+		if !seen[h] {
+			seen[h] = true
+			out = append(out, c.rollouts[h])
+		}
+	}
+	type span struct {
+		layer  Emitter
+		lo, hi logEntry
+		hasLo  bool
+	}
+	var spans []span
+	for em, ev := range r.ev {
+		x := logEntry{ev.First, r.key.Hash}
+		lg := c.logs[em]
+		sp := span{layer: em, hi: x}
+		if p := lg.before(x); p != "" {
+			add(p)
+			sp.lo, sp.hasLo = logEntry{c.rollouts[p].ev[em].First, p}, true
+		}
+		if s, ok := lg.after(x); ok {
+			add(s.hash)
+		}
+		if em.IsLayer() {
+			spans = append(spans, sp)
+		}
+	}
+	for h, o := range c.rollouts {
+		if seen[h] || o.view == nil {
+			continue
+		}
+		pos := logEntry{o.first, h}
+		for _, sp := range spans {
+			if o.ev[sp.layer] != nil || pos.compare(sp.hi) >= 0 || sp.hasLo && pos.compare(sp.lo) <= 0 {
+				continue
+			}
+			if expects(o.view, sp.layer) {
+				add(h)
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *rolloutState) int {
+		return logEntry{a.first, a.key.Hash}.compare(logEntry{b.first, b.key.Hash})
+	})
+	return out
+}
+
+// expects reports whether v lists layer among its expected layers, which
+// are in Emitter order.
+func expects(v *View, layer Emitter) bool {
+	_, found := slices.BinarySearchFunc(v.Layers, layer, func(lv LayerView, e Emitter) int {
+		ns, name, _ := strings.Cut(lv.Name, "/")
+		if c := strings.Compare(ns, e.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(name, e.Name)
+	})
+	return found
+}
+
+// restore puts a rollout that drop removed back into the index.
+func (c *cluster) restore(r *rolloutState) {
+	c.rollouts[r.key.Hash] = r
+	for em, ev := range r.ev {
+		lg := c.logs[em]
+		if lg == nil {
+			lg = &emitterLog{}
+			c.logs[em] = lg
+		}
+		lg.insert(logEntry{ev.First, r.key.Hash})
+	}
+}
+
+// retire removes r from memory as part of c: its evidence is deleted, each
+// of its emitters' floors is raised to it, and its view is unpublished once
+// c is committed.
+func (e *Engine) retire(c *commit, r *rolloutState) {
+	cl := e.clusters[r.key.Cluster]
+	for em, ev := range r.ev {
+		c.deletes = append(c.deletes, EvidenceKey{r.key, r.seq, em})
+		x := logEntry{ev.First, r.key.Hash}
+		if f, ok := cl.floors[em]; !ok || f.compare(x) < 0 {
+			cl.floors[em] = x
+			if c.floors == nil {
+				c.floors = map[FloorKey]Floor{}
+			}
+			c.floors[FloorKey{cl.name, em}] = Floor{First: x.first, Hash: x.hash}
+		}
+	}
+	cl.drop(r.key.Hash)
+	c.removed = append(c.removed, r.key)
+}
+
+// forgetMails drops the mail keys of rollouts no longer in memory: no
+// evidence can make their mails due again.
+func (e *Engine) forgetMails(gone []Key) {
+	if len(gone) == 0 {
+		return
+	}
+	forget := make(map[Key]bool, len(gone))
+	for _, k := range gone {
+		forget[k] = true
+		delete(e.stuckMailed, k)
+	}
+	for key := range e.mailed {
+		if forget[mailRollout(key)] {
+			delete(e.mailed, key)
+		}
+	}
+}
+
+// beforeFloor reports whether o would put a revision into its emitter's
+// log below the emitter's floor: a revision the emitter has no evidence on
+// yet (in memory or earlier in the batch), older than history already
+// settled.
+func (c *cluster) beforeFloor(o *Observation, inBatch bool) bool {
+	f, ok := c.floors[o.Emitter]
+	if !ok || inBatch {
+		return false
+	}
+	if r := c.rollouts[o.Hash]; r != nil && r.ev[o.Emitter] != nil {
+		return false
+	}
+	return logEntry{o.At, o.Hash}.compare(f) <= 0
+}
+
+// settledAmong looks up, in one read, which rollouts of the batch that are
+// not in memory are settled.
+func (e *Engine) settledAmong(batch []*request) (map[Key]bool, error) {
+	var keys []Key
+	seen := map[Key]bool{}
+	for _, req := range batch {
+		for i := range req.obs {
+			k := Key{req.obs[i].Cluster, req.obs[i].Hash}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if cl := e.clusters[k.Cluster]; cl == nil || cl.rollouts[k.Hash] == nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return e.store.SettledAmong(keys)
+}

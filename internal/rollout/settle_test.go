@@ -1,0 +1,334 @@
+package rollout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
+)
+
+// movingClock is Flux's time as a stream replays: the latest evidence seen
+// plus a lag, as a live service would see it.
+type movingClock struct{ ns atomic.Int64 }
+
+func (c *movingClock) now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *movingClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *movingClock) advance(o time.Time) { c.set(maxTime(c.now(), o)) }
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func settleConfig(after time.Duration) rollout.Config {
+	cfg := defaultConfig()
+	cfg.SettleAfter = after
+	return cfg
+}
+
+// never is a SettleAfter no test history reaches: the engine keeps every
+// rollout live, as before settling existed.
+const never = 100000 * time.Hour
+
+func settle(t testing.TB, e *rollout.Engine) {
+	t.Helper()
+	if err := e.Settle(context.Background()); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+}
+
+// TestSettlingChangesNoVerdict is the property of issue 10: an engine that
+// settles rollouts as the history goes by (with the clock following Flux's
+// time, a settle pass after every few observations, and a restart in the
+// middle) ends with exactly the views of one that never settles, and so
+// does a rebuild of it from its file.
+func TestSettlingChangesNoVerdict(t *testing.T) {
+	streams := map[string][]rollout.Observation{}
+	var main []rollout.Observation
+	for _, name := range fixture.Scenarios {
+		main = append(main, scenario(t, name, false)...)
+	}
+	streams["fixtures"] = main
+	streams["fixtures-cancel"] = scenario(t, "cancel-health-checks/superseded", false)
+	for seed := range 30 {
+		streams[fmt.Sprintf("synthetic-%d", seed)] = longSynthetic(rand.New(rand.NewPCG(uint64(seed), 11)))
+	}
+	settledSome := false
+	for name, obs := range streams {
+		t.Run(name, func(t *testing.T) {
+			end := obs[0].At
+			for _, o := range obs {
+				end = maxTime(end, o.At)
+			}
+			final := end.Add(3 * time.Hour)
+
+			ref := start(t, t.TempDir(), settleConfig(never), fixedClock(final))
+			ref.submit(obs...)
+			ref.stop()
+			ref = start(t, ref.dir, settleConfig(never), fixedClock(final))
+			revisited := revisitedHashes(obs)
+			want := comparable(t, ref.engine, revisited)
+
+			for _, after := range []time.Duration{time.Minute, 20 * time.Minute} {
+				clock := &movingClock{}
+				clock.set(obs[0].At)
+				cfg := settleConfig(after)
+				dir := t.TempDir()
+				h := start(t, dir, cfg, clock.now)
+				for i, o := range obs {
+					clock.advance(o.At.Add(10 * time.Second))
+					h.submit(o)
+					if i%7 == 6 {
+						settle(t, h.engine)
+					}
+					if i == len(obs)/2 {
+						h.stop()
+						h = start(t, dir, cfg, clock.now)
+					}
+				}
+				settled := h.engine.Stats().Settled.Load()
+				h.stop()
+				// At the same time as the reference, everything that can
+				// settle has (NewEngine runs a pass).
+				h = start(t, dir, cfg, fixedClock(final))
+				if got := comparable(t, h.engine, revisited); got != want {
+					t.Fatalf("settle after %s: views differ from an engine that never settles:\n%s", after, firstDiff(want, got))
+				}
+				if settled+h.engine.Stats().Settled.Load() > 0 {
+					settledSome = true
+				}
+			}
+		})
+	}
+	if !settledSome {
+		t.Fatal("no rollout was ever settled: the property was not exercised")
+	}
+}
+
+// revisitedHashes are the revisions an emitter reported again after it
+// had reported a later one (a rollback to an old commit): once settled,
+// such a revision keeps its final view, where an engine that never
+// settles would refresh its last evidence.
+func revisitedHashes(obs []rollout.Observation) map[string]bool {
+	byEmitter := map[rollout.Emitter][]rollout.Observation{}
+	for _, o := range obs {
+		byEmitter[o.Emitter] = append(byEmitter[o.Emitter], o)
+	}
+	out := map[string]bool{}
+	for _, os := range byEmitter {
+		slices.SortStableFunc(os, func(a, b rollout.Observation) int { return a.At.Compare(b.At) })
+		left := map[string]bool{} // hashes the emitter reported and then left
+		for i, o := range os {
+			if left[o.Hash] {
+				out[o.Hash] = true
+			}
+			if i > 0 && os[i-1].Hash != o.Hash {
+				left[os[i-1].Hash] = true
+			}
+		}
+	}
+	return out
+}
+
+// comparable renders every view, as snapshotJSON does, with the fields a
+// revisit refreshes (last evidence, the latest mark of each layer) blanked
+// for revisited revisions: their verdicts, layers' states and failures
+// must still be equal.
+func comparable(t *testing.T, e *rollout.Engine, revisited map[string]bool) string {
+	t.Helper()
+	views := e.List("", 1<<20)
+	for i, v := range views {
+		if !revisited[v.Hash] {
+			continue
+		}
+		c := *v
+		c.LastSeen = time.Time{}
+		c.Layers = slices.Clone(v.Layers)
+		for j := range c.Layers {
+			c.Layers[j].At, c.Layers[j].Message, c.Layers[j].Reason = nil, "", ""
+		}
+		c.Failures = slices.Clone(v.Failures)
+		for j := range c.Failures {
+			c.Failures[j].LastAt = time.Time{}
+		}
+		views[i] = &c
+	}
+	b, err := json.MarshalIndent(views, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// longSynthetic is synthetic's history, but with its revisions spread
+// over hours, so that the earlier ones settle while the later ones apply.
+func longSynthetic(r *rand.Rand) []rollout.Observation {
+	obs := synthetic(r)
+	for i := range obs {
+		// synthetic's revisions start 10 to 50 s apart: stretch them.
+		sec := obs[i].At.Sub(t0)
+		obs[i].At = t0.Add(sec * 90)
+	}
+	return obs
+}
+
+// TestSettledRolloutsLeaveMemory: a long history of clean rollouts keeps
+// only the live ones in memory, and a restart loads only those; every
+// revision is still answered, from the archive.
+func TestSettledRolloutsLeaveMemory(t *testing.T) {
+	layers := []string{"infra", "platform", "apps"}
+	var obs []rollout.Observation
+	for i := range 40 {
+		label := fmt.Sprintf("H%d", i)
+		at := i * 3600
+		for j, l := range layers {
+			obs = append(obs, prog(l, label, at+10*j), succ(l, label, at+10*j+5))
+		}
+	}
+	end := t0.Add(40 * time.Hour)
+	cfg := settleConfig(time.Minute)
+	dir := t.TempDir()
+	h := start(t, dir, cfg, fixedClock(end))
+	h.submit(obs...)
+	settle(t, h.engine)
+	if live := sum(h.engine.Live()); live > 2 {
+		t.Fatalf("%d rollouts live after settling, want at most 2 (the current one and its predecessor)", live)
+	}
+	h.stop()
+	h = start(t, dir, cfg, fixedClock(end))
+	if live := sum(h.engine.Live()); live > 2 {
+		t.Fatalf("%d rollouts loaded at start, want only the live ones", live)
+	}
+	for i := range 40 {
+		if v := h.view(fmt.Sprintf("H%d", i)); v.Verdict != rollout.VerdictApplied || len(v.Layers) != 3 {
+			t.Fatalf("H%d: %s with %d layers", i, v.Verdict, len(v.Layers))
+		}
+	}
+	if got := h.engine.List("", 5); len(got) != 5 || got[0].Hash != hashOf("H39") || got[4].Hash != hashOf("H35") {
+		t.Fatalf("List of live and settled, newest first: %v", hashes(got))
+	}
+}
+
+func sum(m map[rollout.Verdict]int) int {
+	n := 0
+	for _, c := range m {
+		n += c
+	}
+	return n
+}
+
+func hashes(vs []*rollout.View) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Hash[:7])
+	}
+	return out
+}
+
+// TestSettledLookups: the archive answers exact hashes, prefixes, origin
+// revisions and ambiguity across clusters the way live rollouts do, and
+// Wait returns a settled verdict at once.
+func TestSettledLookups(t *testing.T) {
+	cfg := settleConfig(time.Minute)
+	h := start(t, t.TempDir(), cfg, fixedClock(t0.Add(10*time.Hour)))
+	oci := func(label, origin string, sec int) rollout.Observation {
+		o := succ("apps", label, sec)
+		o.Revision, o.Hash = "latest@sha256:"+hashOf(label)+hashOf(label)[:24], hashOf(label)+hashOf(label)[:24]
+		o.Origin, o.OriginHash = revOf(origin), hashOf(origin)
+		return o
+	}
+	a, b, c := oci("A", "gitA", 0), oci("B", "gitB", 3600), oci("C", "gitC", 7200)
+	stagingA := succ("apps", "S", 0)
+	stagingA.Cluster, stagingA.Revision, stagingA.Hash = "staging", a.Revision, a.Hash
+	stagingB := succ("apps", "S", 3600)
+	stagingB.Cluster = "staging"
+	h.submit(a, b, c, stagingA, stagingB)
+	settle(t, h.engine)
+	if live := h.engine.Live(); sum(live) != 2 {
+		t.Fatalf("live %v, want the current revision of each cluster", live)
+	}
+	if v, err := h.engine.Lookup(rollout.Query{Hash: hashOf("gitA")}); err != nil || v.Hash != a.Hash {
+		t.Fatalf("settled, by origin revision: %v, %v", v, err)
+	}
+	if v, err := h.engine.Lookup(rollout.Query{Hash: hashOf("B")[:8], Prefix: true}); err != nil || v.Hash != b.Hash || v.Verdict != rollout.VerdictApplied {
+		t.Fatalf("settled, by prefix: %v, %v", v, err)
+	}
+	var amb *rollout.AmbiguousError
+	if _, err := h.engine.Lookup(rollout.Query{Hash: a.Hash}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
+		t.Fatalf("one hash settled on two clusters: %v, want ambiguous", err)
+	}
+	if v, err := h.engine.Lookup(rollout.Query{Hash: a.Hash, Cluster: "staging"}); err != nil || v.Cluster != "staging" {
+		t.Fatalf("settled on one cluster: %v, %v", v, err)
+	}
+	if v := h.engine.Get(rollout.Key{Cluster: "default", Hash: a.Hash}); v == nil || v.Verdict != rollout.VerdictApplied {
+		t.Fatalf("Get of a settled rollout: %v", v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if v, err := h.engine.Wait(ctx, rollout.Query{Hash: hashOf("gitB")}); err != nil || v.Hash != b.Hash {
+		t.Fatalf("Wait on a settled rollout: %v, %v", v, err)
+	}
+}
+
+// TestEvidenceAboutSettledHistoryIsIgnored: a late event for a settled
+// rollout, or for a revision new to a layer and older than what it settled,
+// is acknowledged and changes nothing: no rollout is made from part of a
+// history that is gone, so none can turn applied on too few layers, and no
+// mail goes out again.
+func TestEvidenceAboutSettledHistoryIsIgnored(t *testing.T) {
+	cfg := settleConfig(time.Minute)
+	cfg.MailTo = []string{"dev@example.com"}
+	te := rollouttest.Start(t, t.TempDir(), cfg, fixedClock(t0.Add(10*time.Hour)), true)
+	submit := func(obs ...rollout.Observation) {
+		t.Helper()
+		for _, o := range obs {
+			if err := te.Submit(context.Background(), o); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	submit(applied0...)
+	submit(succ("infra", "R1", 3600), succ("platform", "R1", 3601), succ("apps", "R1", 3602))
+	submit(succ("infra", "R2", 7200), succ("platform", "R2", 7201), succ("apps", "R2", 7202))
+	settle(t, te.Engine)
+	if te.Stats().Settled.Load() == 0 {
+		t.Fatal("nothing settled")
+	}
+	if v := te.Get(rollout.Key{Cluster: "default", Hash: hashOf("R1")}); v == nil || v.Verdict != rollout.VerdictApplied {
+		t.Fatalf("R1 %v", v)
+	}
+	mails := te.Queued(t, hashOf("R1"))
+
+	// A late failure for settled R1, and a revision never seen whose only
+	// evidence is older than what infra settled.
+	ignored := te.Stats().Ignored.Load()
+	submit(fail("apps", "R1", 3700, "HealthCheckFailed"), succ("infra", "OLD", 1800))
+	if got := te.Stats().Ignored.Load() - ignored; got != 2 {
+		t.Fatalf("%d observations ignored, want 2", got)
+	}
+	if v := te.Get(rollout.Key{Cluster: "default", Hash: hashOf("R1")}); v.Verdict != rollout.VerdictApplied || len(v.Failures) != 0 {
+		t.Fatalf("settled R1 changed: %s %+v", v.Verdict, v.Failures)
+	}
+	if _, err := te.Lookup(rollout.Query{Hash: hashOf("OLD")}); !errors.Is(err, rollout.ErrNotFound) {
+		t.Fatalf("a rollout was made of settled history: %v", err)
+	}
+	if got := te.Queued(t, hashOf("R1")); !slices.Equal(got, mails) {
+		t.Fatalf("mails of R1 %v, then %v", mails, got)
+	}
+	// A new revision is still taken: it is newer than every floor.
+	submit(succ("infra", "R3", 10800))
+	if v := te.Get(rollout.Key{Cluster: "default", Hash: hashOf("R3")}); v == nil {
+		t.Fatal("a new revision was ignored")
+	}
+}
