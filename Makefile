@@ -24,7 +24,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzParsePruneMessage \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test testbin e2ebin e2e vet unit fuzz-short fuzz bench mail-preview manifests-check image clean
+.PHONY: all build run sample test testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview manifests-check image clean
 
 all: build
 
@@ -117,6 +117,15 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(GO) build -o bin/fdn-loadgen ./cmd/fdn-loadgen
 	bin/fdn-loadgen
+
+# The fleet of design.md against the real binary, one simulated day at a
+# time: memory, data size, ingest, /verdict and /rollouts latency, and the
+# time to ready after a restart (see cmd/fdn-fleet). The full run (30 days)
+# takes about 25 minutes on 2 cores; FLEET="-days 5" for a shorter one.
+FLEET ?=
+bench-fleet: build
+	$(GO) build -o bin/fdn-fleet ./cmd/fdn-fleet
+	bin/fdn-fleet -binary $(BIN) $(FLEET)
 
 # Every mail of the example rollouts as .eml and .html in out/mail-preview,
 # with PNG screenshots (600 px, light and dark) when chromium is installed

@@ -53,6 +53,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	layers := f.String("layers", "FDN_LAYERS", "", "Kustomizations every rollout must reach, as namespace/name,namespace/name")
 	stuck := f.Duration("stuck-after", "FDN_STUCK_AFTER", 30*time.Minute, "time from a revision's first evidence after which it is stuck")
 	retention := f.Duration("retention", "FDN_RETENTION", 720*time.Hour, "how long rollouts are kept after their last evidence")
+	settleAfter := f.Duration("settle-after", "FDN_SETTLE_AFTER", rollout.DefaultSettleAfter, "quiet time after which a final rollout whose layers all moved on leaves memory for the archive on disk")
 	cluster := f.String("default-cluster", "FDN_DEFAULT_CLUSTER", "default", "cluster name of events without metadata.cluster")
 	var mc mailConfig
 	mc.flags(f)
@@ -66,7 +67,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c = serveConfig{
 		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
 		insecureNoAuth: *insecure, logFormat: *format,
-		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, DefaultCluster: *cluster},
+		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster},
 		mail:    mc,
 		cluster: cc, verdictToken: *verdictToken,
 	}
@@ -88,6 +89,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if *retention < *stuck {
 		return c, errors.New("--retention must be at least --stuck-after")
+	}
+	if *settleAfter <= 0 {
+		return c, errors.New("--settle-after must be positive")
 	}
 	if c.tokenFile == "" && !c.insecureNoAuth {
 		return c, errors.New("--hmac-token-file is required (or --insecure-no-auth to accept unauthenticated events)")

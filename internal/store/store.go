@@ -61,7 +61,9 @@ const (
 // Open opens (creating if needed) the database in dir. It fails fast when
 // another process holds the file. A large file that is mostly free space is
 // compacted first.
-func Open(dir string) (*DB, error) {
+func Open(dir string) (*DB, error) { return openDB(dir, compactAbove) }
+
+func openDB(dir string, compactAbove int64) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -70,7 +72,7 @@ func Open(dir string) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mostlyFree(db) {
+	if mostlyFree(db, compactAbove) {
 		db.Close()
 		if err := compact(path); err != nil {
 			return nil, err
@@ -127,14 +129,21 @@ func open(path string) (*bolt.DB, error) {
 	return db, nil
 }
 
-func mostlyFree(db *bolt.DB) bool {
+// mostlyFree reports whether more than compactFree of the pages below the
+// file's high-water mark are free. The file itself is larger: bbolt grows
+// it in chunks (16 MiB) ahead of use.
+func mostlyFree(db *bolt.DB, compactAbove int64) bool {
 	fi, err := os.Stat(db.Path())
 	if err != nil || fi.Size() < compactAbove {
 		return false
 	}
+	var used int64
+	if err := db.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil }); err != nil || used == 0 {
+		return false
+	}
 	st := db.Stats()
 	free := int64(st.FreePageN+st.PendingPageN) * int64(db.Info().PageSize)
-	return float64(free) > compactFree*float64(fi.Size())
+	return float64(free) > compactFree*float64(used)
 }
 
 // compact copies the live pages of path to a new file and renames it over

@@ -1,0 +1,157 @@
+package store
+
+import (
+	"bytes"
+	"compress/flate"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func sampleBatch() *rollout.Batch {
+	layer := rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: "apps"}
+	key := rollout.Key{Cluster: "prod", Hash: strings.Repeat("ab", 20)}
+	done := at.Add(90 * time.Second)
+	ev := &rollout.Evidence{
+		Revision: "main@sha1:" + key.Hash, Subject: "Add apps", MailTo: []string{"apps@example.com"},
+		First: at, Last: done,
+		Progress:  &rollout.Mark{At: at, Signal: rollout.SignalProgressing, Reason: "Progressing", Message: "Deployment/apps/web configured"},
+		Succeeded: &rollout.Mark{At: done, Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2s, next run in 5m0s"},
+		Failures: []rollout.Failure{{Reason: "PruneFailed", Message: "delete failed", First: at.Add(time.Minute), Last: at.Add(time.Minute),
+			Objects: []rollout.Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old", Error: "forbidden", At: at.Add(time.Minute)}}}},
+		Member: &rollout.Member{Mark: rollout.Mark{At: at, Signal: rollout.SignalExpected}, DependsOn: []string{"flux-system/infra"}},
+	}
+	by := "main@sha1:" + strings.Repeat("cd", 20)
+	view := &rollout.View{
+		Cluster: key.Cluster, Revision: ev.Revision, Hash: key.Hash, Origin: "v1@sha1:" + strings.Repeat("ef", 20), OriginHash: strings.Repeat("ef", 20),
+		Verdict: rollout.VerdictSuperseded, Terminal: true, Summary: "superseded by " + by + " before every layer applied it",
+		Subject: "Add apps", Source: "GitRepository/flux-system/fleet", ExpectedFrom: rollout.ExpectedFromCluster,
+		FirstSeen: at, LastSeen: done, Deadline: at.Add(30 * time.Minute), SupersededBy: &by,
+		SupersedeKey: &rollout.Key{Cluster: "prod", Hash: strings.Repeat("cd", 20)},
+		Behind:       []string{"flux-system/apps"},
+		Layers: []rollout.LayerView{{Name: "flux-system/apps", State: rollout.LayerProgressing, Revision: ev.Revision,
+			Reason: "Progressing", Message: "Deployment/apps/web configured", At: &at}},
+		Failures: []rollout.FailureView{},
+	}
+	return &rollout.Batch{
+		Puts:   map[rollout.EvidenceKey]*rollout.Evidence{{Key: key, Seq: 7, Emitter: layer}: ev},
+		Settle: []*rollout.View{view},
+		Floors: map[rollout.FloorKey]rollout.Floor{{Cluster: "prod", Emitter: layer}: {First: at, Hash: key.Hash}},
+		Mails:  []rollout.Mail{{Key: "prod\x00" + key.Hash + "\x00applying\x00dev@example.com", Kind: rollout.MailApplying, To: "dev@example.com"}},
+		At:     at,
+	}
+}
+
+// dump renders every record of the file, settled ones inflated, one per
+// line: the golden form of the schema.
+func dump(t *testing.T, d *DB) string {
+	t.Helper()
+	var b strings.Builder
+	err := d.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, bk *bolt.Bucket) error {
+			return bk.ForEach(func(k, v []byte) error {
+				if bytes.Equal(name, bucketSettled) {
+					view, err := decodeSettled(v)
+					if err != nil {
+						return err
+					}
+					if raw, err := encodeSettled(view); err != nil || !bytes.Equal(raw, v) {
+						return fmt.Errorf("settled record does not re-encode to the same bytes: %v", err)
+					}
+					if v, err = io.ReadAll(flate.NewReader(bytes.NewReader(v))); err != nil {
+						return err
+					}
+				}
+				fmt.Fprintf(&b, "%s %q %q\n", name, k, v)
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// TestRecordsGolden writes one record of every kind, compares the file
+// with the golden one (so that a change of any record's encoding is seen
+// and the schema version considered), and reads each back.
+func TestRecordsGolden(t *testing.T) {
+	d, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	b := sampleBatch()
+	if err := d.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	got := dump(t, d)
+	golden := filepath.Join("testdata", "records.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("records differ from %s (run with -update if intended, and think about the schema version):\n%s", golden, got)
+	}
+
+	var loaded map[rollout.EvidenceKey]*rollout.Evidence
+	var mailed []string
+	floors := map[rollout.FloorKey]rollout.Floor{}
+	loaded = map[rollout.EvidenceKey]*rollout.Evidence{}
+	err = d.Load(func(k rollout.EvidenceKey, ev *rollout.Evidence) error { loaded[k] = ev; return nil },
+		func(k string) { mailed = append(mailed, k) }, func(k rollout.FloorKey, f rollout.Floor) { floors[k] = f })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(loaded, b.Puts) || !reflect.DeepEqual(floors, b.Floors) || len(mailed) != 1 || mailed[0] != b.Mails[0].Key {
+		t.Fatalf("loaded %+v %+v %q", loaded, floors, mailed)
+	}
+	v := b.Settle[0]
+	back, err := d.Settled(rollout.Key{Cluster: v.Cluster, Hash: v.Hash})
+	if err != nil || !reflect.DeepEqual(back, v) {
+		t.Fatalf("settled view read back as %+v (%v), want %+v", back, err, v)
+	}
+	pending, err := d.Pending()
+	if err != nil || len(pending) != 1 || !reflect.DeepEqual(pending[0].Mail, b.Mails[0]) {
+		t.Fatalf("outbox %+v, %v", pending, err)
+	}
+	for _, q := range []struct {
+		hash           string
+		prefix, origin bool
+		cluster        string
+		want           int
+	}{
+		{v.Hash, false, false, "", 1},
+		{v.Hash[:7], true, false, "", 1},
+		{v.Hash[:7], true, false, "staging", 0},
+		{v.OriginHash, false, true, "", 1},
+		{v.OriginHash[:9], true, true, "prod", 1},
+		{v.Hash[:39], false, false, "", 0}, // not a prefix query: exact only
+	} {
+		keys, err := d.SettledKeys(q.hash, q.prefix, q.origin, q.cluster, 10)
+		if err != nil || len(keys) != q.want {
+			t.Errorf("SettledKeys(%q, prefix %v, origin %v, %q) = %v, %v; want %d", q.hash, q.prefix, q.origin, q.cluster, keys, err, q.want)
+		}
+	}
+}

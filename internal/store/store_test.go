@@ -1,0 +1,156 @@
+package store_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUpgradeFromSchema1 opens a data dir written by the release before
+// schema 2 (testdata/v1: every fixture scenario, with mail, at the clock
+// below) and checks that the upgraded engine gives the same views it gave,
+// with the settled ones now read from the archive.
+func TestUpgradeFromSchema1(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, filepath.Join("testdata", "v1", store.FileName), filepath.Join(dir, store.FileName))
+	want, err := os.ReadFile(filepath.Join("testdata", "v1", "views.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The clock and configuration the v1 views were computed with.
+	now := time.Date(2026, 11, 30, 14, 49, 0, 0, time.UTC)
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"dev@example.com"}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for run := range 2 {
+		db, err := store.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := rollout.NewEngine(db, cfg, log, func() time.Time { return now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.MarshalIndent(e.List("", 1<<20), "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("run %d: views after the upgrade differ from v1's:\n%s", run, got)
+		}
+		n, err := db.SettledCount()
+		if err != nil || n == 0 {
+			t.Fatalf("run %d: %d settled (%v): the upgrade settled nothing", run, n, err)
+		}
+		live := 0
+		for _, c := range e.Live() {
+			live += c
+		}
+		if live >= len(e.List("", 1<<20)) {
+			t.Fatalf("run %d: %d live rollouts of %d", run, live, len(e.List("", 1<<20)))
+		}
+		pending, err := db.Pending()
+		if err != nil || len(pending) == 0 {
+			t.Fatalf("run %d: the v1 outbox was lost: %d, %v", run, len(pending), err)
+		}
+		db.Close()
+	}
+}
+
+func settledView(i int, at time.Time) *rollout.View {
+	hash := fmt.Sprintf("%040x", i)
+	return &rollout.View{
+		Cluster: "default", Hash: hash, Revision: "main@sha1:" + hash, Verdict: rollout.VerdictApplied, Terminal: true,
+		FirstSeen: at, LastSeen: at.Add(30 * time.Second), Summary: strings.Repeat("x", 4096),
+		Layers: []rollout.LayerView{}, Failures: []rollout.FailureView{},
+	}
+}
+
+// TestRetentionReturnsSpace: settled rollouts past the retention are
+// purged with their indexes, and a file left mostly free is compacted when
+// it is opened again.
+func TestRetentionReturnsSpace(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.OpenCompactingAbove(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	for batch := range 20 {
+		var views []*rollout.View
+		for i := range 100 {
+			n := batch*100 + i
+			v := settledView(n, t0.Add(time.Duration(n)*time.Minute))
+			// Incompressible, as many different messages are.
+			v.Summary = fmt.Sprintf("%x", sha(n))
+			views = append(views, v)
+		}
+		if err := db.Commit(&rollout.Batch{Settle: views, At: t0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := db.SettledCount(); n != 2000 {
+		t.Fatalf("%d settled, want 2000", n)
+	}
+	// Keep the last 100: rollouts 1900 and on began at or after the cutoff.
+	cutoff := t0.Add(1900 * time.Minute)
+	if err := db.Commit(&rollout.Batch{PurgeBefore: cutoff, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := db.SettledCount(); n != 100 {
+		t.Fatalf("%d settled after the purge, want 100", n)
+	}
+	if v, _ := db.Settled(rollout.Key{Cluster: "default", Hash: fmt.Sprintf("%040x", 1899)}); v != nil {
+		t.Fatal("a rollout past the retention is still there")
+	}
+	if v, _ := db.Settled(rollout.Key{Cluster: "default", Hash: fmt.Sprintf("%040x", 1900)}); v == nil {
+		t.Fatal("a rollout within the retention was purged")
+	}
+	if got, _ := db.ListSettled("", 1000); len(got) != 100 || got[0].Hash != fmt.Sprintf("%040x", 1999) {
+		t.Fatalf("ListSettled after the purge: %d", len(got))
+	}
+	before := db.Size()
+	db.Close()
+	db, err = store.OpenCompactingAbove(dir, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if after := db.Size(); after*2 > before {
+		t.Fatalf("file %d bytes before compaction, %d after: not returned", before, after)
+	}
+	if n, _ := db.SettledCount(); n != 100 {
+		t.Fatalf("%d settled after compaction, want 100", n)
+	}
+}
+
+func sha(n int) []byte {
+	out := make([]byte, 0, 2048)
+	x := uint64(n)*0x9E3779B97F4A7C15 + 1
+	for len(out) < cap(out) {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		out = append(out, byte(x))
+	}
+	return out
+}
