@@ -88,13 +88,19 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	if err := os.WriteFile(tokenFile, []byte(hex.EncodeToString(token)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	const settleAfter = 20 * time.Second
 	listen := "127.0.0.1:" + strconv.Itoa(c.FreePort(t))
 	name := opts.Registration() + "-" + namespace
 	mailTo := namespace + "@e2e.test"
 	args := []string{"serve", "--listen", listen, "--data-dir", filepath.Join(dir, "data"),
 		"--hmac-token-file", tokenFile, "--default-cluster", Cluster,
 		"--smtp-addr", smtpAddr, "--smtp-tls", "none", "--external-url", "http://" + listen,
-		"--log-format", "text", "--log-level", "debug"}
+		"--log-format", "text", "--log-level", "debug",
+		// Settle rollouts within the scenarios, so that the verdicts and
+		// mails checked are those of a service that moves final rollouts to
+		// its archive as real Flux goes on; longer than notification-
+		// controller's retries (15 s), as the default is.
+		"--settle-after", settleAfter.String()}
 	if opts.StuckAfter > 0 {
 		args = append(args, "--stuck-after", opts.StuckAfter.String())
 	}

@@ -52,6 +52,46 @@ func BenchmarkSubmit(b *testing.B) {
 	b.ReportMetric(float64(e.Stats().Observations.Load())/float64(max(1, e.Stats().Commits.Load())), "obs/commit")
 }
 
+// widthObservations rolls revisions across width layers: each layer waits
+// on its dependency, progresses and succeeds.
+func widthObservations(n, width int) []rollout.Observation {
+	out := make([]rollout.Observation, 0, n)
+	for rev := 0; len(out) < n; rev++ {
+		label := fmt.Sprintf("width-%d-%d", width, rev)
+		for l := 0; l < width && len(out) < n; l++ {
+			name := fmt.Sprintf("layer-%04d", l)
+			sec := rev*600 + l/10
+			out = append(out, waiting(name, label, sec), prog(name, label, sec+1), succ(name, label, sec+2))
+		}
+	}
+	return out[:n]
+}
+
+// BenchmarkSubmitWidth is BenchmarkSubmit with revisions rolling across 50
+// and 1,000 layers: the cost of an observation must not grow with the
+// width of its rollout.
+func BenchmarkSubmitWidth(b *testing.B) {
+	for _, width := range []int{50, 1000} {
+		b.Run(fmt.Sprintf("layers=%d", width), func(b *testing.B) {
+			e := rollouttest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
+			obs := widthObservations(b.N, width)
+			var next atomic.Int64
+			b.SetParallelism(16) // 32 submitters on 2 cores
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := e.Submit(context.Background(), obs[next.Add(1)-1]); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(e.Stats().Observations.Load())/float64(max(1, e.Stats().Commits.Load())), "obs/commit")
+		})
+	}
+}
+
 // BenchmarkReload measures a restart: rebuilding every rollout from the store.
 func BenchmarkReload(b *testing.B) {
 	dir := b.TempDir()
@@ -61,5 +101,28 @@ func BenchmarkReload(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		rollouttest.Start(b, dir, defaultConfig(), fixedClock(t0.Add(time.Hour)), false).Stop()
+	}
+}
+
+// BenchmarkLookupSettled measures /verdict's read of a settled rollout of
+// 85 layers among 2,000: index seeks, inflate and decode.
+func BenchmarkLookupSettled(b *testing.B) {
+	h := start(b, b.TempDir(), settleConfig(time.Minute), fixedClock(t0.Add(1000*time.Hour)))
+	obs := widthObservations(2000*85*3, 85)
+	for i := 0; i < len(obs); i += 1000 {
+		if err := h.engine.SubmitAll(context.Background(), obs[i:min(i+1000, len(obs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	settle(b, h.engine)
+	q := rollout.Query{Hash: hashOf("width-85-7")}
+	if v, err := h.engine.Lookup(q); err != nil || len(v.Layers) != 85 {
+		b.Fatalf("%v %v", v, err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := h.engine.Lookup(q); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -31,18 +31,13 @@ func (e *Engine) Settle(ctx context.Context) error {
 // settle moves every rollout that can no longer change to the archive.
 func (e *Engine) settle(c *commit, now time.Time) {
 	for _, cl := range e.clusters {
-		var candidates []*rolloutState
-		for _, r := range cl.rollouts {
-			if cl.settles(r, e.cfg.SettleAfter, now) {
-				candidates = append(candidates, r)
-			}
-		}
 		// Oldest first, so the outcome does not depend on map order.
-		slices.SortFunc(candidates, func(a, b *rolloutState) int {
-			return logEntry{a.first, a.key.Hash}.compare(logEntry{b.first, b.key.Hash})
-		})
-		for _, r := range candidates {
-			v, ok := cl.settleAlone(r, &e.cfg, now)
+		byFirst := cl.byFirst()
+		for _, r := range byFirst {
+			if !cl.settles(r, e.cfg.SettleAfter, now) {
+				continue
+			}
+			v, ok := cl.settleAlone(r, byFirst, &e.cfg, now)
 			if !ok {
 				continue
 			}
@@ -52,6 +47,9 @@ func (e *Engine) settle(c *commit, now time.Time) {
 		}
 	}
 	e.forgetMails(c.removed)
+	if len(c.settled) > 0 {
+		e.log.Debug("settling rollouts", "count", len(c.settled))
+	}
 }
 
 // settles reports whether r's verdict is final and r has been quiet long
@@ -76,8 +74,8 @@ func (c *cluster) settles(r *rolloutState, after time.Duration, now time.Time) b
 // settleAlone drops r from the cluster's index when no other live view
 // depends on it, and returns r's final view; otherwise it leaves the index
 // as it was.
-func (c *cluster) settleAlone(r *rolloutState, cfg *Config, now time.Time) (*View, bool) {
-	deps := c.dependents(r)
+func (c *cluster) settleAlone(r *rolloutState, byFirst []*rolloutState, cfg *Config, now time.Time) (*View, bool) {
+	deps := c.dependents(r, byFirst)
 	before := make([]*View, len(deps))
 	for i, d := range deps {
 		before[i] = c.evaluate(d, cfg, now)
@@ -99,7 +97,11 @@ func (c *cluster) settleAlone(r *rolloutState, cfg *Config, now time.Time) (*Vie
 // evidence on it and places itself, by its first evidence, between that
 // layer's entry before r and r's (for it, r is what the layer moved to
 // next: supersession).
-func (c *cluster) dependents(r *rolloutState) []*rolloutState {
+//
+// byFirst is the live set by first evidence (some may have left it since):
+// only the rollouts that began before r's latest evidence are looked at,
+// which in a pass that settles the oldest first are few.
+func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rolloutState {
 	seen := map[string]bool{r.key.Hash: true}
 	var out []*rolloutState
 	add := func(h string) {
@@ -129,8 +131,12 @@ func (c *cluster) dependents(r *rolloutState) []*rolloutState {
 			spans = append(spans, sp)
 		}
 	}
-	for h, o := range c.rollouts {
-		if seen[h] || o.view == nil {
+	for _, o := range byFirst {
+		if o.first.After(r.last) {
+			break // after every entry of r: no span holds it
+		}
+		h := o.key.Hash
+		if seen[h] || o.view == nil || c.rollouts[h] != o {
 			continue
 		}
 		pos := logEntry{o.first, h}
@@ -161,6 +167,18 @@ func expects(v *View, layer Emitter) bool {
 		return strings.Compare(name, e.Name)
 	})
 	return found
+}
+
+// byFirst lists the live rollouts by first evidence, then hash.
+func (c *cluster) byFirst() []*rolloutState {
+	out := make([]*rolloutState, 0, len(c.rollouts))
+	for _, r := range c.rollouts {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *rolloutState) int {
+		return logEntry{a.first, a.key.Hash}.compare(logEntry{b.first, b.key.Hash})
+	})
+	return out
 }
 
 // restore puts a rollout that drop removed back into the index.

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"compress/flate"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -16,46 +16,293 @@ import (
 // The store's own records: what goes into bbolt is defined here, not by the
 // engine's in-memory types, so that the schema version follows these.
 
-// settledRecord is a rollout that can no longer change: everything /verdict,
-// /rollouts and the status pages need, nothing the engine would fold again.
-// It is stored deflated: the layers of a rollout repeat the same names,
-// reasons and messages, which JSON spells out each time.
-type settledRecord struct {
-	View         *rollout.View `json:"view"`
-	OriginHash   string        `json:"origin_hash,omitempty"`
-	SupersedeKey *rollout.Key  `json:"supersede_key,omitempty"`
-}
+// A settled record is a rollout that can no longer change: its final view,
+// everything /verdict, /rollouts and the status pages need, nothing the
+// engine would fold again. It is read on every /verdict for an old
+// revision, so it is a binary encoding (a tenth of the time JSON takes to
+// decode 85 layers), deflated: the layers of a rollout repeat the same
+// names, reasons and messages. The first byte is the record's version.
+const settledVersion = 1
 
 func encodeSettled(v *rollout.View) ([]byte, error) {
-	raw, err := json.Marshal(settledRecord{View: v, OriginHash: v.OriginHash, SupersedeKey: v.SupersedeKey})
-	if err != nil {
-		return nil, fmt.Errorf("encode settled rollout: %w", err)
+	w := &recordWriter{}
+	w.byte(settledVersion)
+	for _, s := range []string{v.Cluster, v.Revision, v.Hash, v.Origin, v.OriginHash, v.Verdict.String(), v.Summary,
+		v.Subject, v.Source, v.ExpectedFrom, v.RootCause} {
+		w.string(s)
+	}
+	w.bool(v.Terminal)
+	w.bool(v.Late)
+	w.time(v.FirstSeen)
+	w.time(v.LastSeen)
+	w.time(v.Deadline)
+	w.optTime(v.CompletedAt)
+	w.bool(v.SupersededBy != nil)
+	if v.SupersededBy != nil {
+		w.string(*v.SupersededBy)
+	}
+	w.bool(v.SupersedeKey != nil)
+	if v.SupersedeKey != nil {
+		w.string(v.SupersedeKey.Cluster)
+		w.string(v.SupersedeKey.Hash)
+	}
+	w.strings(v.Behind)
+	w.count(len(v.Layers), v.Layers == nil)
+	for _, l := range v.Layers {
+		for _, s := range []string{l.Name, string(l.State), l.Revision, l.Reason, l.Message} {
+			w.string(s)
+		}
+		w.optTime(l.At)
+	}
+	w.count(len(v.Failures), v.Failures == nil)
+	for _, f := range v.Failures {
+		w.string(f.Layer)
+		w.string(f.Reason)
+		w.string(f.Message)
+		w.count(len(f.Objects), f.Objects == nil)
+		for _, o := range f.Objects {
+			for _, s := range []string{o.Kind, o.Namespace, o.Name, o.Error} {
+				w.string(s)
+			}
+			w.time(o.At)
+		}
+		w.time(f.At)
+		w.time(f.LastAt)
+		w.bool(f.AfterApplied)
 	}
 	var buf bytes.Buffer
-	w, _ := flate.NewWriter(&buf, flate.BestSpeed) // only fails for a bad level
-	if _, err := w.Write(raw); err != nil {
+	fw, _ := flate.NewWriter(&buf, flate.BestSpeed) // only fails for a bad level
+	if _, err := fw.Write(w.b); err != nil {
 		return nil, err
 	}
-	if err := w.Close(); err != nil {
+	if err := fw.Close(); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-func decodeSettled(b []byte) (*rollout.View, error) {
-	raw, err := io.ReadAll(flate.NewReader(bytes.NewReader(b)))
+// inflaters reuses flate readers: each holds a 32 KiB window, which would
+// otherwise be allocated on every /verdict of a settled rollout.
+type inflaters struct{ pool sync.Pool }
+
+func (p *inflaters) inflate(b []byte) (string, error) {
+	var buf bytes.Buffer
+	buf.Grow(8 * len(b))
+	fr, _ := p.pool.Get().(io.ReadCloser)
+	if fr == nil {
+		fr = flate.NewReader(bytes.NewReader(b))
+	} else if err := fr.(flate.Resetter).Reset(bytes.NewReader(b), nil); err != nil {
+		return "", err
+	}
+	defer p.pool.Put(fr)
+	if _, err := buf.ReadFrom(fr); err != nil {
+		return "", fmt.Errorf("inflate settled rollout: %w", err)
+	}
+	return buf.String(), nil
+}
+
+func decodeSettled(b []byte) (*rollout.View, error) { return (&inflaters{}).decodeSettled(b) }
+
+func (p *inflaters) decodeSettled(b []byte) (*rollout.View, error) {
+	raw, err := p.inflate(b)
 	if err != nil {
-		return nil, fmt.Errorf("inflate settled rollout: %w", err)
+		return nil, err
 	}
-	var rec settledRecord
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		return nil, fmt.Errorf("decode settled rollout: %w", err)
+	// Every string field is a substring of raw: one allocation.
+	r := &recordReader{b: raw}
+	if ver := r.byte(); ver != settledVersion {
+		return nil, fmt.Errorf("settled rollout of record version %d, this binary reads %d", ver, settledVersion)
 	}
-	if rec.View == nil {
-		return nil, fmt.Errorf("decode settled rollout: no view")
+	v := &rollout.View{}
+	var verdict string
+	for _, s := range []*string{&v.Cluster, &v.Revision, &v.Hash, &v.Origin, &v.OriginHash, &verdict, &v.Summary,
+		&v.Subject, &v.Source, &v.ExpectedFrom, &v.RootCause} {
+		*s = r.string()
 	}
-	rec.View.OriginHash, rec.View.SupersedeKey = rec.OriginHash, rec.SupersedeKey
-	return rec.View, nil
+	if err := v.Verdict.UnmarshalText([]byte(verdict)); err != nil && r.err == nil {
+		r.err = err
+	}
+	v.Terminal, v.Late = r.bool(), r.bool()
+	v.FirstSeen, v.LastSeen, v.Deadline = r.time(), r.time(), r.time()
+	v.CompletedAt = r.optTime()
+	if r.bool() {
+		s := r.string()
+		v.SupersededBy = &s
+	}
+	if r.bool() {
+		v.SupersedeKey = &rollout.Key{Cluster: r.string(), Hash: r.string()}
+	}
+	v.Behind = r.strings()
+	if n, isNil := r.count(); !isNil {
+		v.Layers = make([]rollout.LayerView, n)
+		for i := range v.Layers {
+			l := &v.Layers[i]
+			l.Name, l.State, l.Revision, l.Reason, l.Message = r.string(), rollout.LayerState(r.string()), r.string(), r.string(), r.string()
+			l.At = r.optTime()
+		}
+	}
+	if n, isNil := r.count(); !isNil {
+		v.Failures = make([]rollout.FailureView, n)
+		for i := range v.Failures {
+			f := &v.Failures[i]
+			f.Layer, f.Reason, f.Message = r.string(), r.string(), r.string()
+			if m, isNil := r.count(); !isNil {
+				f.Objects = make([]rollout.Object, m)
+				for j := range f.Objects {
+					o := &f.Objects[j]
+					o.Kind, o.Namespace, o.Name, o.Error = r.string(), r.string(), r.string(), r.string()
+					o.At = r.time()
+				}
+			}
+			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
+		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%d bytes left over", len(r.b))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("decode settled rollout: %w", r.err)
+	}
+	return v, nil
+}
+
+// recordWriter appends a record's fields: strings and counts as uvarints
+// (a count of 0 stands for a nil slice, n+1 for n elements), times as Unix
+// nanoseconds after a presence byte.
+type recordWriter struct{ b []byte }
+
+func (w *recordWriter) byte(c byte) { w.b = append(w.b, c) }
+func (w *recordWriter) bool(x bool) {
+	if x {
+		w.byte(1)
+	} else {
+		w.byte(0)
+	}
+}
+func (w *recordWriter) string(s string) {
+	w.b = binary.AppendUvarint(w.b, uint64(len(s)))
+	w.b = append(w.b, s...)
+}
+func (w *recordWriter) count(n int, isNil bool) {
+	if isNil {
+		w.b = binary.AppendUvarint(w.b, 0)
+		return
+	}
+	w.b = binary.AppendUvarint(w.b, uint64(n)+1)
+}
+func (w *recordWriter) strings(ss []string) {
+	w.count(len(ss), ss == nil)
+	for _, s := range ss {
+		w.string(s)
+	}
+}
+func (w *recordWriter) time(t time.Time) {
+	w.bool(!t.IsZero())
+	if !t.IsZero() {
+		w.b = binary.BigEndian.AppendUint64(w.b, uint64(t.UnixNano()))
+	}
+}
+func (w *recordWriter) optTime(t *time.Time) {
+	w.bool(t != nil)
+	if t != nil {
+		w.time(*t)
+	}
+}
+
+// recordReader reads what recordWriter wrote; the first error sticks and
+// every later read returns a zero value.
+type recordReader struct {
+	b   string
+	err error
+}
+
+func (r *recordReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("truncated record: %s", what)
+	}
+	r.b = ""
+}
+
+func (r *recordReader) byte() byte {
+	if len(r.b) < 1 {
+		r.fail("byte")
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+func (r *recordReader) bool() bool { return r.byte() == 1 }
+func (r *recordReader) uvarint() uint64 {
+	var n uint64
+	var k int
+	for shift := uint(0); k < len(r.b) && k < binary.MaxVarintLen64; shift += 7 {
+		c := r.b[k]
+		k++
+		n |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			r.b = r.b[k:]
+			return n
+		}
+	}
+	r.fail("length")
+	return 0
+}
+
+func (r *recordReader) string() string {
+	n := r.uvarint()
+	if uint64(len(r.b)) < n {
+		r.fail("string")
+		return ""
+	}
+	s := r.b[:n]
+	r.b = r.b[n:]
+	return s
+}
+func (r *recordReader) count() (int, bool) {
+	n := r.uvarint()
+	if n == 0 {
+		return 0, true
+	}
+	if n-1 > uint64(len(r.b)) { // every element takes a byte at least
+		r.fail("count")
+		return 0, true
+	}
+	return int(n - 1), false
+}
+func (r *recordReader) strings() []string {
+	n, isNil := r.count()
+	if isNil {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = r.string()
+	}
+	return out
+}
+func (r *recordReader) time() time.Time {
+	if !r.bool() {
+		return time.Time{}
+	}
+	if len(r.b) < 8 {
+		r.fail("time")
+		return time.Time{}
+	}
+	var u uint64
+	for i := range 8 {
+		u = u<<8 | uint64(r.b[i])
+	}
+	t := time.Unix(0, int64(u)).UTC()
+	r.b = r.b[8:]
+	return t
+}
+func (r *recordReader) optTime() *time.Time {
+	if !r.bool() {
+		return nil
+	}
+	t := r.time()
+	return &t
 }
 
 // Settled keys are hash, NUL, cluster: a hash prefix is one cursor seek.

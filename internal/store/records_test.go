@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"compress/flate"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -72,9 +73,16 @@ func dump(t *testing.T, d *DB) string {
 					if raw, err := encodeSettled(view); err != nil || !bytes.Equal(raw, v) {
 						return fmt.Errorf("settled record does not re-encode to the same bytes: %v", err)
 					}
-					if v, err = io.ReadAll(flate.NewReader(bytes.NewReader(v))); err != nil {
+					raw, err := io.ReadAll(flate.NewReader(bytes.NewReader(v)))
+					if err != nil {
 						return err
 					}
+					js, err := json.Marshal(view)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(&b, "%s %q %q\n  decoded: %s origin_hash=%s supersede_key=%v\n", name, k, raw, js, view.OriginHash, *view.SupersedeKey)
+					return nil
 				}
 				fmt.Fprintf(&b, "%s %q %q\n", name, k, v)
 				return nil
@@ -152,6 +160,28 @@ func TestRecordsGolden(t *testing.T) {
 		keys, err := d.SettledKeys(q.hash, q.prefix, q.origin, q.cluster, 10)
 		if err != nil || len(keys) != q.want {
 			t.Errorf("SettledKeys(%q, prefix %v, origin %v, %q) = %v, %v; want %d", q.hash, q.prefix, q.origin, q.cluster, keys, err, q.want)
+		}
+	}
+}
+
+// TestTruncatedSettledRecords: a settled record cut anywhere is an error,
+// never a panic or a view with fields missing.
+func TestTruncatedSettledRecords(t *testing.T) {
+	rec, err := encodeSettled(sampleBatch().Settle[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(flate.NewReader(bytes.NewReader(rec)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range len(raw) {
+		var buf bytes.Buffer
+		w, _ := flate.NewWriter(&buf, flate.BestSpeed)
+		w.Write(raw[:n])
+		w.Close()
+		if v, err := decodeSettled(buf.Bytes()); err == nil {
+			t.Fatalf("record cut at %d of %d bytes decoded as %+v", n, len(raw), v)
 		}
 	}
 }

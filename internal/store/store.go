@@ -44,8 +44,9 @@ const FileName = "state.db"
 
 // DB is the bbolt-backed rollout store.
 type DB struct {
-	db   *bolt.DB
-	path string
+	db      *bolt.DB
+	path    string
+	records inflaters
 }
 
 var _ rollout.Store = (*DB)(nil)
@@ -306,7 +307,7 @@ func (d *DB) Commit(b *rollout.Batch) error {
 			return err
 		}
 		if !b.PurgeBefore.IsZero() {
-			if err := purge(tx, b.PurgeBefore); err != nil {
+			if err := purge(tx, &d.records, b.PurgeBefore); err != nil {
 				return err
 			}
 		}
@@ -346,7 +347,7 @@ func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rol
 // purge deletes the settled rollouts whose last evidence is before cutoff.
 // The time index is ordered by first evidence, which is never after the
 // last: the scan stops at the first rollout that began after the cutoff.
-func purge(tx *bolt.Tx, cutoff time.Time) error {
+func purge(tx *bolt.Tx, records *inflaters, cutoff time.Time) error {
 	sb, ob, tb := tx.Bucket(bucketSettled), tx.Bucket(bucketOrigin), tx.Bucket(bucketTime)
 	c := tb.Cursor()
 	removed := 0
@@ -363,7 +364,7 @@ func purge(tx *bolt.Tx, cutoff time.Time) error {
 			continue
 		}
 		if rec := sb.Get(settledKey(key)); rec != nil {
-			view, err := decodeSettled(rec)
+			view, err := records.decodeSettled(rec)
 			if err != nil {
 				return err
 			}
@@ -512,7 +513,7 @@ func (d *DB) Settled(k rollout.Key) (*rollout.View, error) {
 			return nil
 		}
 		var err error
-		v, err = decodeSettled(rec)
+		v, err = d.records.decodeSettled(rec)
 		return err
 	})
 	return v, err
@@ -591,7 +592,7 @@ func (d *DB) ListSettled(cluster string, limit int) ([]*rollout.View, error) {
 			if rec == nil {
 				continue
 			}
-			v, err := decodeSettled(rec)
+			v, err := d.records.decodeSettled(rec)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,36 @@
+package store
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// wideView is a settled rollout of 85 applied layers, as the fleet's are.
+func wideView() *rollout.View {
+	v := sampleBatch().Settle[0]
+	v.Layers = nil
+	for i := range 85 {
+		at := at.Add(time.Duration(i) * time.Second)
+		v.Layers = append(v.Layers, rollout.LayerView{Name: fmt.Sprintf("flux-system/src-042-l%02d", i), State: rollout.LayerApplied,
+			Revision: v.Revision, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s", At: &at})
+	}
+	return v
+}
+
+func BenchmarkDecodeSettled(b *testing.B) {
+	rec, err := encodeSettled(wideView())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var p inflaters
+	b.ReportAllocs()
+	b.ReportMetric(float64(len(rec)), "bytes")
+	for b.Loop() {
+		if _, err := p.decodeSettled(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
