@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // Exit codes of wait, for pipelines.
@@ -23,26 +25,10 @@ const (
 	maxAttempts          = 5
 )
 
-// verdictBody is the part of /verdict the wait command reads.
+// verdictBody is what /verdict answers: a verdict, or an error.
 type verdictBody struct {
-	Revision     string  `json:"revision"`
-	Hash         string  `json:"hash"`
-	Cluster      string  `json:"cluster"`
-	Verdict      string  `json:"verdict"`
-	Terminal     bool    `json:"terminal"`
-	Summary      string  `json:"summary"`
-	SupersededBy *string `json:"superseded_by"`
-	RootCause    string  `json:"root_cause"`
-	Layers       []struct {
-		Name, State, Reason string
-		At                  *time.Time
-	} `json:"layers"`
-	Failures []struct {
-		Layer, Reason, Message string
-		AfterApplied           bool `json:"after_applied"`
-		Objects                []struct{ Kind, Namespace, Name, Error string }
-	} `json:"failures"`
-	Error string `json:"error"`
+	api.VerdictResponse
+	api.ErrorResponse
 }
 
 // wait long-polls /verdict until the commit's verdict is terminal or the
@@ -95,13 +81,13 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 			printVerdict(stdout, v, query)
 			fmt.Fprintf(stdout, "timed out after %s\n", *timeout)
 			return exitTimeout
-		case v.Verdict == "superseded" && *follow && v.SupersededBy != nil:
+		case v.Verdict == rollout.VerdictSuperseded && *follow && v.SupersededBy != nil:
 			fmt.Fprintf(stdout, "%s was superseded by %s: following it\n", v.Revision, *v.SupersededBy)
 			query = *v.SupersededBy
 			continue
 		}
 		printVerdict(stdout, v, query)
-		if v.Verdict == "applied" {
+		if v.Verdict == rollout.VerdictApplied {
 			return nil
 		}
 		return exitFailed
@@ -175,7 +161,7 @@ func (w *waiter) get(ctx context.Context, u string) (*verdictBody, int, error) {
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
-	v := &verdictBody{}
+	v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{}}}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(v); err != nil && resp.StatusCode < 500 {
 		return nil, 0, fmt.Errorf("read the verdict: %w", err)
 	}
@@ -190,7 +176,7 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 	}
 	fmt.Fprintf(out, "%s on %s: %s (%s)\n", v.Revision, v.Cluster, v.Verdict, v.Summary)
 	for _, l := range v.Layers {
-		line := fmt.Sprintf("  %-32s %-12s", l.Name, l.State)
+		line := fmt.Sprintf("  %-32s %-12s", l.Name, string(l.State))
 		if l.Reason != "" {
 			line += " " + l.Reason
 		}
@@ -216,7 +202,7 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 			fmt.Fprintf(out, "  %s\n", msg)
 		}
 	}
-	if v.RootCause != "" && v.Verdict == "stuck" {
+	if v.RootCause != "" && v.Verdict == rollout.VerdictStuck {
 		fmt.Fprintf(out, "root cause: %s\n", v.RootCause)
 	}
 }

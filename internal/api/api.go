@@ -106,10 +106,20 @@ func (s *server) warnings() []string {
 	return []string{}
 }
 
-// verdictResponse is a view plus what only the read side can add.
-type verdictResponse struct {
+// VerdictResponse is the body of GET /verdict with 200: a rollout's view
+// plus what only the read side can add. Clients (the wait command) decode
+// this type, so the contract has one definition.
+type VerdictResponse struct {
 	*rollout.View
 	SupersededByVerdict *rollout.Verdict `json:"superseded_by_verdict,omitempty"`
+}
+
+// ErrorResponse is the body of every 4xx and 5xx answer; Matches lists the
+// rollouts an ambiguous revision names (409).
+type ErrorResponse struct {
+	Error   string        `json:"error"`
+	Field   string        `json:"field,omitempty"`
+	Matches []rollout.Key `json:"matches,omitempty"`
 }
 
 // unknownResponse keeps the verdict shape for a revision never seen, so a
@@ -171,14 +181,14 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	case errors.As(err, &amb):
-		writeJSON(w, http.StatusConflict, map[string]any{"error": amb.Error(), "field": "rev", "matches": amb.Matches})
+		writeJSON(w, http.StatusConflict, ErrorResponse{Error: amb.Error(), Field: "rev", Matches: amb.Matches})
 		return
 	case err != nil:
 		s.log.Error("look up verdict", "err", err)
 		writeError(w, http.StatusInternalServerError, "", "internal error")
 		return
 	}
-	resp := verdictResponse{View: v}
+	resp := VerdictResponse{View: v}
 	if v.SupersedeKey != nil {
 		if sv := s.rs.Get(*v.SupersedeKey); sv != nil {
 			resp.SupersededByVerdict = &sv.Verdict
@@ -225,9 +235,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, field, msg string) {
-	body := map[string]string{"error": msg}
-	if field != "" {
-		body["field"] = field
-	}
-	writeJSON(w, status, body)
+	writeJSON(w, status, ErrorResponse{Error: msg, Field: field})
 }
