@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -609,8 +608,8 @@ func (e *Engine) load() error {
 	}
 	e.stuckMailed = map[Key]bool{}
 	for key := range e.mailed {
-		if parts := strings.SplitN(key, "\x00", 4); len(parts) == 4 && parts[2] == string(MailStuck) {
-			e.stuckMailed[Key{parts[0], parts[1]}] = true
+		if mk, err := ParseMailKey(key); err == nil && mk.Kind == MailStuck {
+			e.stuckMailed[mk.Rollout] = true
 		}
 	}
 	e.loading = true

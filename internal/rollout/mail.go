@@ -67,7 +67,7 @@ func dueMails(v *View, to []string, routes map[string][]string) []Mail {
 		for _, r := range rcpts {
 			m := m
 			m.To, m.View = r, v
-			m.Key = strings.Join(append(append([]string{v.Cluster, v.Hash, string(m.Kind)}, parts...), r), "\x00")
+			m.Key = MailKey{Rollout: Key{v.Cluster, v.Hash}, Kind: m.Kind, About: parts, To: r}.String()
 			out = append(out, m)
 		}
 	}
@@ -105,18 +105,6 @@ func recipients(to []string, routes map[string][]string, layer string) []string 
 	slices.Sort(out)
 	return slices.Compact(out)
 }
-
-// mailRollout is the rollout a mail key belongs to.
-func mailRollout(key string) Key {
-	parts := strings.SplitN(key, "\x00", 3)
-	if len(parts) < 3 {
-		return Key{}
-	}
-	return Key{Cluster: parts[0], Hash: parts[1]}
-}
-
-// MailKeyPrefix is how every mail key of a rollout starts.
-func MailKeyPrefix(k Key) string { return k.Cluster + "\x00" + k.Hash + "\x00" }
 
 // ParseRecipients splits a comma list of addresses, dropping blanks.
 func ParseRecipients(s string) []string {

@@ -226,7 +226,7 @@ func (e *Engine) forgetMails(gone []Key) {
 		delete(e.stuckMailed, k)
 	}
 	for key := range e.mailed {
-		if forget[mailRollout(key)] {
+		if mk, err := ParseMailKey(key); err == nil && forget[mk.Rollout] {
 			delete(e.mailed, key)
 		}
 	}

@@ -190,7 +190,7 @@ func (w *Watchdog) mail(now time.Time) {
 	var mails []rollout.Mail
 	for _, to := range w.to {
 		mails = append(mails, rollout.Mail{
-			Key:  "\x00silence\x00" + began.Format(time.RFC3339) + "\x00" + to,
+			Key:  rollout.MailKey{Kind: rollout.MailSilence, Episode: began, To: to}.String(),
 			Kind: rollout.MailSilence, To: to,
 			Silence: &rollout.Silence{Since: began, Layers: w.layers(), Warning: w.Warning()},
 		})

@@ -41,10 +41,18 @@ func TestUpgradeFromSchema1(t *testing.T) {
 	now := time.Date(2026, 11, 30, 14, 49, 0, 0, time.UTC)
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"dev@example.com"}}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	outbox := -1
 	for run := range 2 {
 		db, err := store.Open(dir)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if outbox < 0 {
+			pending, err := db.Pending()
+			if err != nil {
+				t.Fatal(err)
+			}
+			outbox = len(pending)
 		}
 		e, err := rollout.NewEngine(db, cfg, log, func() time.Time { return now })
 		if err != nil {
@@ -68,9 +76,11 @@ func TestUpgradeFromSchema1(t *testing.T) {
 		if live >= len(e.List("", 1<<20)) {
 			t.Fatalf("run %d: %d live rollouts of %d", run, live, len(e.List("", 1<<20)))
 		}
+		// The mails v1 made due are all there, and none again: its
+		// de-duplication keys still match.
 		pending, err := db.Pending()
-		if err != nil || len(pending) == 0 {
-			t.Fatalf("run %d: the v1 outbox was lost: %d, %v", run, len(pending), err)
+		if err != nil || len(pending) == 0 || len(pending) != outbox {
+			t.Fatalf("run %d: %d mails in the outbox (%v), v1 left %d", run, len(pending), err, outbox)
 		}
 		db.Close()
 	}
