@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
@@ -17,12 +19,13 @@ import (
 
 // condition is the part of a status condition the reader uses.
 type condition struct {
-	Status, Reason, Message string
-	At                      time.Time
+	Status          metav1.ConditionStatus
+	Reason, Message string
+	At              time.Time
 }
 
 func readyCondition(u *unstructured.Unstructured) (condition, bool) {
-	return statusCondition(u, "Ready")
+	return statusCondition(u, meta.ReadyCondition)
 }
 
 func statusCondition(u *unstructured.Unstructured, typ string) (condition, bool) {
@@ -34,7 +37,7 @@ func statusCondition(u *unstructured.Unstructured, typ string) (condition, bool)
 		}
 		str := func(k string) string { s, _ := m[k].(string); return s }
 		at, _ := time.Parse(time.RFC3339, str("lastTransitionTime"))
-		return condition{Status: str("status"), Reason: str("reason"), Message: str("message"), At: at.UTC()}, true
+		return condition{Status: metav1.ConditionStatus(str("status")), Reason: str("reason"), Message: str("message"), At: at.UTC()}, true
 	}
 	return condition{}, false
 }
@@ -116,20 +119,20 @@ func StatusObservations(k *unstructured.Unstructured, cluster, waitingFor string
 	observed, _, _ := unstructured.NestedInt64(k.Object, "status", "observedGeneration")
 	if ready, ok := readyCondition(k); ok {
 		switch class := flux.Classify(flux.KindKustomization, ready.Reason, severity(ready)); {
-		case ready.Status == "True" && ready.Reason == flux.ReasonReconciliationSucceeded && observed == k.GetGeneration():
+		case ready.Status == metav1.ConditionTrue && ready.Reason == flux.ReasonReconciliationSucceeded && observed == k.GetGeneration():
 			add(applied, ready.At, rollout.SignalSucceeded, ready.Reason, ready.Message)
 		case class == flux.ClassWaiting:
 			add(waitingFor, ready.At, rollout.SignalWaiting, ready.Reason, ready.Message)
-		case ready.Status == "False" && class == flux.ClassFailed:
+		case ready.Status == metav1.ConditionFalse && class == flux.ClassFailed:
 			if o := add(attempted, ready.At, rollout.SignalFailed, ready.Reason, ready.Message); o != nil && ready.Reason == flux.ReasonPruneFailed {
 				for _, p := range flux.ParsePruneMessage(ready.Message) {
 					o.Objects = append(o.Objects, rollout.Object{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Error: p.Error})
 				}
 			}
-		case ready.Status == "False" && class == flux.ClassCanceled:
+		case ready.Status == metav1.ConditionFalse && class == flux.ClassCanceled:
 			add(attempted, ready.At, rollout.SignalCanceled, ready.Reason, ready.Message)
-		case ready.Status == "Unknown":
-			if rec, ok := statusCondition(k, "Reconciling"); ok && rec.Status == "True" {
+		case ready.Status == metav1.ConditionUnknown:
+			if rec, ok := statusCondition(k, meta.ReconcilingCondition); ok && rec.Status == metav1.ConditionTrue {
 				if rev := reconcilingRevision(rec.Message); rev != "" {
 					add(rev, ready.At, rollout.SignalProgressing, ready.Reason, rec.Message)
 				}
@@ -165,7 +168,7 @@ func reconcilingRevision(msg string) string {
 
 // severity is what the event for a Ready condition would carry.
 func severity(c condition) string {
-	if c.Status == "False" {
+	if c.Status == metav1.ConditionFalse {
 		return "error"
 	}
 	return "info"

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/fluxcd/pkg/apis/meta"
 )
 
 // Event is what notification-controller posts: the union of the event
@@ -192,25 +194,33 @@ const (
 )
 
 // Reasons kustomize-controller and source-controller emit that carry meaning
-// beyond their severity.
+// beyond their severity: Flux's own constants (fluxcd/pkg/apis/meta).
 const (
-	ReasonProgressing             = "Progressing"
-	ReasonReconciliationSucceeded = "ReconciliationSucceeded"
-	ReasonDependencyNotReady      = "DependencyNotReady"
-	ReasonHealthCheckCanceled     = "HealthCheckCanceled"
-	ReasonPruneFailed             = "PruneFailed"
-	ReasonHealthCheckFailed       = "HealthCheckFailed"
-	ReasonReconciliationFailed    = "ReconciliationFailed"
-	ReasonBuildFailed             = "BuildFailed"
-	ReasonArtifactFailed          = "ArtifactFailed"
-	ReasonNewArtifact             = "NewArtifact"
+	ReasonProgressing             = meta.ProgressingReason
+	ReasonReconciliationSucceeded = meta.ReconciliationSucceededReason
+	ReasonDependencyNotReady      = meta.DependencyNotReadyReason
+	ReasonHealthCheckCanceled     = meta.HealthCheckCanceledReason
+	ReasonPruneFailed             = meta.PruneFailedReason
+	ReasonHealthCheckFailed       = meta.HealthCheckFailedReason
+	ReasonReconciliationFailed    = meta.ReconciliationFailedReason
+	ReasonBuildFailed             = meta.BuildFailedReason
+	ReasonArtifactFailed          = meta.ArtifactFailedReason
+	// source-controller's event reason for a new artifact, and
+	// kustomize-controller's for a denied cross-namespace reference: no
+	// Flux API module exports them (they are literals in the controllers).
+	ReasonNewArtifact  = "NewArtifact"
+	ReasonAccessDenied = "AccessDenied"
 )
 
-// failureReasons fail a revision whatever the severity says.
-var failureReasons = map[string]bool{
-	ReasonPruneFailed: true, ReasonHealthCheckFailed: true, ReasonReconciliationFailed: true,
-	ReasonBuildFailed: true, ReasonArtifactFailed: true, "InvalidCELExpression": true,
-	"AccessDenied": true, "FeatureGateDisabled": true,
+// failureReason reports whether reason fails a revision whatever the
+// severity says.
+func failureReason(reason string) bool {
+	switch reason {
+	case ReasonPruneFailed, ReasonHealthCheckFailed, ReasonReconciliationFailed, ReasonBuildFailed,
+		ReasonArtifactFailed, meta.InvalidCELExpressionReason, ReasonAccessDenied, meta.FeatureGateDisabledReason:
+		return true
+	}
+	return false
 }
 
 // KnownReason reports whether reason is one this package names.
@@ -220,7 +230,7 @@ func KnownReason(reason string) bool {
 		ReasonHealthCheckCanceled, ReasonNewArtifact:
 		return true
 	}
-	return failureReasons[reason]
+	return failureReason(reason)
 }
 
 // Classify maps an event of a Kustomization or a source to its meaning.
@@ -241,7 +251,7 @@ func Classify(kind, reason, severity string) Class {
 		return ClassWaiting
 	case reason == ReasonHealthCheckCanceled:
 		return ClassCanceled
-	case failureReasons[reason] || severity == "error":
+	case failureReason(reason) || severity == "error":
 		return ClassFailed
 	case reason == ReasonReconciliationSucceeded:
 		return ClassSucceeded
