@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -64,44 +64,37 @@ type Reader struct {
 	synced atomic.Bool
 
 	// Set up before the informers start; then used by Run's loop alone.
-	layers  []cache.GenericLister
-	srcs    map[string][]cache.GenericLister // by kind
-	marked  map[string]string                // layer -> last membership mark stored, to send changes only
-	served  map[string]bool                  // source kinds this cluster serves (CheckAccess)
-	pending keyQueue                         // objects to look at
+	layers   []cache.GenericLister
+	bySource []cache.Indexer                   // Kustomizations, indexed by sourceRef
+	srcs     map[string][]cache.GenericLister // by kind
+	marked   map[string]string                // layer -> last membership mark stored, to send changes only
+	served   map[string]bool                  // source kinds this cluster serves (CheckAccess)
+	// The objects to look at. A burst of changes to one object is looked at
+	// once; a look whose observations could not be stored is retried with
+	// backoff, so nothing the cluster said is lost to a store error.
+	queue workqueue.TypedRateLimitingInterface[objectKey]
+	// failing is the error of the last failed store, logged once until a
+	// store succeeds again.
+	failing string
 
 	mu      sync.Mutex
-	deleted map[string]*unstructured.Unstructured // Kustomizations deleted, by key, until looked at
+	deleted map[objectKey]*unstructured.Unstructured // Kustomizations deleted, until looked at
 }
 
-// keyQueue is a set of object keys to look at, in arrival order: a burst of
-// changes to one object is looked at once, and nothing is ever dropped.
-type keyQueue struct {
-	mu    sync.Mutex
-	keys  map[string]bool
-	order []string
-	ready chan struct{}
-}
+// objectKey names an object the reader looks at.
+type objectKey struct{ Kind, Namespace, Name string }
 
-func (q *keyQueue) push(key string) {
-	q.mu.Lock()
-	if !q.keys[key] {
-		q.keys[key] = true
-		q.order = append(q.order, key)
+func (k objectKey) String() string { return k.Kind + "/" + k.Namespace + "/" + k.Name }
+
+// sourceIndex indexes Kustomizations by their sourceRef, so that a source
+// event finds its layers without scanning every Kustomization.
+const sourceIndex = "sourceRef"
+
+func indexBySource(obj any) ([]string, error) {
+	if k, ok := obj.(*unstructured.Unstructured); ok {
+		return []string{sourceRef(k).String()}, nil
 	}
-	q.mu.Unlock()
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-func (q *keyQueue) take() []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := q.order
-	q.order, q.keys = nil, map[string]bool{}
-	return out
+	return nil, nil
 }
 
 // New returns a reader; Run starts it.
@@ -110,8 +103,9 @@ func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now
 		cfg.SyncTimeout = 2 * time.Minute
 	}
 	return &Reader{dyn: dyn, sub: sub, cfg: cfg, log: log, now: now,
-		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[string]*unstructured.Unstructured{},
-		pending: keyQueue{keys: map[string]bool{}, ready: make(chan struct{}, 1)}}
+		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*unstructured.Unstructured{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
+			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "cluster-reader"})}
 }
 
 // Synced reports whether the caches have synced (for /readyz).
@@ -174,8 +168,12 @@ func (r *Reader) Run(ctx context.Context) error {
 			o.LabelSelector = r.cfg.LayerSelector
 		})
 		ki := layerF.ForResource(kustomizations)
+		if err := ki.Informer().AddIndexers(cache.Indexers{sourceIndex: indexBySource}); err != nil {
+			return fmt.Errorf("index Kustomizations by source: %w", err)
+		}
 		r.watch(ki.Informer(), flux.KindKustomization)
 		r.layers = append(r.layers, ki.Lister())
+		r.bySource = append(r.bySource, ki.Informer().GetIndexer())
 		synced = append(synced, ki.Informer().HasSynced)
 		for kind, g := range sources {
 			if r.served != nil && !r.served[kind] {
@@ -200,22 +198,38 @@ func (r *Reader) Run(ctx context.Context) error {
 	}
 	r.synced.Store(true)
 	r.log.Info("cluster caches synced")
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.pending.ready:
-			keys := r.pending.take()
-			// Sources first: their batches carry the membership marks of all
-			// their layers at once, before any layer's own progress.
-			slices.SortStableFunc(keys, func(a, b string) int {
-				return cmpBool(strings.HasPrefix(a, flux.KindKustomization+"/"), strings.HasPrefix(b, flux.KindKustomization+"/"))
-			})
-			for _, key := range keys {
-				r.handle(ctx, key)
-			}
-		}
+	go func() {
+		<-ctx.Done()
+		r.queue.ShutDown()
+	}()
+	for r.next(ctx) {
 	}
+	return nil
+}
+
+// next looks at one queued object; false once the queue is shut down.
+func (r *Reader) next(ctx context.Context) bool {
+	key, quit := r.queue.Get()
+	if quit {
+		return false
+	}
+	defer r.queue.Done(key)
+	err := r.handle(ctx, key)
+	switch {
+	case err == nil:
+		r.queue.Forget(key)
+		if r.failing != "" {
+			r.log.Info("storing cluster observations again")
+			r.failing = ""
+		}
+	case ctx.Err() == nil:
+		if msg := err.Error(); msg != r.failing {
+			r.log.Warn("store cluster observations; retrying", "err", err, "object", key.String())
+			r.failing = msg
+		}
+		r.queue.AddRateLimited(key)
+	}
+	return true
 }
 
 // watch strips managedFields (never read, and most of an object's size)
@@ -229,7 +243,7 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 	})
 	enqueue := func(obj any) {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
-			r.pending.push(kind + "/" + u.GetNamespace() + "/" + u.GetName())
+			r.queue.Add(objectKey{kind, u.GetNamespace(), u.GetName()})
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -248,11 +262,11 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 				obj = tomb.Obj
 			}
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				key := kind + "/" + u.GetNamespace() + "/" + u.GetName()
+				key := objectKey{kind, u.GetNamespace(), u.GetName()}
 				r.mu.Lock()
 				r.deleted[key] = u
 				r.mu.Unlock()
-				r.pending.push(key)
+				r.queue.Add(key)
 			}
 		},
 	})
@@ -279,61 +293,94 @@ func (r *Reader) Layers() int {
 
 // handle turns the current state of one object into observations, in one
 // batch. Cached objects are never modified.
-func (r *Reader) handle(ctx context.Context, key string) {
-	kind, rest, _ := strings.Cut(key, "/")
-	ns, name, _ := strings.Cut(rest, "/")
+//
+// A source's batch carries the membership marks of all its layers, so that
+// no rollout is judged on part of its expected layers. A layer whose mark
+// changed because its source moved is therefore looked at with its source,
+// whatever order the informers delivered the changes in.
+func (r *Reader) handle(ctx context.Context, key objectKey) error {
 	var (
 		obs   []rollout.Observation
 		marks map[string]string
 	)
-	if kind == flux.KindKustomization {
+	if key.Kind == flux.KindKustomization {
 		r.mu.Lock()
 		gone := r.deleted[key]
 		delete(r.deleted, key)
 		r.mu.Unlock()
-		k := r.get(r.layers, ns, name)
+		k := r.get(r.layers, key.Namespace, key.Name)
 		switch {
+		case k != nil && r.sourceMoved(k):
+			return r.handleSource(ctx, sourceRef(k))
 		case k != nil:
 			obs, marks = r.layer(k, nil, nil)
 		case gone != nil:
 			// A deleted layer stops being expected, like a suspended one.
 			obs, marks = r.mark(gone, rollout.SignalSuspended, nil, nil)
 		default:
-			return
+			return nil
 		}
-	} else {
-		src := r.get(r.srcs[kind], ns, name)
-		if src == nil {
-			return
-		}
-		em := rollout.Emitter{Kind: kind, Namespace: ns, Name: name}
+		return r.submit(ctx, obs, marks)
+	}
+	return r.handleSource(ctx, rollout.Emitter{Kind: key.Kind, Namespace: key.Namespace, Name: key.Name})
+}
+
+// handleSource submits a source's artifact and, in the same batch, every
+// layer on it: the source moved, so each is expected to follow.
+func (r *Reader) handleSource(ctx context.Context, em rollout.Emitter) error {
+	var (
+		obs   []rollout.Observation
+		marks map[string]string
+	)
+	if src := r.get(r.srcs[em.Kind], em.Namespace, em.Name); src != nil {
 		rev, at := artifactRevision(src)
 		if h, err := flux.ParseRevision(rev); err == nil && !at.IsZero() {
 			obs = append(obs, rollout.Observation{
 				Cluster: r.cfg.Cluster, Emitter: em, Revision: h.String(), Hash: h.Hash, At: at, Signal: rollout.SignalArtifact,
 			})
 		}
-		// The source moved: every layer on it is expected to follow, and
-		// all of them are said so in this one batch.
-		for _, l := range r.layers {
-			objs, _ := l.List(labels.Everything())
-			for _, o := range objs {
-				if k, ok := o.(*unstructured.Unstructured); ok && sourceRef(k) == em {
-					obs, marks = r.layer(k, obs, marks)
-				}
+	}
+	for _, idx := range r.bySource {
+		objs, err := idx.ByIndex(sourceIndex, em.String())
+		if err != nil {
+			return fmt.Errorf("list the layers of %s: %w", em, err)
+		}
+		for _, o := range objs {
+			if k, ok := o.(*unstructured.Unstructured); ok && r.selected(k) {
+				obs, marks = r.layer(k, obs, marks)
 			}
 		}
 	}
+	return r.submit(ctx, obs, marks)
+}
+
+// selected reports whether a Kustomization from the index is one the
+// reader's lister holds (the index and the lister are of one informer; the
+// lookup keeps the two paths the same).
+func (r *Reader) selected(k *unstructured.Unstructured) bool {
+	return r.get(r.layers, k.GetNamespace(), k.GetName()) != nil
+}
+
+// sourceMoved reports whether the revision of a layer's source is not the
+// one its last stored membership mark was for.
+func (r *Reader) sourceMoved(k *unstructured.Unstructured) bool {
+	h, err := flux.ParseRevision(r.current(k))
+	if err != nil {
+		return false
+	}
+	hash, _, _ := strings.Cut(r.marked[k.GetNamespace()+"/"+k.GetName()], " ")
+	return hash != h.Hash
+}
+
+func (r *Reader) submit(ctx context.Context, obs []rollout.Observation, marks map[string]string) error {
 	if len(obs) == 0 {
-		return
+		return nil
 	}
 	if err := r.sub.SubmitAll(ctx, obs); err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("store cluster observations", "err", err, "object", key)
-		}
-		return
+		return err
 	}
 	maps.Copy(r.marked, marks)
+	return nil
 }
 
 // layer appends a Kustomization's membership mark for its source's current
@@ -375,17 +422,6 @@ func (r *Reader) mark(k *unstructured.Unstructured, sig rollout.Signal, obs []ro
 		}
 	}
 	return obs, marks
-}
-
-// cmpBool orders false before true.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
 }
 
 func (r *Reader) get(listers []cache.GenericLister, ns, name string) *unstructured.Unstructured {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,11 @@ func startEngine(t *testing.T, dir string, now time.Time, mailTo ...string) *rol
 
 // startReader runs a reader until stop or the end of the test.
 func startReader(t *testing.T, c *clustertest.Cluster, ns string, te *rollouttest.Engine) (stop func()) {
+	t.Helper()
+	return startReaderOn(t, c, ns, te)
+}
+
+func startReaderOn(t *testing.T, c *clustertest.Cluster, ns string, te cluster.Submitter) (stop func()) {
 	t.Helper()
 	dc, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
@@ -108,6 +114,19 @@ func layerNames(v *rollout.View) []string {
 // TestReaderScenarios runs against a real kube-apiserver, one namespace a
 // scenario, with no webhook at all: cluster state alone must give the
 // verdict.
+// failingFirst fails the first n batches as a full disk would.
+type failingFirst struct {
+	cluster.Submitter
+	n atomic.Int32
+}
+
+func (f *failingFirst) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
+	if f.n.Add(-1) >= 0 {
+		return fmt.Errorf("%w: no space left on device", rollout.ErrStore)
+	}
+	return f.Submitter.SubmitAll(ctx, obs)
+}
+
 func TestReaderScenarios(t *testing.T) {
 	c := clustertest.Start(t)
 	now := time.Now().UTC().Truncate(time.Second)
@@ -129,6 +148,23 @@ func TestReaderScenarios(t *testing.T) {
 		}
 		if v.CompletedAt == nil || !v.CompletedAt.Equal(now.Add(-7*time.Minute)) {
 			t.Fatalf("completed at %v, want the Ready transition of the last layer", v.CompletedAt)
+		}
+	})
+
+	t.Run("observations the store refused are retried", func(t *testing.T) {
+		w := newWorld(t, "retry")
+		w.Source("fleet", revOf("R1"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R1"), Attempted: revOf("R1"), Ready: applied(w, "R1", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", DependsOn: []string{"infra"}, Applied: revOf("R1"), Attempted: revOf("R1"), Ready: applied(w, "R1", 8*time.Minute)})
+		te := startEngine(t, t.TempDir(), now)
+		flaky := &failingFirst{Submitter: te}
+		// Every batch of the first look at each object fails; nothing in the
+		// cluster changes afterwards, so only a retry can store them.
+		flaky.n.Store(3)
+		startReaderOn(t, c, w.Namespace(), flaky)
+		v := verdict(t, te, "R1", rollout.VerdictApplied)
+		if !slices.Equal(layerNames(v), []string{"retry/apps", "retry/infra"}) || flaky.n.Load() >= 0 {
+			t.Fatalf("layers %v, failures left %d", layerNames(v), flaky.n.Load())
 		}
 	})
 
