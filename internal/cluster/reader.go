@@ -65,7 +65,7 @@ type Reader struct {
 
 	// Set up before the informers start; then used by Run's loop alone.
 	layers   []cache.GenericLister
-	bySource []cache.Indexer                   // Kustomizations, indexed by sourceRef
+	bySource []cache.Indexer                  // Kustomizations, indexed by sourceRef
 	srcs     map[string][]cache.GenericLister // by kind
 	marked   map[string]string                // layer -> last membership mark stored, to send changes only
 	served   map[string]bool                  // source kinds this cluster serves (CheckAccess)
