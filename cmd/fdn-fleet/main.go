@@ -56,6 +56,7 @@ type config struct {
 	concurrency int
 	samples     int // /verdict requests per day
 	dir         string
+	memLimit    string // the service's GOMEMLIMIT
 }
 
 func run(args []string, out io.Writer) error {
@@ -69,6 +70,7 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.concurrency, "concurrency", 32, "connections posting events")
 	fs.IntVar(&c.samples, "samples", 1000, "/verdict requests a day, for random revisions of the whole history")
 	fs.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary one, removed at the end)")
+	fs.StringVar(&c.memLimit, "gomemlimit", "192MiB", "GOMEMLIMIT of the service, as manifests/deployment.yaml sets it (\"\" for none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,12 +94,12 @@ func run(args []string, out io.Writer) error {
 
 	fleet := &fleet{c: c, token: token, now: time.Now().UTC().Truncate(time.Second)}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency}, Timeout: 30 * time.Second}
-	fmt.Fprintf(out, "fleet: %d sources x %d layers, %d commits a day per source, %d days, %d connections\n",
-		c.sources, c.layers, c.commits, c.days, c.concurrency)
-	fmt.Fprintf(out, "%4s %9s %9s %9s %10s %8s %8s %8s %9s %8s\n",
-		"day", "RSS MiB", "peak MiB", "heap MiB", "data MiB", "ev/s", "ack p99", "vrd p50", "vrd p99", "lst p99")
+	fmt.Fprintf(out, "fleet: %d sources x %d layers, %d commits a day per source, %d days, %d connections, service GOMEMLIMIT %q\n",
+		c.sources, c.layers, c.commits, c.days, c.concurrency, c.memLimit)
+	fmt.Fprintf(out, "%4s %8s %8s %8s %8s %9s %8s %8s %8s %8s %8s\n",
+		"day", "RSS MiB", "peak", "anon", "heap", "data MiB", "ev/s", "ack p99", "vrd p50", "vrd p99", "lst p99")
 	var refused atomic.Int64
-	worst := struct{ rss, heap, data, vp99 float64 }{}
+	worst := struct{ rss, anon, heap, data, vp99 float64 }{}
 	for day := range c.days {
 		evs := fleet.day(day)
 		rate, ackP99, err := ingest(client, svc.url, evs, c.concurrency, &refused)
@@ -112,7 +114,7 @@ func run(args []string, out io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("day %d: %w", day+1, err)
 		}
-		rss, peak := svc.memory()
+		rss, peak, anon := svc.memory()
 		heap, err := heapInUse(client, svc.url)
 		if err != nil {
 			return err
@@ -121,10 +123,10 @@ func run(args []string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		worst.rss, worst.heap = max(worst.rss, peak), max(worst.heap, heap)
+		worst.rss, worst.anon, worst.heap = max(worst.rss, peak), max(worst.anon, anon), max(worst.heap, heap)
 		worst.data, worst.vp99 = max(worst.data, data), max(worst.vp99, ms(vp99))
-		fmt.Fprintf(out, "%4d %9.0f %9.0f %9.0f %10.0f %8.0f %8.2f %8.2f %9.2f %8.2f\n",
-			day+1, rss, peak, heap, data, rate, ms(ackP99), ms(vp50), ms(vp99), ms(lp99))
+		fmt.Fprintf(out, "%4d %8.0f %8.0f %8.0f %8.0f %9.0f %8.0f %8.2f %8.2f %8.2f %8.2f\n",
+			day+1, rss, peak, anon, heap, data, rate, ms(ackP99), ms(vp50), ms(vp99), ms(lp99))
 	}
 
 	// Every revision of the history, once more: all applied, none lost.
@@ -149,8 +151,8 @@ func run(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "restart: stopped in %.2f s, ready in %.2f s (%d revisions checked after it, %d not applied)\n",
 		stopped.Seconds(), ready.Seconds(), len(fleet.revs), wrongAfter)
-	fmt.Fprintf(out, "summary: peak RSS %.0f MiB, max heap %.0f MiB, max data %.0f MiB, max /verdict p99 %.2f ms, %d events refused, %d of %d verdicts not applied\n",
-		worst.rss, worst.heap, worst.data, worst.vp99, refused.Load(), wrong, len(fleet.revs))
+	fmt.Fprintf(out, "summary: peak RSS %.0f MiB (anonymous at most %.0f), max heap %.0f MiB, max data %.0f MiB, max /verdict p99 %.2f ms, %d events refused, %d of %d verdicts not applied\n",
+		worst.rss, worst.anon, worst.heap, worst.data, worst.vp99, refused.Load(), wrong, len(fleet.revs))
 	if refused.Load() > 0 || wrong > 0 || wrongAfter > 0 {
 		return errors.New("events were refused or verdicts were wrong")
 	}
@@ -175,6 +177,9 @@ func startService(c config) (*service, error) {
 		"--stuck-after", horizon.String(), "--retention", horizon.String(),
 		"--mail-to", "fleet@localhost", "--mail-dir", filepath.Join(c.dir, "mail"))
 	cmd.Stderr = os.Stderr
+	if c.memLimit != "" {
+		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+c.memLimit)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -208,11 +213,14 @@ func startService(c config) (*service, error) {
 	return nil, errors.New("the service exited before it listened")
 }
 
-// memory is the service's resident set and its peak, in MiB.
-func (s *service) memory() (rss, peak float64) {
+// memory is the service's resident set, its peak, and the part of it that
+// is anonymous (the heap and stacks, which a memory limit can OOM-kill for)
+// rather than file-backed (bbolt's mmap of its file: clean page cache the
+// kernel reclaims under a limit), in MiB.
+func (s *service) memory() (rss, peak, anon float64) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
@@ -225,9 +233,11 @@ func (s *service) memory() (rss, peak float64) {
 			rss = kb / 1024
 		case "VmHWM:":
 			peak = kb / 1024
+		case "RssAnon:":
+			anon = kb / 1024
 		}
 	}
-	return rss, peak
+	return rss, peak, anon
 }
 
 func heapInUse(client *http.Client, url string) (float64, error) {

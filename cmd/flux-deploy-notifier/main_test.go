@@ -11,6 +11,7 @@ import (
 	netmail "net/mail"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -217,40 +218,71 @@ func TestFixturesOverHTTP(t *testing.T) {
 		"R0": "applied", "R1": "applied", "R2": "failed", "R3": "failed", "R4": "failed",
 		"R5": "failed", "R6": "applied", "R7": "applied", "R8": "applied",
 	}
-	for label, verdict := range want {
-		rev, _ := flux.ParseRevision(labels[label])
-		resp, err := http.Get(url + "/verdict?rev=" + rev.Hash[:9])
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v struct {
-			Verdict      string  `json:"verdict"`
-			SupersededBy *string `json:"superseded_by"`
-			Failures     []struct {
-				Layer   string `json:"layer"`
-				Objects []struct{ Kind, Namespace, Name string }
-			} `json:"failures"`
-		}
-		err = json.NewDecoder(resp.Body).Decode(&v)
-		resp.Body.Close()
-		if err != nil || v.Verdict != verdict {
-			t.Errorf("%s: verdict %q (%v), want %s", label, v.Verdict, err, verdict)
-		}
-		switch label {
-		case "R2":
-			if len(v.Failures) != 1 || v.Failures[0].Layer != "flux-system/apps" || len(v.Failures[0].Objects) != 1 ||
-				fmt.Sprint(v.Failures[0].Objects[0]) != "{ConfigMap acc-apps app-protected}" {
-				t.Errorf("R2 failures %+v", v.Failures)
+	check := func(from string) {
+		t.Helper()
+		for label, verdict := range want {
+			rev, _ := flux.ParseRevision(labels[label])
+			resp, err := http.Get(url + "/verdict?rev=" + rev.Hash[:9])
+			if err != nil {
+				t.Fatal(err)
 			}
-		case "R4":
-			if v.SupersededBy == nil || *v.SupersededBy != labels["R5"] {
-				t.Errorf("R4 superseded_by %v, want %s", v.SupersededBy, labels["R5"])
+			var v struct {
+				Verdict      string  `json:"verdict"`
+				SupersededBy *string `json:"superseded_by"`
+				Failures     []struct {
+					Layer   string `json:"layer"`
+					Objects []struct{ Kind, Namespace, Name string }
+				} `json:"failures"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+			if err != nil || v.Verdict != verdict {
+				t.Errorf("%s (%s): verdict %q (%v), want %s", label, from, v.Verdict, err, verdict)
+			}
+			switch label {
+			case "R2":
+				if len(v.Failures) != 1 || v.Failures[0].Layer != "flux-system/apps" || len(v.Failures[0].Objects) != 1 ||
+					fmt.Sprint(v.Failures[0].Objects[0]) != "{ConfigMap acc-apps app-protected}" {
+					t.Errorf("R2 failures %+v", v.Failures)
+				}
+			case "R4":
+				if v.SupersededBy == nil || *v.SupersededBy != labels["R5"] {
+					t.Errorf("R4 superseded_by %v, want %s", v.SupersededBy, labels["R5"])
+				}
 			}
 		}
 	}
+	check("live")
+	// The captures are a day old, so their rollouts settle at the next pass
+	// (every 10 s): the same verdicts must then come from the archive.
+	deadline := time.Now().Add(30 * time.Second)
+	for settledTotal(t, url) < 5 {
+		if time.Now().After(deadline) {
+			t.Fatal("no rollout settled within 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	check("settled")
 }
 
-// readListening reads the child's stdout until it names its address.
+// settledTotal reads fdn_rollouts_settled_total.
+func settledTotal(t *testing.T, url string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "fdn_rollouts_settled_total "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
+
 func readListening(t *testing.T, r io.Reader) string {
 	t.Helper()
 	sc := bufio.NewScanner(r)

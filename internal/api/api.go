@@ -29,6 +29,7 @@ type Rollouts interface {
 	Get(k rollout.Key) *rollout.View
 	List(cluster string, limit int) []*rollout.View
 	Live() map[rollout.Verdict]int
+	Stats() *rollout.Stats
 	Ready() bool
 }
 

@@ -29,6 +29,15 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 		n, _ := store.SettledCount()
 		return float64(n)
 	}))
+	st := rs.Stats()
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "fdn_rollouts_settled_total",
+		Help: "Rollouts settled: their final view moved to the archive, their evidence dropped from memory and disk.",
+	}, func() float64 { return float64(st.Settled.Load()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "fdn_observations_ignored_total",
+		Help: "Observations acknowledged and ignored because they concern settled history: a settled rollout, or older than its layer's settled rollouts.",
+	}, func() float64 { return float64(st.Ignored.Load()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fdn_store_bytes",
 		Help: "Size of the state database file.",
