@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -391,7 +392,7 @@ func (r *Reader) layer(k *unstructured.Unstructured, obs []rollout.Observation, 
 		sig = rollout.SignalSuspended
 	}
 	obs, marks = r.mark(k, sig, obs, marks)
-	return append(obs, StatusObservations(k, r.cfg.Cluster, r.current(k))...), marks
+	return append(obs, ingest.Status(k, r.cfg.Cluster, r.current(k))...), marks
 }
 
 // current is the revision of a Kustomization's source's artifact, or "".

@@ -2,7 +2,6 @@ package flux
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/mail"
 	"strings"
 	"time"
@@ -180,19 +179,6 @@ func trimErr(err error) string {
 	return s
 }
 
-// Class is what an event says about its object's progress on a revision.
-type Class int
-
-const (
-	ClassIgnored     Class = iota // nothing about a revision's progress
-	ClassProgressing              // changes applied, health passed: attempting, not done
-	ClassWaiting                  // DependencyNotReady: attempting, blocked behind another layer
-	ClassCanceled                 // HealthCheckCanceled: left for a newer revision, not a failure
-	ClassFailed                   // the revision failed on this object
-	ClassSucceeded                // ReconciliationSucceeded: positive evidence of applied
-	ClassArtifact                 // a source produced the revision
-)
-
 // Reasons kustomize-controller and source-controller emit that carry meaning
 // beyond their severity: Flux's own constants (fluxcd/pkg/apis/meta).
 const (
@@ -212,9 +198,9 @@ const (
 	ReasonAccessDenied = "AccessDenied"
 )
 
-// failureReason reports whether reason fails a revision whatever the
+// FailureReason reports whether reason fails a revision whatever the
 // severity says.
-func failureReason(reason string) bool {
+func FailureReason(reason string) bool {
 	switch reason {
 	case ReasonPruneFailed, ReasonHealthCheckFailed, ReasonReconciliationFailed, ReasonBuildFailed,
 		ReasonArtifactFailed, meta.InvalidCELExpressionReason, ReasonAccessDenied, meta.FeatureGateDisabledReason:
@@ -230,34 +216,7 @@ func KnownReason(reason string) bool {
 		ReasonHealthCheckCanceled, ReasonNewArtifact:
 		return true
 	}
-	return failureReason(reason)
-}
-
-// Classify maps an event of a Kustomization or a source to its meaning.
-func Classify(kind, reason, severity string) Class {
-	if IsSource(kind) {
-		// A source event with a revision is the earliest sign of it; source
-		// errors concern fetching, not the rollout of any revision.
-		if severity == "error" {
-			return ClassIgnored
-		}
-		return ClassArtifact
-	}
-	if kind != KindKustomization {
-		return ClassIgnored
-	}
-	switch {
-	case reason == ReasonDependencyNotReady:
-		return ClassWaiting
-	case reason == ReasonHealthCheckCanceled:
-		return ClassCanceled
-	case failureReason(reason) || severity == "error":
-		return ClassFailed
-	case reason == ReasonReconciliationSucceeded:
-		return ClassSucceeded
-	default:
-		return ClassProgressing
-	}
+	return FailureReason(reason)
 }
 
 // CommitSubject extracts the commit subject from source-controller's
@@ -278,22 +237,3 @@ func CommitSubject(reason, msg string) string {
 	return strings.TrimSpace(s)
 }
 
-// String names a class for logs and tests.
-func (c Class) String() string {
-	switch c {
-	case ClassProgressing:
-		return "progressing"
-	case ClassWaiting:
-		return "waiting"
-	case ClassCanceled:
-		return "canceled"
-	case ClassFailed:
-		return "failed"
-	case ClassSucceeded:
-		return "succeeded"
-	case ClassArtifact:
-		return "artifact"
-	default:
-		return fmt.Sprintf("ignored(%d)", int(c))
-	}
-}

@@ -237,36 +237,6 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
-	tests := []struct {
-		kind, reason, severity string
-		want                   Class
-	}{
-		{KindKustomization, "Progressing", "info", ClassProgressing},
-		{KindKustomization, "ReconciliationSucceeded", "info", ClassSucceeded},
-		{KindKustomization, "DependencyNotReady", "info", ClassWaiting},
-		{KindKustomization, "HealthCheckCanceled", "info", ClassCanceled},
-		{KindKustomization, "PruneFailed", "error", ClassFailed},
-		{KindKustomization, "HealthCheckFailed", "error", ClassFailed},
-		{KindKustomization, "ReconciliationFailed", "error", ClassFailed},
-		{KindKustomization, "BuildFailed", "error", ClassFailed},
-		{KindKustomization, "ArtifactFailed", "error", ClassFailed},
-		{KindKustomization, "AccessDenied", "error", ClassFailed},
-		{KindKustomization, "SomethingNew", "error", ClassFailed},
-		{KindKustomization, "PruneFailed", "info", ClassFailed},
-		{KindKustomization, "SomethingNew", "info", ClassProgressing},
-		{KindGitRepository, "NewArtifact", "info", ClassArtifact},
-		{KindOCIRepository, "NewArtifact", "info", ClassArtifact},
-		{KindGitRepository, "GitOperationFailed", "error", ClassIgnored},
-		{"HelmRelease", "UpgradeFailed", "error", ClassIgnored},
-	}
-	for _, tt := range tests {
-		if got := Classify(tt.kind, tt.reason, tt.severity); got != tt.want {
-			t.Errorf("Classify(%s, %s, %s) = %v, want %v", tt.kind, tt.reason, tt.severity, got, tt.want)
-		}
-	}
-}
-
 func TestCommitSubject(t *testing.T) {
 	if got := CommitSubject("NewArtifact", "stored artifact for commit 'Merge pull request #42 from x/it's-done'"); got != "Merge pull request #42 from x/it's-done" {
 		t.Fatalf("subject %q", got)

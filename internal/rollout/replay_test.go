@@ -13,7 +13,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 )
 
 // observations decodes captured requests the way the webhook does.
@@ -25,7 +25,7 @@ func observations(t *testing.T, reqs []fixture.Request) []rollout.Observation {
 		if err != nil {
 			t.Fatalf("fixture seq %d: %v", r.Seq, err)
 		}
-		if o, ok := webhook.Observation(d); ok {
+		if o, ok := ingest.Event(d); ok {
 			out = append(out, o)
 		}
 	}

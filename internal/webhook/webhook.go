@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -139,7 +140,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	kind, reason := d.InvolvedObject.Kind, d.Reason
-	o, ok := Observation(d)
+	o, ok := ingest.Event(d)
 	if !ok {
 		h.accepted(w, kind, reason, resultIgnored)
 		return
@@ -155,48 +156,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.accepted(w, kind, reason, resultStored)
-}
-
-// Observation translates a decoded event into what the engine understands;
-// false when the event says nothing about a revision's progress.
-func Observation(d flux.Decoded) (rollout.Observation, bool) {
-	kind := d.InvolvedObject.Kind
-	class := flux.Classify(kind, d.Reason, d.Severity)
-	if class == flux.ClassIgnored || d.Revision == "" {
-		return rollout.Observation{}, false
-	}
-	o := rollout.Observation{
-		Cluster:  d.Cluster,
-		Emitter:  rollout.Emitter{Kind: kind, Namespace: d.InvolvedObject.Namespace, Name: d.InvolvedObject.Name},
-		Revision: d.Rev.String(),
-		Hash:     d.Rev.Hash,
-		At:       d.At,
-		Signal:   signals[class],
-		Reason:   d.Reason,
-		Message:  d.Message,
-		MailTo:   d.MailTo,
-	}
-	if d.Origin != "" {
-		o.Origin, o.OriginHash = d.OriginRev.String(), d.OriginRev.Hash
-	}
-	if class == flux.ClassArtifact {
-		o.Subject = flux.CommitSubject(d.Reason, d.Message)
-	}
-	if d.Reason == flux.ReasonPruneFailed {
-		for _, p := range flux.ParsePruneMessage(d.Message) {
-			o.Objects = append(o.Objects, rollout.Object{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Error: p.Error})
-		}
-	}
-	return o, true
-}
-
-var signals = map[flux.Class]rollout.Signal{
-	flux.ClassProgressing: rollout.SignalProgressing,
-	flux.ClassWaiting:     rollout.SignalWaiting,
-	flux.ClassCanceled:    rollout.SignalCanceled,
-	flux.ClassFailed:      rollout.SignalFailed,
-	flux.ClassSucceeded:   rollout.SignalSucceeded,
-	flux.ClassArtifact:    rollout.SignalArtifact,
 }
 
 // authorized accepts a generic-hmac X-Signature over the raw body, or the

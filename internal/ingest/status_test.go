@@ -1,4 +1,4 @@
-package cluster
+package ingest
 
 import (
 	"fmt"
@@ -70,7 +70,7 @@ func describe(obs []rollout.Observation) string {
 	return strings.Join(out, "; ")
 }
 
-func TestStatusObservations(t *testing.T) {
+func TestStatus(t *testing.T) {
 	tests := []struct {
 		name string
 		k    *unstructured.Unstructured
@@ -109,7 +109,7 @@ func TestStatusObservations(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := describe(StatusObservations(tt.k, "prod", tt.wait)); got != tt.want {
+			if got := describe(Status(tt.k, "prod", tt.wait)); got != tt.want {
 				t.Fatalf("got %q, want %q", got, tt.want)
 			}
 		})

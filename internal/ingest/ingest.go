@@ -1,0 +1,79 @@
+// Package ingest is the one place that turns what Flux says into
+// observations: the events notification-controller forwards (webhook) and
+// the status kustomize-controller writes (cluster reader) go through the
+// same classification into rollout signals.
+package ingest
+
+import (
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Signal classifies what an event of a Kustomization or a source says
+// about its object's progress on a revision; 0 when nothing.
+func Signal(kind, reason, severity string) rollout.Signal {
+	if flux.IsSource(kind) {
+		// A source event with a revision is the earliest sign of it; source
+		// errors concern fetching, not the rollout of any revision.
+		if severity == "error" {
+			return 0
+		}
+		return rollout.SignalArtifact
+	}
+	if kind != flux.KindKustomization {
+		return 0
+	}
+	switch {
+	case reason == flux.ReasonDependencyNotReady:
+		return rollout.SignalWaiting
+	case reason == flux.ReasonHealthCheckCanceled:
+		return rollout.SignalCanceled
+	case flux.FailureReason(reason) || severity == "error":
+		return rollout.SignalFailed
+	case reason == flux.ReasonReconciliationSucceeded:
+		return rollout.SignalSucceeded
+	default:
+		return rollout.SignalProgressing
+	}
+}
+
+// Event translates a decoded event into an observation; false when the
+// event says nothing about a revision's progress.
+func Event(d flux.Decoded) (rollout.Observation, bool) {
+	kind := d.InvolvedObject.Kind
+	sig := Signal(kind, d.Reason, d.Severity)
+	if sig == 0 || d.Revision == "" {
+		return rollout.Observation{}, false
+	}
+	o := rollout.Observation{
+		Cluster:  d.Cluster,
+		Emitter:  rollout.Emitter{Kind: kind, Namespace: d.InvolvedObject.Namespace, Name: d.InvolvedObject.Name},
+		Revision: d.Rev.String(),
+		Hash:     d.Rev.Hash,
+		At:       d.At,
+		Signal:   sig,
+		Reason:   d.Reason,
+		Message:  d.Message,
+		MailTo:   d.MailTo,
+	}
+	if d.Origin != "" {
+		o.Origin, o.OriginHash = d.OriginRev.String(), d.OriginRev.Hash
+	}
+	if sig == rollout.SignalArtifact {
+		o.Subject = flux.CommitSubject(d.Reason, d.Message)
+	}
+	o.Objects = pruneObjects(d.Reason, d.Message)
+	return o, true
+}
+
+// pruneObjects are the objects a PruneFailed message names.
+func pruneObjects(reason, msg string) []rollout.Object {
+	if reason != flux.ReasonPruneFailed {
+		return nil
+	}
+	var out []rollout.Object
+	for _, p := range flux.ParsePruneMessage(msg) {
+		out = append(out, rollout.Object{Kind: p.Kind, Namespace: p.Namespace, Name: p.Name, Error: p.Error})
+	}
+	return out
+}
