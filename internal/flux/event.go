@@ -236,4 +236,3 @@ func CommitSubject(reason, msg string) string {
 	}
 	return strings.TrimSpace(s)
 }
-
