@@ -206,8 +206,47 @@ func sortedEmitters(set map[Emitter]bool) []Emitter {
 
 // evaluate derives a rollout's view from the evidence and the clock alone
 // (design.md, "Time and precedence"). It is pure: the same evidence and now
-// give the same view whatever order the evidence arrived in.
+// give the same view whatever order the evidence arrived in. It runs in
+// phases: what the evidence says of the rollout as a whole, the expected
+// layers, each layer's progress, supersession, the decision, and the
+// explanation people read.
 func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
+	v := header(r, cfg)
+	expected, preds, was := c.expected(r, cfg)
+	p := c.progress(r, expected, preds, was)
+	v.Layers = p.layers
+	v.Failures = failureViews(r, expected, p)
+	if h := p.superseder(); h != "" {
+		sv := c.rollouts[h]
+		rev := sv.displayRevision()
+		v.SupersededBy, v.SupersedeKey = &rev, &sv.key
+	}
+	v.Verdict, v.Late = decide(facts{
+		completed: p.completed, completedAt: p.completedAt, firstFailure: p.firstFailure,
+		superseded: v.SupersededBy != nil, supersededAt: p.supAt, deadline: v.Deadline,
+	}, now)
+	if p.completed {
+		if v.Verdict == VerdictApplied || v.Verdict == VerdictFailed {
+			at := p.completedAt
+			v.CompletedAt = &at
+		}
+	} else {
+		for _, b := range p.behind {
+			v.Behind = append(v.Behind, b.Name)
+		}
+	}
+	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
+		v.RootCause = rootCause(p.behind, dependsOn(r))
+	}
+	v.Terminal = v.Verdict.Terminal()
+	v.Summary = summary(v, len(expected), len(p.behind))
+	return v
+}
+
+// header is what the evidence says of the rollout as a whole: its times,
+// where its expected layers come from, its revision, origin, source,
+// commit subject, and who the Alerts route its mails to.
+func header(r *rolloutState, cfg *Config) *View {
 	v := &View{
 		Cluster:      r.key.Cluster,
 		Hash:         r.key.Hash,
@@ -248,38 +287,45 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 			}
 		}
 	}
+	return v
+}
 
-	expected, preds, was := c.expected(r, cfg)
-	var (
-		completed    = len(expected) > 0
-		completedAt  time.Time
-		firstFailure time.Time
-		supAt        time.Time
-		supHash      string
-		working      bool // a layer is still applying this revision
-		behind       []LayerView
-	)
+// progress is where the expected layers stand on a rollout.
+type progress struct {
+	layers       []LayerView // one per expected layer, in order
+	behind       []LayerView // those without success evidence
+	completed    bool        // every expected layer (at least one) succeeded
+	completedAt  time.Time   // the last of those successes
+	firstFailure time.Time   // earliest failure on an expected layer; zero: none
+	// The earliest revision an expected layer moved to next that is newer
+	// everywhere and not one this rollout replaced.
+	supAt   time.Time
+	supHash string
+	working bool // a layer is still applying this revision
+}
+
+// progress walks the expected layers once.
+func (c *cluster) progress(r *rolloutState, expected []Emitter, preds map[string]bool, was map[Emitter]string) progress {
+	p := progress{completed: len(expected) > 0, layers: make([]LayerView, 0, len(expected))}
 	for _, l := range expected {
 		ev := r.ev[l]
 		lv := layerView(l, ev, was[l])
-		v.Layers = append(v.Layers, lv)
+		p.layers = append(p.layers, lv)
 		if ev == nil || ev.Succeeded == nil {
-			completed = false
-			behind = append(behind, lv)
-		} else if ev.Succeeded.At.After(completedAt) {
-			completedAt = ev.Succeeded.At
+			p.completed = false
+			p.behind = append(p.behind, lv)
+		} else if ev.Succeeded.At.After(p.completedAt) {
+			p.completedAt = ev.Succeeded.At
 		}
 		if ev != nil {
 			for _, f := range ev.Failures {
-				if firstFailure.IsZero() || f.First.Before(firstFailure) {
-					firstFailure = f.First
+				if p.firstFailure.IsZero() || f.First.Before(p.firstFailure) {
+					p.firstFailure = f.First
 				}
 			}
 		}
-		// Supersession: the next revision this layer reported after this one,
-		// if it is newer everywhere and not one this rollout replaced.
 		if lv.State == LayerProgressing && !c.movedOn(l, r) {
-			working = true
+			p.working = true
 		}
 		s, ok := c.logs[l].after(r.position(l))
 		if !ok || preds[s.hash] {
@@ -289,80 +335,78 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		if sr == nil || !(sr.first.After(r.first) || sr.first.Equal(r.first) && s.hash > r.key.Hash) {
 			continue
 		}
-		if supHash == "" || s.first.Before(supAt) || s.first.Equal(supAt) && s.hash < supHash {
-			supAt, supHash = s.first, s.hash
+		if p.supHash == "" || s.first.Before(p.supAt) || s.first.Equal(p.supAt) && s.hash < p.supHash {
+			p.supAt, p.supHash = s.first, s.hash
 		}
 	}
+	return p
+}
 
+// superseder is the revision that superseded this one, or "". Replaced
+// after it completed is the normal course of things. And while a layer that
+// has not moved on still applies this revision (checking its health, say),
+// its own outcome comes first: Flux finishes that work unless told to
+// cancel it, so declaring the revision superseded now would turn into
+// "failed" later, and a verdict a pipeline stopped on must not change.
+func (p progress) superseder() string {
+	if p.completed && !p.supAt.Before(p.completedAt) || p.working {
+		return ""
+	}
+	return p.supHash
+}
+
+// failureViews lists every failure on an expected layer, oldest first.
+func failureViews(r *rolloutState, expected []Emitter, p progress) []FailureView {
+	out := []FailureView{}
 	for _, l := range expected {
 		if ev := r.ev[l]; ev != nil {
 			for _, f := range ev.Failures {
-				v.Failures = append(v.Failures, FailureView{
+				out = append(out, FailureView{
 					Layer: l.Layer(), Reason: f.Reason, Message: f.Message,
 					Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
-					AfterApplied: completed && f.First.After(completedAt),
+					AfterApplied: p.completed && f.First.After(p.completedAt),
 				})
 			}
 		}
 	}
-	slices.SortStableFunc(v.Failures, func(a, b FailureView) int {
+	slices.SortStableFunc(out, func(a, b FailureView) int {
 		if c := a.At.Compare(b.At); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Layer, b.Layer)
 	})
+	return out
+}
 
-	if completed && !supAt.Before(completedAt) {
-		supHash = "" // replaced after it completed: the normal course of things
-	}
-	if working {
-		// A layer that has not moved on is still applying this revision
-		// (checking its health, say): its own outcome comes first. Flux
-		// finishes that work unless told to cancel it, so declaring the
-		// revision superseded now would turn into "failed" later, and a
-		// verdict a pipeline stopped on must not change.
-		supHash = ""
-	}
-	if supHash != "" {
-		sv := c.rollouts[supHash]
-		rev := sv.displayRevision()
-		v.SupersededBy, v.SupersedeKey = &rev, &sv.key
-	}
+// facts are what the verdict is decided from.
+type facts struct {
+	completed    bool      // every expected layer succeeded
+	completedAt  time.Time // when the last of them did
+	firstFailure time.Time // the earliest failure on an expected layer; zero: none
+	superseded   bool      // a newer revision superseded it (see superseder)
+	supersededAt time.Time
+	deadline     time.Time
+}
 
-	// A failure stamped in the same second as the completing success sorts
-	// before it; evidence stamped after the deadline cannot undo "stuck",
-	// except the full completion that turns it into a late "applied".
-	failedBy := func(t time.Time) bool { return !firstFailure.IsZero() && !firstFailure.After(t) }
+// decide is the verdict's precedence (design.md, "Time and precedence"). A
+// failure stamped in the same second as the completing success sorts
+// before it; evidence stamped after the deadline cannot undo "stuck",
+// except the full completion that turns it into a late "applied".
+func decide(f facts, now time.Time) (v Verdict, late bool) {
+	failedBy := func(t time.Time) bool { return !f.firstFailure.IsZero() && !f.firstFailure.After(t) }
 	switch {
-	case completed && failedBy(completedAt):
-		v.Verdict = VerdictFailed
-	case completed:
-		v.Verdict = VerdictApplied
-		v.CompletedAt = &completedAt
-		v.Late = completedAt.After(v.Deadline)
-	case failedBy(v.Deadline):
-		v.Verdict = VerdictFailed
-	case supHash != "" && !supAt.After(v.Deadline):
-		v.Verdict = VerdictSuperseded
-	case !now.Before(v.Deadline):
-		v.Verdict = VerdictStuck
-	default:
-		v.Verdict = VerdictApplying
+	case f.completed && failedBy(f.completedAt):
+		return VerdictFailed, false
+	case f.completed:
+		return VerdictApplied, f.completedAt.After(f.deadline)
+	case failedBy(f.deadline):
+		return VerdictFailed, false
+	case f.superseded && !f.supersededAt.After(f.deadline):
+		return VerdictSuperseded, false
+	case !now.Before(f.deadline):
+		return VerdictStuck, false
 	}
-	if completed && v.Verdict == VerdictFailed {
-		v.CompletedAt = &completedAt
-	}
-	if !completed {
-		for _, b := range behind {
-			v.Behind = append(v.Behind, b.Name)
-		}
-	}
-	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
-		v.RootCause = rootCause(behind, dependsOn(r))
-	}
-	v.Terminal = v.Verdict.Terminal()
-	v.Summary = summary(v, len(expected), len(behind))
-	return v
+	return VerdictApplying, false
 }
 
 // layerView shows one layer's progress; a layer that has not reported the
