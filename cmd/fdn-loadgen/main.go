@@ -83,7 +83,8 @@ func run(args []string, out io.Writer) error {
 	defer svc.stop()
 
 	// Enough distinct events for the longest run at a generous rate.
-	events := newEvents(token, int(max(c.duration.Seconds(), c.rateFor.Seconds())*40000))
+	n := int(max(c.duration.Seconds(), c.rateFor.Seconds()) * 40000)
+	events := newEvents(token, n, 20)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency * 2, MaxConnsPerHost: c.concurrency * 2}}
 
 	bareRate, err := saturate(client, bare, events, c)
@@ -103,6 +104,42 @@ func run(args []string, out io.Writer) error {
 	fmt.Fprintf(out, "ack latency at %d events/s: p50 %.2f ms, p99 %.2f ms\n", c.rate, ms(p50), ms(p99))
 	fmt.Fprintf(out, "ingest: %.0f events/s durable, %.2f of bare handler, ack p99 %.2f ms at %d events/s\n",
 		durable, durable/bareRate, ms(p99), c.rate)
+
+	// The same at half the connections: fewer requests per group commit.
+	half := c
+	half.concurrency = c.concurrency / 2
+	bareHalf, err := saturate(client, bare, events, half)
+	if err != nil {
+		return fmt.Errorf("bare handler: %w", err)
+	}
+	durableHalf, err := saturate(client, svc, events, half)
+	if err != nil {
+		return fmt.Errorf("service: %w", err)
+	}
+	fmt.Fprintf(out, "ingest at %d connections: %.0f events/s durable, %.2f of bare handler (%.0f events/s)\n",
+		half.concurrency, durableHalf, durableHalf/bareHalf, bareHalf)
+
+	// Width: revisions rolling across 50 and 1,000 layers, each on a fresh
+	// service, at half the connections; then the ack latency at 1,000.
+	rates := map[int]float64{}
+	var wideP99 time.Duration
+	for _, width := range []int{50, 1000} {
+		ws, err := spawn("service", "")
+		if err != nil {
+			return err
+		}
+		evs := newEvents(token, n, width)
+		rates[width], err = saturate(client, ws, evs, half)
+		if err == nil && width == 1000 {
+			_, wideP99, err = paced(client, ws, evs, c)
+		}
+		ws.stop()
+		if err != nil {
+			return fmt.Errorf("width %d: %w", width, err)
+		}
+	}
+	fmt.Fprintf(out, "width: %.0f events/s at 50 layers a revision, %.0f at 1000 (%.2f of it), ack p99 %.2f ms at %d events/s with 1000\n",
+		rates[50], rates[1000], rates[1000]/rates[50], ms(wideP99), c.rate)
 	return nil
 }
 
@@ -305,17 +342,17 @@ func (e *events) take(target string) (event, bool) {
 	return e.list[i], true
 }
 
-// newEvents builds what a busy cluster sends: 20 layers moving through
+// newEvents builds what a busy cluster sends: width layers moving through
 // revisions, each layer emitting DependencyNotReady, Progressing with
 // change lines, a health check and ReconciliationSucceeded.
-func newEvents(token []byte, n int) *events {
+func newEvents(token []byte, n, width int) *events {
 	t0 := time.Now().UTC().Add(-time.Hour)
 	out := make([]event, 0, n)
 	for rev := 0; len(out) < n; rev++ {
 		sum := sha1.Sum(fmt.Appendf(nil, "load-%d", rev))
 		revision := "main@sha1:" + hex.EncodeToString(sum[:])
-		for l := 0; l < 20 && len(out) < n; l++ {
-			name := fmt.Sprintf("tenant-%02d", l)
+		for l := 0; l < width && len(out) < n; l++ {
+			name := fmt.Sprintf("tenant-%04d", l)
 			for k, step := range [][2]string{
 				{"DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s"},
 				{"Progressing", fmt.Sprintf("Deployment/%s/web configured\nService/%s/web unchanged\nConfigMap/%s/settings-%d created", name, name, name, rev)},
@@ -326,7 +363,7 @@ func newEvents(token []byte, n int) *events {
 					InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: name,
 						UID: "7d0cdc51-ddcf-4743-b223-83ca5c699632", APIVersion: "kustomize.toolkit.fluxcd.io/v1", ResourceVersion: "123456"},
 					Severity:            "info",
-					Timestamp:           t0.Add(time.Duration(rev*60+l*2+k) * time.Second).Format(time.RFC3339),
+					Timestamp:           t0.Add(time.Duration(rev*60+l/10+k) * time.Second).Format(time.RFC3339),
 					Message:             step[1],
 					Reason:              step[0],
 					Metadata:            map[string]string{"revision": revision, "cluster": "prod"},

@@ -396,8 +396,8 @@ func (e *Engine) process(batch []*request) {
 		e.answer(batch, fmt.Errorf("%w: %v", ErrStore, err))
 		return
 	}
-	// Emitters that have evidence on a rollout in this batch, by hash.
-	pending := map[Key]map[Emitter]bool{}
+	// Emitters that have evidence on a rollout in this batch, by rollout.
+	inBatch := map[Key]map[Emitter]bool{}
 	for _, req := range batch {
 		for i := range req.obs {
 			o := &req.obs[i]
@@ -407,14 +407,14 @@ func (e *Engine) process(batch []*request) {
 				continue
 			}
 			cl := e.cluster(o.Cluster)
-			if cl.beforeFloor(o, pending[k][o.Emitter]) {
+			if cl.beforeFloor(o, inBatch[k][o.Emitter]) {
 				e.stats.Ignored.Add(1)
 				continue
 			}
-			if pending[k] == nil {
-				pending[k] = map[Emitter]bool{}
+			if inBatch[k] == nil {
+				inBatch[k] = map[Emitter]bool{}
 			}
-			pending[k][o.Emitter] = true
+			inBatch[k][o.Emitter] = true
 			r := cl.rollout(o.Hash, e.nextSeq)
 			if r.seq == e.nextSeq {
 				e.nextSeq++

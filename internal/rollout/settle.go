@@ -93,7 +93,8 @@ func (c *cluster) settleAlone(r *rolloutState, byFirst []*rolloutState, cfg *Con
 
 // dependents are the live rollouts whose view may read r: its neighbours in
 // each of its emitters' logs (r replaced the one before, or is replaced by
-// the one after), and every rollout that expects one of r's layers without
+// the one after), the ones before it back to the emitter's last report
+// (for them r may be where the emitter moved on), and every rollout that expects one of r's layers without
 // evidence on it and places itself, by its first evidence, between that
 // layer's entry before r and r's (for it, r is what the layer moved to
 // next: supersession).
@@ -120,9 +121,19 @@ func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rollou
 		x := logEntry{ev.First, r.key.Hash}
 		lg := c.logs[em]
 		sp := span{layer: em, hi: x}
-		if p := lg.before(x); p != "" {
-			add(p)
-			sp.lo, sp.hasLo = logEntry{c.rollouts[p].ev[em].First, p}, true
+		// The ones before r, back to the first the emitter reported on: for
+		// each, r may be the first report after it (movedOn), since
+		// membership marks in between are not reports.
+		i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+		for j := i - 1; j >= 0; j-- {
+			p := lg.revs[j]
+			add(p.hash)
+			if j == i-1 {
+				sp.lo, sp.hasLo = p, true
+			}
+			if c.rollouts[p.hash].ev[em].reported() {
+				break
+			}
 		}
 		if s, ok := lg.after(x); ok {
 			add(s.hash)

@@ -332,3 +332,37 @@ func TestEvidenceAboutSettledHistoryIsIgnored(t *testing.T) {
 		t.Fatal("a new revision was ignored")
 	}
 }
+
+// TestSettlingKeepsWhatAnOlderRolloutReads: a layer reported Y, then had
+// only a membership mark for P (suspended there, so P does not expect it),
+// then reported r. For Y the layer moved on at r, so Y is superseded rather
+// than still applying. r settling must not take that away while Y is live
+// (another layer is still at Y): r stays live as long as Y reads it.
+func TestSettlingKeepsWhatAnOlderRolloutReads(t *testing.T) {
+	mark := func(name, label string, sec int) rollout.Observation {
+		return ob(name, label, sec, rollout.SignalExpected, "", "")
+	}
+	obs := []rollout.Observation{
+		mark("apps", "Y", 0), mark("edge", "Y", 0), prog("apps", "Y", 1), succ("edge", "Y", 2),
+		ob("apps", "P", 100, rollout.SignalSuspended, "", ""),
+		mark("apps", "r", 200), prog("apps", "r", 201), succ("apps", "r", 202),
+		mark("apps", "T", 300),
+	}
+	final := t0.Add(10 * time.Hour)
+	ref := start(t, t.TempDir(), settleConfig(never), fixedClock(final))
+	ref.submit(obs...)
+	if v := ref.view("Y"); v.Verdict != rollout.VerdictSuperseded {
+		t.Fatalf("Y is %s, want superseded (the setting of the test)", v.Verdict)
+	}
+	want := snapshotJSON(t, ref.engine)
+
+	cfg := settleConfig(time.Minute)
+	h := start(t, t.TempDir(), cfg, fixedClock(final))
+	h.submit(obs...)
+	settle(t, h.engine)
+	h.stop()
+	h = start(t, h.dir, cfg, fixedClock(final))
+	if got := snapshotJSON(t, h.engine); got != want {
+		t.Fatalf("settling changed a live view:\n%s", firstDiff(want, got))
+	}
+}
