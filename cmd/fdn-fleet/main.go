@@ -57,6 +57,7 @@ type config struct {
 	samples     int // /verdict requests per day
 	dir         string
 	memLimit    string // the service's GOMEMLIMIT
+	cgroup      int64  // when > 0, the service runs in a memory cgroup with this limit
 }
 
 func run(args []string, out io.Writer) error {
@@ -70,9 +71,17 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.concurrency, "concurrency", 32, "connections posting events")
 	fs.IntVar(&c.samples, "samples", 1000, "/verdict requests a day, for random revisions of the whole history")
 	fs.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary one, removed at the end)")
+	limit := fs.String("memory-limit", "", "run the service in a memory cgroup (v1, as root) with this limit in MiB, as a pod's limit, and report OOM kills")
 	fs.StringVar(&c.memLimit, "gomemlimit", "192MiB", "GOMEMLIMIT of the service, as manifests/deployment.yaml sets it (\"\" for none)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *limit != "" {
+		mib, err := strconv.ParseInt(strings.TrimSuffix(*limit, "Mi"), 10, 64)
+		if err != nil || mib <= 0 {
+			return fmt.Errorf("-memory-limit %q: want MiB, such as 256", *limit)
+		}
+		c.cgroup = mib << 20
 	}
 	if c.dir == "" {
 		d, err := os.MkdirTemp("", "fdn-fleet-")
@@ -86,7 +95,15 @@ func run(args []string, out io.Writer) error {
 	if err := os.WriteFile(filepath.Join(c.dir, "token"), token, 0o600); err != nil {
 		return err
 	}
-	svc, err := startService(c)
+	var cg *memcg
+	if c.cgroup > 0 {
+		var err error
+		if cg, err = newMemcg(filepath.Base(c.dir), c.cgroup); err != nil {
+			return err
+		}
+		defer cg.remove()
+	}
+	svc, err := startService(c, cg)
 	if err != nil {
 		return err
 	}
@@ -138,7 +155,7 @@ func run(args []string, out io.Writer) error {
 	svc.stop()
 	stopped := time.Since(t0)
 	t0 = time.Now()
-	if svc, err = startService(c); err != nil {
+	if svc, err = startService(c, cg); err != nil {
 		return err
 	}
 	if err := awaitReady(client, svc.url, 2*time.Minute); err != nil {
@@ -151,6 +168,9 @@ func run(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "restart: stopped in %.2f s, ready in %.2f s (%d revisions checked after it, %d not applied)\n",
 		stopped.Seconds(), ready.Seconds(), len(fleet.revs), wrongAfter)
+	if cg != nil {
+		fmt.Fprintln(out, cg.report())
+	}
 	fmt.Fprintf(out, "summary: peak RSS %.0f MiB (anonymous at most %.0f), max heap %.0f MiB, max data %.0f MiB, max /verdict p99 %.2f ms, %d events refused, %d of %d verdicts not applied\n",
 		worst.rss, worst.anon, worst.heap, worst.data, worst.vp99, refused.Load(), wrong, len(fleet.revs))
 	if refused.Load() > 0 || wrong > 0 || wrongAfter > 0 {
@@ -169,7 +189,7 @@ type service struct {
 	stop    func()
 }
 
-func startService(c config) (*service, error) {
+func startService(c config, cg *memcg) (*service, error) {
 	data := filepath.Join(c.dir, "data")
 	horizon := (time.Duration(c.days) + 2) * 24 * time.Hour
 	cmd := exec.Command(c.binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", data,
@@ -186,6 +206,12 @@ func startService(c config) (*service, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
+	}
+	if cg != nil {
+		if err := cg.add(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			return nil, err
+		}
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -485,3 +511,44 @@ func latency(client *http.Client, url string, n int) (time.Duration, error) {
 	slices.Sort(lat)
 	return lat[len(lat)*99/100], nil
 }
+
+// memcg is a cgroup v1 memory controller group the service runs in, with a
+// hard limit as a pod's: the kernel reclaims page cache (bbolt's mapped
+// file) within it and kills the process only if its own memory does not fit.
+type memcg struct{ dir string }
+
+func newMemcg(name string, limit int64) (*memcg, error) {
+	dir := filepath.Join("/sys/fs/cgroup/memory", "fdn-fleet-"+name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("memory cgroup (needs root and cgroup v1's memory controller): %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("memory cgroup limit: %w", err)
+	}
+	return &memcg{dir: dir}, nil
+}
+
+func (m *memcg) add(pid int) error {
+	return os.WriteFile(filepath.Join(m.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+}
+
+func (m *memcg) value(file string) string {
+	b, _ := os.ReadFile(filepath.Join(m.dir, file))
+	return strings.TrimSpace(string(b))
+}
+
+func (m *memcg) report() string {
+	peak, _ := strconv.ParseFloat(m.value("memory.max_usage_in_bytes"), 64)
+	limit, _ := strconv.ParseFloat(m.value("memory.limit_in_bytes"), 64)
+	oom := "0"
+	for _, l := range strings.Split(m.value("memory.oom_control"), "\n") {
+		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+			oom = v
+		}
+	}
+	return fmt.Sprintf("memory cgroup: limit %.0f MiB, peak charged %.0f MiB (page cache included), limit reached %s times, OOM kills %s",
+		limit/(1<<20), peak/(1<<20), m.value("memory.failcnt"), oom)
+}
+
+func (m *memcg) remove() { _ = os.Remove(m.dir) }
