@@ -273,17 +273,7 @@ func (h *harness) submitBatches(r *rand.Rand, obs []rollout.Observation) {
 // duplicated, concurrent replay must reach exactly the state of the ordered
 // stream, and so must an engine rebuilt from the store.
 func TestOrderAndDuplicatesDoNotMatter(t *testing.T) {
-	streams := map[string][]rollout.Observation{}
-	var main []rollout.Observation
-	for _, name := range fixture.Scenarios {
-		main = append(main, scenario(t, name, false)...)
-	}
-	streams["fixtures"] = main
-	streams["fixtures-cancel"] = scenario(t, "cancel-health-checks/superseded", false)
-	for seed := range 30 {
-		streams[fmt.Sprintf("synthetic-%d", seed)] = synthetic(rand.New(rand.NewPCG(uint64(seed), 7)))
-	}
-	for name, obs := range streams {
+	for name, obs := range propertyStreams(t, synthetic, 7) {
 		t.Run(name, func(t *testing.T) {
 			for _, now := range []time.Time{fixtureEnd, fixtureEnd.Add(2 * time.Hour)} {
 				ordered := start(t, t.TempDir(), defaultConfig(), fixedClock(now))
@@ -313,6 +303,24 @@ func TestOrderAndDuplicatesDoNotMatter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// propertyStreams are the histories the property tests replay: the main
+// fixture run, the cancel-gate fixture, and 30 synthetic histories made by
+// synth from seeds salted with salt.
+func propertyStreams(t *testing.T, synth func(*rand.Rand) []rollout.Observation, salt uint64) map[string][]rollout.Observation {
+	t.Helper()
+	streams := map[string][]rollout.Observation{}
+	var main []rollout.Observation
+	for _, name := range fixture.Scenarios {
+		main = append(main, scenario(t, name, false)...)
+	}
+	streams["fixtures"] = main
+	streams["fixtures-cancel"] = scenario(t, "cancel-health-checks/superseded", false)
+	for seed := range 30 {
+		streams[fmt.Sprintf("synthetic-%d", seed)] = synth(rand.New(rand.NewPCG(uint64(seed), salt)))
+	}
+	return streams
 }
 
 // synthetic makes a plausible multi-revision history: layers of one source

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
@@ -54,18 +53,8 @@ func settle(t testing.TB, e *rollout.Engine) {
 // middle) ends with exactly the views of one that never settles, and so
 // does a rebuild of it from its file.
 func TestSettlingChangesNoVerdict(t *testing.T) {
-	streams := map[string][]rollout.Observation{}
-	var main []rollout.Observation
-	for _, name := range fixture.Scenarios {
-		main = append(main, scenario(t, name, false)...)
-	}
-	streams["fixtures"] = main
-	streams["fixtures-cancel"] = scenario(t, "cancel-health-checks/superseded", false)
-	for seed := range 30 {
-		streams[fmt.Sprintf("synthetic-%d", seed)] = longSynthetic(rand.New(rand.NewPCG(uint64(seed), 11)))
-	}
 	settledSome := false
-	for name, obs := range streams {
+	for name, obs := range propertyStreams(t, longSynthetic, 11) {
 		t.Run(name, func(t *testing.T) {
 			end := obs[0].At
 			for _, o := range obs {
