@@ -1,0 +1,137 @@
+package rollout
+
+import (
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The pure model, tested without an engine or a store.
+
+var mt0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func obsAt(sec int, sig Signal, reason, msg string) Observation {
+	return Observation{
+		Cluster: "prod", Emitter: Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "apps"},
+		Revision: "main@sha1:abc", Hash: "abc", At: mt0.Add(time.Duration(sec) * time.Second),
+		Signal: sig, Reason: reason, Message: msg,
+	}
+}
+
+// TestMergeIsAFold: merging a set of observations in any order, with
+// repeats, gives the same Evidence; and a repeat learns nothing.
+func TestMergeIsAFold(t *testing.T) {
+	prune := obsAt(20, SignalFailed, "PruneFailed", "delete failed")
+	prune.Objects = []Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old", Error: "forbidden"}}
+	later := prune
+	later.At = mt0.Add(300 * time.Second)
+	later.Objects = []Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old", Error: "still forbidden"}}
+	origin := obsAt(1, SignalProgressing, "Progressing", "Deployment/apps/web configured")
+	origin.Origin, origin.OriginHash, origin.Subject = "v1@sha1:def", "def", "Add web"
+	legacy := obsAt(2, SignalWaiting, "DependencyNotReady", "retrying")
+	legacy.Revision = "main/abc"
+	mailTo := obsAt(3, SignalProgressing, "Progressing", "Health check passed")
+	mailTo.MailTo = []string{"b@x", "a@x"}
+	member := obsAt(0, SignalExpected, "", "")
+	member.DependsOn = []string{"flux-system/platform", "flux-system/infra"}
+	all := []Observation{
+		origin, legacy, mailTo, member, prune, later,
+		obsAt(30, SignalSucceeded, "ReconciliationSucceeded", "Reconciliation finished"),
+		obsAt(330, SignalSucceeded, "ReconciliationSucceeded", "Reconciliation finished"),
+		obsAt(30, SignalFailed, "HealthCheckFailed", "timeout"), // same second as the success
+	}
+	want := &Evidence{}
+	for _, o := range all {
+		want.merge(o)
+	}
+	if want.Revision != "main@sha1:abc" || want.OriginHash != "def" || want.Subject != "Add web" ||
+		!slices.Equal(want.MailTo, []string{"a@x", "b@x"}) || want.Succeeded.At != mt0.Add(30*time.Second) ||
+		want.LastSucceeded != mt0.Add(330*time.Second) || len(want.Failures) != 2 ||
+		want.Failures[1].Objects[0].Error != "forbidden" || want.Failures[1].Last != mt0.Add(300*time.Second) ||
+		!slices.Equal(want.Member.DependsOn, []string{"flux-system/infra", "flux-system/platform"}) {
+		t.Fatalf("fold of every observation: %+v", want)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		order := slices.Clone(all)
+		for _, o := range all {
+			if r.IntN(2) == 0 {
+				order = append(order, o)
+			}
+		}
+		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		got := &Evidence{}
+		for _, o := range order {
+			got.merge(o)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("order %d folds to\n%+v\nwant\n%+v", i, got, want)
+		}
+		for _, o := range all {
+			if got.merge(o) {
+				t.Fatalf("merging %+v again learned something", o)
+			}
+		}
+	}
+}
+
+// TestDueMails: which mails a view makes due, to whom, one per condition.
+func TestDueMails(t *testing.T) {
+	view := func(v Verdict, failures ...FailureView) *View {
+		return &View{Cluster: "prod", Hash: "abc", Verdict: v, Failures: failures}
+	}
+	prune := FailureView{Layer: "flux-system/apps", Reason: "PruneFailed", Objects: []Object{
+		{Kind: "ConfigMap", Namespace: "apps", Name: "a"}, {Kind: "Secret", Namespace: "apps", Name: "b"}}}
+	health := FailureView{Layer: "flux-system/platform", Reason: "HealthCheckFailed"}
+	routes := map[string][]string{"flux-system/apps": {"apps@x"}}
+	for _, c := range []struct {
+		name   string
+		v      *View
+		to     []string
+		routes map[string][]string
+		want   []string
+	}{
+		{"nobody to tell", view(VerdictApplied), nil, nil, nil},
+		{"applying", view(VerdictApplying), []string{"ops@x"}, nil, []string{"applying ops@x"}},
+		{"applied", view(VerdictApplied), []string{"ops@x"}, nil, []string{"applied ops@x", "applying ops@x"}},
+		{"stuck", view(VerdictStuck), []string{"ops@x"}, nil, []string{"applying ops@x", "stuck ops@x"}},
+		{"superseded mails nothing more", view(VerdictSuperseded), []string{"ops@x"}, nil, []string{"applying ops@x"}},
+		{"a prune failure per object", view(VerdictFailed, prune), []string{"ops@x"}, nil, []string{
+			"applying ops@x", "prune-failed flux-system/apps ConfigMap/apps/a ops@x", "prune-failed flux-system/apps Secret/apps/b ops@x"}},
+		{"another failure per reason", view(VerdictFailed, health), []string{"ops@x"}, nil, []string{
+			"applying ops@x", "failed flux-system/platform HealthCheckFailed ops@x"}},
+		{"routed to the layer's recipients too", view(VerdictFailed, prune, health), []string{"ops@x"}, routes, []string{
+			"applying apps@x", "applying ops@x",
+			"failed flux-system/platform HealthCheckFailed ops@x",
+			"prune-failed flux-system/apps ConfigMap/apps/a apps@x", "prune-failed flux-system/apps ConfigMap/apps/a ops@x",
+			"prune-failed flux-system/apps Secret/apps/b apps@x", "prune-failed flux-system/apps Secret/apps/b ops@x"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []string
+			keys := map[string]bool{}
+			for _, m := range dueMails(c.v, c.to, c.routes) {
+				line := string(m.Kind)
+				if m.Layer != "" {
+					line += " " + m.Layer
+				}
+				if m.Object != nil {
+					line += " " + m.Object.Kind + "/" + m.Object.Namespace + "/" + m.Object.Name
+				}
+				if m.Reason != "" {
+					line += " " + m.Reason
+				}
+				got = append(got, line+" "+m.To)
+				if keys[m.Key] {
+					t.Errorf("key %q twice", m.Key)
+				}
+				keys[m.Key] = true
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("due mails\n%q\nwant\n%q", got, c.want)
+			}
+		})
+	}
+}
