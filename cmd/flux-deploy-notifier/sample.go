@@ -62,9 +62,18 @@ func sample(ctx context.Context, args []string, getenv func(string) string, stdo
 		return fmt.Errorf("get verdict: %w", err)
 	}
 	defer resp.Body.Close()
-	fmt.Fprintf(stdout, "GET %s\n", verdictURL)
-	_, err = io.Copy(stdout, resp.Body)
-	return err
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("get verdict: %w", err)
+	}
+	// The service answers compact JSON; a person reads it indented.
+	var out bytes.Buffer
+	if json.Indent(&out, body, "", "  ") != nil {
+		out.Reset()
+		out.Write(body)
+	}
+	fmt.Fprintf(stdout, "GET %s\n%s", verdictURL, out.Bytes())
+	return nil
 }
 
 func sampleEvents(scenario, cluster string, t0 time.Time) []flux.Event {

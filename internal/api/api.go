@@ -227,12 +227,12 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, status, map[string]any{"ready": ready, "checks": detail, "warnings": s.warnings()})
 }
 
+// writeJSON answers compact JSON: indenting re-scans the whole body, which
+// for a rollout of 85 layers cost more than finding it (pipe to jq to read).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, field, msg string) {

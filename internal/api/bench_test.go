@@ -1,0 +1,59 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+)
+
+// BenchmarkVerdictSettled is GET /verdict for a settled rollout of 85
+// layers, through the router, without the network: what the service spends
+// on one pipeline's question about an old commit.
+func BenchmarkVerdictSettled(b *testing.B) {
+	t0 := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
+	te := rollouttest.Start(b, b.TempDir(), rollout.Config{StuckAfter: time.Hour, SettleAfter: time.Minute}, time.Now, true)
+	var obs []rollout.Observation
+	for rev := range 3 {
+		for l := range 85 {
+			obs = append(obs, rollout.Observation{
+				Emitter:  rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: fmt.Sprintf("src-042-l%02d", l)},
+				Revision: "main@sha1:" + rollouttest.Hash(fmt.Sprint(rev)), Hash: rollouttest.Hash(fmt.Sprint(rev)),
+				At: t0.Add(time.Duration(rev)*time.Hour + time.Duration(l)*time.Second), Signal: rollout.SignalSucceeded,
+				Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s",
+			})
+		}
+	}
+	if err := te.SubmitAll(context.Background(), obs); err != nil {
+		b.Fatal(err)
+	}
+	if err := te.Settle(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	h := api.Routes(te.Engine, webhook.New([]byte("t"), te.Engine, log, reg), reg, log, api.Options{})
+	url := "/verdict?rev=" + rollouttest.Hash("0")[:10]
+	if w := httptest.NewRecorder(); true {
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, url, nil))
+		if w.Code != http.StatusOK || te.Live()[rollout.VerdictApplied] != 1 {
+			b.Fatalf("status %d, live %v", w.Code, te.Live())
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, url, nil))
+	}
+}
