@@ -27,10 +27,10 @@ func BenchmarkDecodeSettled(b *testing.B) {
 	}
 	var p inflaters
 	b.ReportAllocs()
-	b.ReportMetric(float64(len(rec)), "bytes")
 	for b.Loop() {
 		if _, err := p.decodeSettled(rec); err != nil {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(len(rec)), "record-bytes")
 }
