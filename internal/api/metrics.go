@@ -36,7 +36,7 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 	}, func() float64 { return float64(st.Settled.Load()) }))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "fdn_observations_ignored_total",
-		Help: "Observations acknowledged and ignored because they concern settled history: a settled rollout, or older than its layer's settled rollouts.",
+		Help: "Observations acknowledged and ignored because they concern settled history: a settled rollout, or a revision new to a layer whose predecessor there is settled.",
 	}, func() float64 { return float64(st.Ignored.Load()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fdn_store_bytes",

@@ -84,9 +84,10 @@ type FloorKey struct {
 }
 
 // Floor is the newest entry of an emitter's log that was settled (its first
-// evidence and hash). Evidence for a revision new to the emitter and older
-// than its floor is about history that is already settled: it would enter
-// the log between rollouts that no longer exist, so it is ignored.
+// evidence and hash). Evidence for a revision new to the emitter whose
+// predecessor in the log would be settled (it is older than the floor, or
+// between the floor and the next live entry) is about history that no
+// longer exists, so it is ignored.
 type Floor struct {
 	First time.Time
 	Hash  string

@@ -158,14 +158,20 @@ func (lg *emitterLog) remove(x logEntry) {
 
 // before returns the revision the emitter reported just before x, or "".
 func (lg *emitterLog) before(x logEntry) string {
+	p, _ := lg.prev(x)
+	return p.hash
+}
+
+// prev is the entry just before x.
+func (lg *emitterLog) prev(x logEntry) (logEntry, bool) {
 	if lg == nil {
-		return ""
+		return logEntry{}, false
 	}
 	i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
 	if i == 0 {
-		return ""
+		return logEntry{}, false
 	}
-	return lg.revs[i-1].hash
+	return lg.revs[i-1], true
 }
 
 // after returns the first revision the emitter reported after x.

@@ -243,10 +243,11 @@ func (e *Engine) forgetMails(gone []Key) {
 	}
 }
 
-// beforeFloor reports whether o would put a revision into its emitter's
-// log below the emitter's floor: a revision the emitter has no evidence on
-// yet (in memory or earlier in the batch), older than history already
-// settled.
+// beforeFloor reports whether o would put a revision the emitter has no
+// evidence on yet (in memory or earlier in the batch) where the entry
+// before it in the emitter's history is settled: older than the floor, or
+// between the floor and the next live entry. Such a revision's predecessor,
+// whose layers it must reach, is no longer known.
 func (c *cluster) beforeFloor(o *Observation, inBatch bool) bool {
 	f, ok := c.floors[o.Emitter]
 	if !ok || inBatch {
@@ -255,7 +256,9 @@ func (c *cluster) beforeFloor(o *Observation, inBatch bool) bool {
 	if r := c.rollouts[o.Hash]; r != nil && r.ev[o.Emitter] != nil {
 		return false
 	}
-	return logEntry{o.At, o.Hash}.compare(f) <= 0
+	x := logEntry{o.At, o.Hash}
+	p, live := c.logs[o.Emitter].prev(x)
+	return !live || p.compare(f) < 0
 }
 
 // settledAmong looks up, in one read, which rollouts of the batch that are

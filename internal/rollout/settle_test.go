@@ -299,12 +299,18 @@ func TestEvidenceAboutSettledHistoryIsIgnored(t *testing.T) {
 	}
 	mails := te.Queued(t, hashOf("R1"))
 
-	// A late failure for settled R1, and a revision never seen whose only
-	// evidence is older than what infra settled.
+	// A late failure for settled R1; a revision never seen whose only
+	// evidence is older than what infra settled; and one placed between
+	// settled R1 and live R2 on infra. Made a rollout, MID would expect
+	// infra alone (R1, whose layers it must reach, is gone) and read
+	// applied.
 	ignored := te.Stats().Ignored.Load()
-	submit(fail("apps", "R1", 3700, "HealthCheckFailed"), succ("infra", "OLD", 1800))
-	if got := te.Stats().Ignored.Load() - ignored; got != 2 {
-		t.Fatalf("%d observations ignored, want 2", got)
+	submit(fail("apps", "R1", 3700, "HealthCheckFailed"), succ("infra", "OLD", 1800), succ("infra", "MID", 5000))
+	if got := te.Stats().Ignored.Load() - ignored; got != 3 {
+		t.Fatalf("%d observations ignored, want 3", got)
+	}
+	if _, err := te.Lookup(rollout.Query{Hash: hashOf("MID")}); !errors.Is(err, rollout.ErrNotFound) {
+		t.Fatalf("a rollout was made after settled history, without its predecessor: %v", err)
 	}
 	if v := te.Get(rollout.Key{Cluster: "default", Hash: hashOf("R1")}); v.Verdict != rollout.VerdictApplied || len(v.Failures) != 0 {
 		t.Fatalf("settled R1 changed: %s %+v", v.Verdict, v.Failures)
