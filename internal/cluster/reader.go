@@ -307,21 +307,29 @@ func (r *Reader) handle(ctx context.Context, key objectKey) error {
 	if key.Kind == flux.KindKustomization {
 		r.mu.Lock()
 		gone := r.deleted[key]
-		delete(r.deleted, key)
 		r.mu.Unlock()
-		k := r.get(r.layers, key.Namespace, key.Name)
-		switch {
+		var err error
+		switch k := r.get(r.layers, key.Namespace, key.Name); {
 		case k != nil && r.sourceMoved(k):
-			return r.handleSource(ctx, sourceRef(k))
+			err = r.handleSource(ctx, sourceRef(k))
 		case k != nil:
 			obs, marks = r.layer(k, nil, nil)
+			err = r.submit(ctx, obs, marks)
 		case gone != nil:
 			// A deleted layer stops being expected, like a suspended one.
 			obs, marks = r.mark(gone, rollout.SignalSuspended, nil, nil)
-		default:
-			return nil
+			err = r.submit(ctx, obs, marks)
 		}
-		return r.submit(ctx, obs, marks)
+		// The deletion is forgotten once what it says is stored, not
+		// before: a retry must still find it.
+		if err == nil && gone != nil {
+			r.mu.Lock()
+			if r.deleted[key] == gone {
+				delete(r.deleted, key)
+			}
+			r.mu.Unlock()
+		}
+		return err
 	}
 	return r.handleSource(ctx, rollout.Emitter{Kind: key.Kind, Namespace: key.Namespace, Name: key.Name})
 }

@@ -168,6 +168,29 @@ func TestReaderScenarios(t *testing.T) {
 		}
 	})
 
+	t.Run("a deletion the store refused is retried", func(t *testing.T) {
+		w := newWorld(t, "retry-delete")
+		w.Source("fleet", revOf("R1"))
+		w.Layer(clustertest.Layer{Name: "infra", Source: "fleet", Applied: revOf("R1"), Attempted: revOf("R1"), Ready: applied(w, "R1", 9*time.Minute)})
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", DependsOn: []string{"infra"}, Applied: revOf("R2"), Attempted: revOf("R2"),
+			Ready: w.Ready("Unknown", "Progressing", "Reconciliation in progress", 8*time.Minute)})
+		te := startEngine(t, t.TempDir(), now)
+		flaky := &failingFirst{Submitter: te}
+		startReaderOn(t, c, w.Namespace(), flaky)
+		waitFor(t, "both layers expected", func() bool {
+			v := te.Get(rollout.Key{Cluster: "prod", Hash: hashOf("R1")})
+			return v != nil && len(v.Layers) == 2
+		})
+		// The look at the deletion fails once: the retry must still say
+		// that apps is no longer expected, so R1 applies on infra alone.
+		flaky.n.Store(1)
+		w.Delete("apps")
+		v := verdict(t, te, "R1", rollout.VerdictApplied)
+		if !slices.Equal(layerNames(v), []string{"retry-delete/infra"}) || flaky.n.Load() >= 0 {
+			t.Fatalf("layers %v, failures left %d", layerNames(v), flaky.n.Load())
+		}
+	})
+
 	t.Run("a prune failure known only from status", func(t *testing.T) {
 		w := newWorld(t, "prune")
 		w.Source("fleet", revOf("R2"))
