@@ -42,8 +42,7 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 		Name: "fdn_store_bytes",
 		Help: "Size of the state database file.",
 	}, func() float64 { return float64(store.Size()) }))
-	outbox := store
-	reg.MustRegister(&outboxCollector{outbox: outbox, now: now,
+	reg.MustRegister(&outboxCollector{outbox: store, now: now,
 		depth:  prometheus.NewDesc("fdn_outbox_depth", "Mails waiting in the outbox.", nil, nil),
 		oldest: prometheus.NewDesc("fdn_outbox_oldest_pending_seconds", "Age of the oldest mail waiting in the outbox.", nil, nil),
 	})
@@ -73,9 +72,7 @@ func (c *rolloutsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 type outboxCollector struct {
-	outbox interface {
-		Pending() ([]rollout.Queued, error)
-	}
+	outbox        Store
 	now           func() time.Time
 	depth, oldest *prometheus.Desc
 }

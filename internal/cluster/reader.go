@@ -355,19 +355,12 @@ func (r *Reader) handleSource(ctx context.Context, em rollout.Emitter) error {
 			return fmt.Errorf("list the layers of %s: %w", em, err)
 		}
 		for _, o := range objs {
-			if k, ok := o.(*unstructured.Unstructured); ok && r.selected(k) {
+			if k, ok := o.(*unstructured.Unstructured); ok {
 				obs, marks = r.layer(k, obs, marks)
 			}
 		}
 	}
 	return r.submit(ctx, obs, marks)
-}
-
-// selected reports whether a Kustomization from the index is one the
-// reader's lister holds (the index and the lister are of one informer; the
-// lookup keeps the two paths the same).
-func (r *Reader) selected(k *unstructured.Unstructured) bool {
-	return r.get(r.layers, k.GetNamespace(), k.GetName()) != nil
 }
 
 // sourceMoved reports whether the revision of a layer's source is not the
