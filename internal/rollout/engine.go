@@ -643,6 +643,7 @@ func (e *Engine) collectGarbage(c *commit, now time.Time) {
 	}
 	cutoff := now.Add(-e.cfg.Retention)
 	c.purge = cutoff
+	from := len(c.removed)
 	var gone []*rolloutState
 	for _, cl := range e.clusters {
 		for _, r := range cl.rollouts {
@@ -654,7 +655,7 @@ func (e *Engine) collectGarbage(c *commit, now time.Time) {
 	for _, r := range gone {
 		e.retire(c, r)
 	}
-	e.forgetMails(c.removed)
+	e.forgetMails(c.removed[from:])
 	if len(gone) > 0 {
 		e.log.Info("garbage-collecting rollouts", "count", len(gone), "retention", e.cfg.Retention.String())
 	}

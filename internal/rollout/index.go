@@ -203,8 +203,11 @@ func (r *rolloutState) position(e Emitter) logEntry {
 	if ev := r.ev[e]; ev != nil {
 		return logEntry{ev.First, r.key.Hash}
 	}
-	return logEntry{r.first, r.key.Hash}
+	return r.start()
 }
+
+// start is where the rollout's first evidence anywhere places it.
+func (r *rolloutState) start() logEntry { return logEntry{r.first, r.key.Hash} }
 
 // affected adds to dirty the rollouts whose view may change when the
 // evidence of rollout hash changed, visibly to others (see set) on the

@@ -30,6 +30,7 @@ func (e *Engine) Settle(ctx context.Context) error {
 
 // settle moves every rollout that can no longer change to the archive.
 func (e *Engine) settle(c *commit, now time.Time) {
+	from, settled := len(c.removed), len(c.settled)
 	for _, cl := range e.clusters {
 		// Oldest first, so the outcome does not depend on map order.
 		byFirst := cl.byFirst()
@@ -37,18 +38,17 @@ func (e *Engine) settle(c *commit, now time.Time) {
 			if !cl.settles(r, e.cfg.SettleAfter, now) {
 				continue
 			}
-			v, ok := cl.settleAlone(r, byFirst, &e.cfg, now)
-			if !ok {
-				continue
+			// settleAlone leaves r dropped from the index; retire records
+			// what goes with it.
+			if v, ok := cl.settleAlone(r, byFirst, &e.cfg, now); ok {
+				c.settled = append(c.settled, v)
+				e.retire(c, r)
 			}
-			cl.restore(r) // retire drops it again, recording what goes
-			c.settled = append(c.settled, v)
-			e.retire(c, r)
 		}
 	}
-	e.forgetMails(c.removed)
-	if len(c.settled) > 0 {
-		e.log.Debug("settling rollouts", "count", len(c.settled))
+	e.forgetMails(c.removed[from:])
+	if n := len(c.settled) - settled; n > 0 {
+		e.log.Debug("settling rollouts", "count", n)
 	}
 }
 
@@ -150,7 +150,7 @@ func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rollou
 		if seen[h] || o.view == nil || c.rollouts[h] != o {
 			continue
 		}
-		pos := logEntry{o.first, h}
+		pos := o.start()
 		for _, sp := range spans {
 			if o.ev[sp.layer] != nil || pos.compare(sp.hi) >= 0 || sp.hasLo && pos.compare(sp.lo) <= 0 {
 				continue
@@ -161,9 +161,6 @@ func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rollou
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b *rolloutState) int {
-		return logEntry{a.first, a.key.Hash}.compare(logEntry{b.first, b.key.Hash})
-	})
 	return out
 }
 
@@ -186,9 +183,7 @@ func (c *cluster) byFirst() []*rolloutState {
 	for _, r := range c.rollouts {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b *rolloutState) int {
-		return logEntry{a.first, a.key.Hash}.compare(logEntry{b.first, b.key.Hash})
-	})
+	slices.SortFunc(out, func(a, b *rolloutState) int { return a.start().compare(b.start()) })
 	return out
 }
 
@@ -205,9 +200,9 @@ func (c *cluster) restore(r *rolloutState) {
 	}
 }
 
-// retire removes r from memory as part of c: its evidence is deleted, each
-// of its emitters' floors is raised to it, and its view is unpublished once
-// c is committed.
+// retire removes r from memory as part of c (drop, when it is still in the
+// index): its evidence is deleted, each of its emitters' floors is raised
+// to it, and its view is unpublished once c is committed.
 func (e *Engine) retire(c *commit, r *rolloutState) {
 	cl := e.clusters[r.key.Cluster]
 	for em, ev := range r.ev {

@@ -115,10 +115,6 @@ func (e *Engine) Lookup(q Query) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	originKeys, err := e.store.SettledKeys(q.Hash, q.Prefix, true, q.Cluster, maxMatches)
-	if err != nil {
-		return nil, err
-	}
 	found := map[Key]*View{}
 	for _, v := range own {
 		found[Key{v.Cluster, v.Hash}] = v
@@ -130,6 +126,10 @@ func (e *Engine) Lookup(q Query) (*View, error) {
 	}
 	// The rollout's own hash wins over an origin revision that has it.
 	if q.Prefix || len(found) == 0 {
+		originKeys, err := e.store.SettledKeys(q.Hash, q.Prefix, true, q.Cluster, maxMatches)
+		if err != nil {
+			return nil, err
+		}
 		for _, v := range origin {
 			found[Key{v.Cluster, v.Hash}] = v
 		}

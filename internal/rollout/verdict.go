@@ -226,10 +226,9 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		superseded: v.SupersededBy != nil, supersededAt: p.supAt, deadline: v.Deadline,
 	}, now)
 	if p.completed {
-		if v.Verdict == VerdictApplied || v.Verdict == VerdictFailed {
-			at := p.completedAt
-			v.CompletedAt = &at
-		}
+		// Applied, or failed before it completed: decide says no other.
+		at := p.completedAt
+		v.CompletedAt = &at
 	} else {
 		for _, b := range p.behind {
 			v.Behind = append(v.Behind, b.Name)
