@@ -263,10 +263,12 @@ func TestSettledLookups(t *testing.T) {
 	if v := h.engine.Get(rollout.Key{Cluster: "default", Hash: a.Hash}); v == nil || v.Verdict != rollout.VerdictApplied {
 		t.Fatalf("Get of a settled rollout: %v", v)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// Wait returns the latest answer when its context ends, too: it must
+	// return before that, on the settled verdict.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if v, err := h.engine.Wait(ctx, rollout.Query{Hash: hashOf("gitB")}); err != nil || v.Hash != b.Hash {
-		t.Fatalf("Wait on a settled rollout: %v, %v", v, err)
+	if v, err := h.engine.Wait(ctx, rollout.Query{Hash: hashOf("gitB")}); err != nil || v.Hash != b.Hash || ctx.Err() != nil {
+		t.Fatalf("Wait on a settled rollout: %v, %v (context: %v)", v, err, ctx.Err())
 	}
 }
 

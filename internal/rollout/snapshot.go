@@ -204,6 +204,9 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*View, error) {
 	s := e.snap
 	for {
 		v, err := e.Lookup(q)
+		if ctx.Err() != nil {
+			return v, err // also ends the retries below, whatever the state
+		}
 		var ch chan struct{}
 		s.mu.Lock()
 		switch {
