@@ -29,6 +29,9 @@ type Config struct {
 	// (notification-controller retries within its Provider timeout, 15 s
 	// by default). Zero means DefaultSettleAfter.
 	SettleAfter time.Duration
+	// Verify checks, after every batch, each live view against a fresh
+	// evaluation and panics on a difference (tests: incremental.go).
+	Verify bool
 }
 
 // DefaultSettleAfter is the SettleAfter used when none is set.
@@ -436,7 +439,7 @@ func (e *Engine) process(batch []*request) {
 		// computed from the state being committed; a failed commit is undone
 		// by reloading from the store.
 		byRollout := make(map[Key][]Emitter)
-		dirty := make(map[Key]struct{})
+		dirty := dirtySet{}
 		for ek, ev := range c.changed {
 			ems := byRollout[ek.Key]
 			if e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev, dirty) {
@@ -453,6 +456,9 @@ func (e *Engine) process(batch []*request) {
 		if req.tick != nil {
 			req.tick(c, now)
 		}
+	}
+	if e.cfg.Verify {
+		e.verify()
 	}
 	e.answer(batch, e.write(c))
 }
@@ -516,23 +522,22 @@ func (e *Engine) cluster(name string) *cluster {
 // recompute evaluates the given rollouts, records their views and verdict
 // changes in c, and arms the deadline of every rollout that started
 // applying.
-func (e *Engine) recompute(c *commit, keys map[Key]struct{}, now time.Time) {
-	for k := range keys {
-		cl := e.clusters[k.Cluster]
-		r := cl.rollouts[k.Hash]
-		if r == nil {
+func (e *Engine) recompute(c *commit, dirty dirtySet, now time.Time) {
+	for r, d := range dirty {
+		cl := e.clusters[r.key.Cluster]
+		if cl == nil || cl.rollouts[r.key.Hash] != r {
 			continue
 		}
 		// Every recomputed view is republished: comparing it with the old
 		// one would cost more than waking the few readers waiting on it.
-		v := cl.evaluate(r, &e.cfg, now)
+		v := cl.evaluateIn(r, d, &e.cfg, now)
 		old := r.view
-		r.view = v
+		r.view, r.evalAt = v, now
 		c.views = append(c.views, v)
 		if v.Verdict == VerdictApplying && (old == nil || old.Verdict != VerdictApplying || !old.Deadline.Equal(v.Deadline)) {
 			heap.Push(&e.due, deadline{v.Deadline, r.key})
 		}
-		for _, m := range dueMails(v, e.cfg.MailTo, v.routes) {
+		for _, m := range dueMails(v, e.cfg.MailTo, r.routes) {
 			// Mails evidence makes due were decided when the evidence was
 			// committed, so a reload decides none of them: new configuration
 			// never mails old rollouts. The stuck mail is made due by the
@@ -557,14 +562,30 @@ func (e *Engine) recompute(c *commit, keys map[Key]struct{}, now time.Time) {
 
 // expire re-evaluates the rollouts whose deadline has passed.
 func (e *Engine) expire(c *commit, now time.Time) {
-	keys := map[Key]struct{}{}
+	dirty := dirtySet{}
 	for len(e.due) > 0 && !e.due[0].at.After(now) {
 		d := heap.Pop(&e.due).(deadline)
-		if cl := e.clusters[d.key.Cluster]; cl != nil && cl.rollouts[d.key.Hash] != nil {
-			keys[d.key] = struct{}{}
+		if cl := e.clusters[d.key.Cluster]; cl != nil {
+			dirty.touch(cl.rollouts[d.key.Hash])
 		}
 	}
-	e.recompute(c, keys, now)
+	e.recompute(c, dirty, now)
+}
+
+// reread evaluates every rollout of the clusters whose live set lost
+// rollouts, as a restart would: what their views read may have gone with
+// them, and no evaluation may rest on a rollout no longer in memory. Like
+// a restart, it decides no mail but the clock's.
+func (e *Engine) reread(c *commit, clusters map[*cluster]bool, now time.Time) {
+	dirty := dirtySet{}
+	for cl := range clusters {
+		for _, r := range cl.rollouts {
+			dirty.full(r)
+		}
+	}
+	e.loading = true
+	e.recompute(c, dirty, now)
+	e.loading = false
 }
 
 // armDeadline tells Run when the next rollout may turn stuck.
@@ -601,10 +622,10 @@ func (e *Engine) load() error {
 		return fmt.Errorf("load state: %w", err)
 	}
 	e.broken = false
-	all := map[Key]struct{}{}
+	all := dirtySet{}
 	for _, c := range e.clusters {
 		for _, r := range c.rollouts {
-			all[r.key] = struct{}{}
+			all.full(r)
 		}
 	}
 	e.stuckMailed = map[Key]bool{}
@@ -617,6 +638,9 @@ func (e *Engine) load() error {
 	c := &commit{}
 	e.recompute(c, all, e.now())
 	e.loading = false
+	if e.cfg.Verify {
+		e.verify()
+	}
 	e.snap.publish(c.views, nil, true)
 	e.armDeadline()
 	if len(c.mails) > 0 {
@@ -645,10 +669,12 @@ func (e *Engine) collectGarbage(c *commit, now time.Time) {
 	c.purge = cutoff
 	from := len(c.removed)
 	var gone []*rolloutState
+	lost := map[*cluster]bool{}
 	for _, cl := range e.clusters {
 		for _, r := range cl.rollouts {
 			if r.last.Before(cutoff) && !cl.isCurrent(r) {
 				gone = append(gone, r)
+				lost[cl] = true
 			}
 		}
 	}
@@ -656,6 +682,7 @@ func (e *Engine) collectGarbage(c *commit, now time.Time) {
 		e.retire(c, r)
 	}
 	e.forgetMails(c.removed[from:])
+	e.reread(c, lost, now)
 	if len(gone) > 0 {
 		e.log.Info("garbage-collecting rollouts", "count", len(gone), "retention", e.cfg.Retention.String())
 	}

@@ -28,15 +28,28 @@ type cluster struct {
 	rollouts map[string]*rolloutState // by hash: the live set
 	logs     map[Emitter]*emitterLog  // entries of live rollouts only
 	floors   map[Emitter]logEntry     // newest settled entry of each log
+	starts   emitterLog               // every live rollout's start, in order
 }
 
 type rolloutState struct {
-	key   Key
-	seq   uint64
-	ev    map[Emitter]*Evidence
-	first time.Time // earliest evidence of any emitter
-	last  time.Time // latest evidence of any emitter
-	view  *View     // last published
+	key    Key
+	seq    uint64
+	ev     map[Emitter]*Evidence
+	first  time.Time // earliest evidence of any emitter
+	last   time.Time // latest evidence of any emitter
+	view   *View     // last published
+	evalAt time.Time // the now view was evaluated at
+
+	// Folds of the evidence kept as it arrives, so that a view's header
+	// costs nothing per layer. Each only ever improves: an emitter's
+	// evidence only grows.
+	rev                string                // the revision's display spelling
+	origin, originHash string                // the smallest origin revision
+	source, subject    string                // the smallest source, its subject
+	known              bool                  // the cluster marked a layer's membership
+	routes             routing               // who the Alerts route mails to
+	next               map[*rolloutState]int // rollouts just after one of its log entries, with how many
+	cache              *evalCache            // the last evaluation, to patch (incremental.go)
 }
 
 // emitterLog is the revisions one emitter reported, ordered by the Flux time
@@ -62,6 +75,21 @@ func newCluster(name string) *cluster {
 	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}, floors: map[Emitter]logEntry{}}
 }
 
+// link counts, for each rollout, the rollouts whose entries follow its own
+// in some log: they are the ones that read it as a predecessor.
+func (c *cluster) link(a, b logEntry, d int) {
+	ra, rb := c.rollouts[a.hash], c.rollouts[b.hash]
+	if ra == nil || rb == nil {
+		return
+	}
+	if ra.next == nil {
+		ra.next = map[*rolloutState]int{}
+	}
+	if ra.next[rb] += d; ra.next[rb] <= 0 {
+		delete(ra.next, rb)
+	}
+}
+
 // rollout returns the rollout of hash, creating it with seq when new.
 func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 	r := c.rollouts[hash]
@@ -72,25 +100,41 @@ func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 	return r
 }
 
-// set installs ev as the evidence of (hash, e), keeping the logs ordered.
-// It reports whether other rollouts may see the change: the emitter is new
-// to the rollout, or its first evidence or revision spelling changed. Other
+// set installs ev as the evidence of (hash, e), keeping the logs and the
+// rollout's folds up to date, and records in dirty (when not nil) what the
+// change may affect (see dirtySet). It reports whether other rollouts may
+// see the change: the emitter is new to the rollout, or its first evidence
+// or revision spelling changed, or it reported for the first time. Other
 // changes (a layer progressing, failing, succeeding) concern this rollout
 // alone.
-//
-// Moving or inserting an entry in an emitter's log changes its neighbours'
-// neighbours: those around the old and the new place are added to dirty
-// (when not nil) at once, while the places are known; other changes in the
-// same batch may move entries again before affected runs.
-func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty map[Key]struct{}) (visible bool) {
+func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (visible bool) {
 	r := c.rollouts[hash]
 	old := r.ev[e]
 	r.ev[e] = ev
 	if r.first.IsZero() || ev.First.Before(r.first) {
+		if !r.first.IsZero() {
+			c.starts.remove(r.start())
+			// Every silent layer's place moved, and so did r's in the
+			// eyes of every rollout that compares starts with it.
+			dirty.moved(c, r)
+		}
 		r.first = ev.First
+		c.starts.insert(r.start())
 	}
 	if ev.Last.After(r.last) {
 		r.last = ev.Last
+	}
+	if r.fold(e, ev) {
+		dirty.touchAll(c) // it shows as superseded_by in other views
+	}
+	var oldMember *Member
+	if old != nil {
+		oldMember = old.Member
+	}
+	if !sameMember(oldMember, ev.Member) {
+		dirty.full(r) // what r expects may change
+	} else {
+		dirty.slot(r, e)
 	}
 	lg := c.logs[e]
 	if lg == nil {
@@ -102,27 +146,130 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty map[Key]struct
 			// A layer that was only told to apply this revision (a
 			// membership mark) now reports on it: it has moved on from the
 			// one it was applying before (see movedOn).
-			return old.Revision != ev.Revision || !old.reported() && ev.reported()
+			visible = old.Revision != ev.Revision || !old.reported() && ev.reported()
+			if visible {
+				c.dirtyAround(lg, e, logEntry{ev.First, hash}, dirty)
+			}
+			return visible
 		}
-		c.dirtyAround(lg, logEntry{old.First, hash}, dirty)
-		lg.remove(logEntry{old.First, hash})
+		dirty.full(r)
+		c.dirtyAround(lg, e, logEntry{old.First, hash}, dirty)
+		c.removeEntry(lg, logEntry{old.First, hash})
 	}
 	x := logEntry{ev.First, hash}
-	lg.insert(x)
-	c.dirtyAround(lg, x, dirty)
+	c.insertEntry(lg, x)
+	c.dirtyAround(lg, e, x, dirty)
 	return true
 }
 
-// dirtyAround adds to dirty the rollouts just before and after x in lg.
-func (c *cluster) dirtyAround(lg *emitterLog, x logEntry, dirty map[Key]struct{}) {
+func sameMember(a, b *Member) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Mark == b.Mark && slices.Equal(a.DependsOn, b.DependsOn)
+}
+
+// fold takes ev into r's folds and reports whether the display revision
+// changed.
+func (r *rolloutState) fold(e Emitter, ev *Evidence) (revChanged bool) {
+	switch {
+	case r.rev == "":
+		r.rev = ev.Revision
+	case ev.Revision != r.rev && betterRevision(ev.Revision, r.rev):
+		r.rev, revChanged = ev.Revision, true
+	}
+	if ev.OriginHash != "" && (r.originHash == "" || ev.OriginHash < r.originHash) {
+		r.origin, r.originHash = ev.Origin, ev.OriginHash
+	}
+	if !e.IsLayer() {
+		if r.source == "" || e.String() < r.source {
+			r.source = e.String()
+		}
+		if ev.Subject != "" && (r.subject == "" || ev.Subject < r.subject) {
+			r.subject = ev.Subject
+		}
+	}
+	if e.IsLayer() && ev.Member != nil {
+		r.known = true
+	}
+	r.routes.add(e, ev.MailTo)
+	return revChanged
+}
+
+// insertEntry and removeEntry change a log and the links it implies.
+func (c *cluster) insertEntry(lg *emitterLog, x logEntry) {
+	i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	if found {
+		return
+	}
+	if i > 0 && i < len(lg.revs) {
+		c.link(lg.revs[i-1], lg.revs[i], -1)
+	}
+	if i > 0 {
+		c.link(lg.revs[i-1], x, 1)
+	}
+	if i < len(lg.revs) {
+		c.link(x, lg.revs[i], 1)
+	}
+	lg.revs = slices.Insert(lg.revs, i, x)
+}
+
+func (c *cluster) removeEntry(lg *emitterLog, x logEntry) {
+	i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	if !found {
+		return
+	}
+	if i > 0 {
+		c.link(lg.revs[i-1], x, -1)
+	}
+	if i+1 < len(lg.revs) {
+		c.link(x, lg.revs[i+1], -1)
+	}
+	if i > 0 && i+1 < len(lg.revs) {
+		c.link(lg.revs[i-1], lg.revs[i+1], 1)
+	}
+	lg.revs = slices.Delete(lg.revs, i, i+1)
+}
+
+// dirtyAround records what inserting or removing x in e's log lg changes:
+// for the entries before it, back to the last one the emitter reported on,
+// the revision the layer moved to next (and whether it moved on); for the
+// one after it, its predecessor; and for every rollout silent on e that
+// began between x's neighbours, the revision e moved to next.
+func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, dirty dirtySet) {
 	if dirty == nil {
 		return
 	}
-	if p := lg.before(x); p != "" {
-		dirty[Key{c.name, p}] = struct{}{}
+	// x is in lg: dirtyAround runs after an insertion, before a removal.
+	i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	if j := i + 1; j < len(lg.revs) {
+		dirty.full(c.rollouts[lg.revs[j].hash])
 	}
-	if s, ok := lg.after(x); ok {
-		dirty[Key{c.name, s.hash}] = struct{}{}
+	var lo logEntry
+	for k := i - 1; k >= 0; k-- {
+		p := c.rollouts[lg.revs[k].hash]
+		dirty.slot(p, e)
+		if k == i-1 {
+			lo = lg.revs[k]
+		}
+		if p.ev[e].reported() {
+			break
+		}
+	}
+	// Rollouts that began between the entry before x and x: for those
+	// silent on e, the entry after their start is x, or was.
+	k, _ := slices.BinarySearchFunc(c.starts.revs, lo, logEntry.compare)
+	for ; k < len(c.starts.revs); k++ {
+		st := c.starts.revs[k]
+		if st.compare(x) >= 0 {
+			break
+		}
+		if st.compare(lo) <= 0 {
+			continue
+		}
+		if q := c.rollouts[st.hash]; q != nil && q.ev[e] == nil {
+			dirty.slot(q, e)
+		}
 	}
 }
 
@@ -134,12 +281,13 @@ func (c *cluster) drop(hash string) {
 	}
 	for e, ev := range r.ev {
 		if lg := c.logs[e]; lg != nil {
-			lg.remove(logEntry{ev.First, hash})
+			c.removeEntry(lg, logEntry{ev.First, hash})
 			if len(lg.revs) == 0 {
 				delete(c.logs, e)
 			}
 		}
 	}
+	c.starts.remove(r.start())
 	delete(c.rollouts, hash)
 }
 
@@ -209,71 +357,18 @@ func (r *rolloutState) position(e Emitter) logEntry {
 // start is where the rollout's first evidence anywhere places it.
 func (r *rolloutState) start() logEntry { return logEntry{r.first, r.key.Hash} }
 
-// affected adds to dirty the rollouts whose view may change when the
-// evidence of rollout hash changed, visibly to others (see set) on the
-// given emitters: the rollout itself and, when others can see the change,
-// its predecessor and successor on each of its emitters (supersession,
-// expected layers), and the successors of its predecessors on the changed
-// emitters (for whom such an emitter now carries a newer revision, or for
-// whom hash is a predecessor now carried by it).
-func (c *cluster) affected(hash string, changed []Emitter, dirty map[Key]struct{}) {
+// affected records in dirty what a change of rollout hash, visible to
+// others on the given emitters (see set), may change beyond what set
+// recorded: the rollouts that read it as a predecessor (their expected
+// layers, and the revisions their silent layers were at).
+func (c *cluster) affected(hash string, changed []Emitter, dirty dirtySet) {
 	r := c.rollouts[hash]
-	if r == nil {
+	if r == nil || len(changed) == 0 {
 		return
 	}
-	dirty[r.key] = struct{}{}
-	if len(changed) == 0 {
-		return
+	for q := range r.next {
+		dirty.full(q)
 	}
-	seen := map[string]bool{}
-	succOf := func(h string) {
-		p := c.rollouts[h]
-		if p == nil || seen[h] {
-			return
-		}
-		seen[h] = true
-		for pe := range p.ev {
-			if s, ok := c.logs[pe].after(p.position(pe)); ok {
-				dirty[Key{c.name, s.hash}] = struct{}{}
-			}
-		}
-	}
-	for re := range r.ev {
-		pos := r.position(re)
-		if p := c.logs[re].before(pos); p != "" {
-			dirty[Key{c.name, p}] = struct{}{}
-		}
-		if s, ok := c.logs[re].after(pos); ok {
-			dirty[Key{c.name, s.hash}] = struct{}{}
-		}
-	}
-	succOf(hash)
-	for _, e := range changed {
-		if p := c.logs[e].before(r.position(e)); p != "" {
-			succOf(p)
-		}
-		if p := c.reportedBefore(e, r.position(e)); p != "" {
-			dirty[Key{c.name, p}] = struct{}{}
-		}
-	}
-}
-
-// reportedBefore is the last revision before x that emitter e reported on,
-// skipping those it was only told to apply: the one it may have been
-// applying until now.
-func (c *cluster) reportedBefore(e Emitter, x logEntry) string {
-	lg := c.logs[e]
-	if lg == nil {
-		return ""
-	}
-	i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
-	for i--; i >= 0; i-- {
-		h := lg.revs[i].hash
-		if ev := c.rollouts[h].ev[e]; ev != nil && ev.reported() {
-			return h
-		}
-	}
-	return ""
 }
 
 // movedOn reports whether emitter e reported on a revision after r's: a

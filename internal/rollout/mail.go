@@ -57,8 +57,8 @@ const pruneFailed = "PruneFailed"
 // key it has seen, so a condition that still holds never mails twice.
 // Recipients are the configured ones plus those the Alerts of the involved
 // layers route to (eventMetadata mail_to).
-func dueMails(v *View, to []string, routes map[string][]string) []Mail {
-	if len(to) == 0 && len(routes) == 0 {
+func dueMails(v *View, to []string, routes routing) []Mail {
+	if len(to) == 0 && len(routes.all) == 0 {
 		return nil
 	}
 	all := recipients(to, routes, "")
@@ -95,12 +95,12 @@ func dueMails(v *View, to []string, routes map[string][]string) []Mail {
 
 // recipients of a mail about one layer, or about the whole rollout when
 // layer is empty.
-func recipients(to []string, routes map[string][]string, layer string) []string {
+func recipients(to []string, routes routing, layer string) []string {
 	out := slices.Clone(to)
-	for l, rs := range routes {
-		if layer == "" || l == layer {
-			out = append(out, rs...)
-		}
+	if layer == "" {
+		out = append(out, routes.all...)
+	} else {
+		out = append(out, routes.byName[layer]...)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -85,22 +85,23 @@ func TestDueMails(t *testing.T) {
 	prune := FailureView{Layer: "flux-system/apps", Reason: "PruneFailed", Objects: []Object{
 		{Kind: "ConfigMap", Namespace: "apps", Name: "a"}, {Kind: "Secret", Namespace: "apps", Name: "b"}}}
 	health := FailureView{Layer: "flux-system/platform", Reason: "HealthCheckFailed"}
-	routes := map[string][]string{"flux-system/apps": {"apps@x"}}
+	var routes routing
+	routes.add(Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "apps"}, []string{"apps@x"})
 	for _, c := range []struct {
 		name   string
 		v      *View
 		to     []string
-		routes map[string][]string
+		routes routing
 		want   []string
 	}{
-		{"nobody to tell", view(VerdictApplied), nil, nil, nil},
-		{"applying", view(VerdictApplying), []string{"ops@x"}, nil, []string{"applying ops@x"}},
-		{"applied", view(VerdictApplied), []string{"ops@x"}, nil, []string{"applied ops@x", "applying ops@x"}},
-		{"stuck", view(VerdictStuck), []string{"ops@x"}, nil, []string{"applying ops@x", "stuck ops@x"}},
-		{"superseded mails nothing more", view(VerdictSuperseded), []string{"ops@x"}, nil, []string{"applying ops@x"}},
-		{"a prune failure per object", view(VerdictFailed, prune), []string{"ops@x"}, nil, []string{
+		{"nobody to tell", view(VerdictApplied), nil, routing{}, nil},
+		{"applying", view(VerdictApplying), []string{"ops@x"}, routing{}, []string{"applying ops@x"}},
+		{"applied", view(VerdictApplied), []string{"ops@x"}, routing{}, []string{"applied ops@x", "applying ops@x"}},
+		{"stuck", view(VerdictStuck), []string{"ops@x"}, routing{}, []string{"applying ops@x", "stuck ops@x"}},
+		{"superseded mails nothing more", view(VerdictSuperseded), []string{"ops@x"}, routing{}, []string{"applying ops@x"}},
+		{"a prune failure per object", view(VerdictFailed, prune), []string{"ops@x"}, routing{}, []string{
 			"applying ops@x", "prune-failed flux-system/apps ConfigMap/apps/a ops@x", "prune-failed flux-system/apps Secret/apps/b ops@x"}},
-		{"another failure per reason", view(VerdictFailed, health), []string{"ops@x"}, nil, []string{
+		{"another failure per reason", view(VerdictFailed, health), []string{"ops@x"}, routing{}, []string{
 			"applying ops@x", "failed flux-system/platform HealthCheckFailed ops@x"}},
 		{"routed to the layer's recipients too", view(VerdictFailed, prune, health), []string{"ops@x"}, routes, []string{
 			"applying apps@x", "applying ops@x",

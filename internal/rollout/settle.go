@@ -32,6 +32,7 @@ func (e *Engine) Settle(ctx context.Context) error {
 func (e *Engine) settle(c *commit, now time.Time) {
 	from, settled := len(c.removed), len(c.settled)
 	for _, cl := range e.clusters {
+		lost := false
 		// Oldest first, so the outcome does not depend on map order.
 		byFirst := cl.byFirst()
 		for _, r := range byFirst {
@@ -43,6 +44,14 @@ func (e *Engine) settle(c *commit, now time.Time) {
 			if v, ok := cl.settleAlone(r, byFirst, &e.cfg, now); ok {
 				c.settled = append(c.settled, v)
 				e.retire(c, r)
+				lost = true
+			}
+		}
+		if lost {
+			// The views did not change (settleAlone checked), but what the
+			// last evaluations kept may name the rollouts that left.
+			for _, r := range cl.rollouts {
+				r.cache = nil
 			}
 		}
 	}
@@ -196,8 +205,9 @@ func (c *cluster) restore(r *rolloutState) {
 			lg = &emitterLog{}
 			c.logs[em] = lg
 		}
-		lg.insert(logEntry{ev.First, r.key.Hash})
+		c.insertEntry(lg, logEntry{ev.First, r.key.Hash})
 	}
+	c.starts.insert(r.start())
 }
 
 // retire removes r from memory as part of c (drop, when it is still in the

@@ -84,8 +84,6 @@ type View struct {
 	RootCause    string        `json:"root_cause,omitempty"`
 	Layers       []LayerView   `json:"layers"`
 	Failures     []FailureView `json:"failures"`
-
-	routes map[string][]string // emitter (layer name, or kind/ns/name of a source) to routed recipients
 }
 
 // LayerView is one expected layer of a rollout.
@@ -208,14 +206,29 @@ func sortedEmitters(set map[Emitter]bool) []Emitter {
 // (design.md, "Time and precedence"). It is pure: the same evidence and now
 // give the same view whatever order the evidence arrived in. It runs in
 // phases: what the evidence says of the rollout as a whole, the expected
-// layers, each layer's progress, supersession, the decision, and the
-// explanation people read.
+// layers, each layer's progress, then (finish) supersession, the decision,
+// and the explanation people read.
+//
+// This is the reference: it reads everything afresh. The engine evaluates
+// incrementally (incremental.go), patching the layers whose inputs changed,
+// and tests check the two agree after every batch.
 func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
-	v := header(r, cfg)
 	expected, preds, was := c.expected(r, cfg)
-	p := c.progress(r, expected, preds, was)
-	v.Layers = p.layers
-	v.Failures = failureViews(r, expected, p)
+	slots := make([]slot, len(expected))
+	for i, l := range expected {
+		slots[i] = c.layerSlot(r, l, was[l])
+	}
+	return c.finish(header(r, cfg), r, expected, slots, preds, dependsOn(r), now)
+}
+
+// finish completes a view from its header and the expected layers' slots.
+func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []slot, preds map[string]bool, deps map[string][]string, now time.Time) *View {
+	p := c.aggregate(r, slots, preds)
+	v.Layers = make([]LayerView, len(slots))
+	for i := range slots {
+		v.Layers[i] = slots[i].lv
+	}
+	v.Failures = failureViews(r, expected, slots, p)
 	if h := p.superseder(); h != "" {
 		sv := c.rollouts[h]
 		rev := sv.displayRevision()
@@ -225,55 +238,34 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 		completed: p.completed, completedAt: p.completedAt, firstFailure: p.firstFailure,
 		superseded: v.SupersededBy != nil, supersededAt: p.supAt, deadline: v.Deadline,
 	}, now)
+	behind := 0
 	if p.completed {
 		// Applied, or failed before it completed: decide says no other.
 		at := p.completedAt
 		v.CompletedAt = &at
 	} else {
-		for _, b := range p.behind {
-			v.Behind = append(v.Behind, b.Name)
+		for i := range slots {
+			if !slots[i].succeeded {
+				v.Behind = append(v.Behind, slots[i].lv.Name)
+			}
 		}
+		behind = len(v.Behind)
 	}
 	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
-		v.RootCause = rootCause(p.behind, dependsOn(r))
+		v.RootCause = rootCause(slots, deps)
 	}
 	v.Terminal = v.Verdict.Terminal()
-	v.Summary = summary(v, len(expected), len(p.behind))
+	v.Summary = summary(v, len(expected), behind)
 	return v
 }
 
 // header is what the evidence says of the rollout as a whole: its times,
-// where its expected layers come from, its revision, origin, source,
-// commit subject, and who the Alerts route its mails to.
+// where its expected layers come from, its revision, origin, source and
+// commit subject.
 func header(r *rolloutState, cfg *Config) *View {
-	v := &View{
-		Cluster:      r.key.Cluster,
-		Hash:         r.key.Hash,
-		FirstSeen:    r.first,
-		LastSeen:     r.last,
-		Deadline:     r.first.Add(cfg.StuckAfter),
-		ExpectedFrom: ExpectedFromEvents,
-		Layers:       []LayerView{},
-		Failures:     []FailureView{},
-	}
-	switch {
-	case r.clusterKnown():
-		v.ExpectedFrom = ExpectedFromCluster
-	case len(cfg.Layers) > 0:
-		v.ExpectedFrom = ExpectedFromConfig
-	}
+	v := newHeader(r, cfg, r.clusterKnown())
 	v.Revision = r.displayRevision()
 	for e, ev := range r.ev {
-		if len(ev.MailTo) > 0 {
-			if v.routes == nil {
-				v.routes = map[string][]string{}
-			}
-			name := e.Layer()
-			if !e.IsLayer() {
-				name = e.String()
-			}
-			v.routes[name] = ev.MailTo
-		}
 		if ev.OriginHash != "" && (v.OriginHash == "" || ev.OriginHash < v.OriginHash) {
 			v.Origin, v.OriginHash = ev.Origin, ev.OriginHash
 		}
@@ -289,13 +281,61 @@ func header(r *rolloutState, cfg *Config) *View {
 	return v
 }
 
+func newHeader(r *rolloutState, cfg *Config, known bool) *View {
+	v := &View{
+		Cluster:      r.key.Cluster,
+		Hash:         r.key.Hash,
+		FirstSeen:    r.first,
+		LastSeen:     r.last,
+		Deadline:     r.first.Add(cfg.StuckAfter),
+		ExpectedFrom: ExpectedFromEvents,
+	}
+	switch {
+	case known:
+		v.ExpectedFrom = ExpectedFromCluster
+	case len(cfg.Layers) > 0:
+		v.ExpectedFrom = ExpectedFromConfig
+	}
+	return v
+}
+
+// slot is one expected layer's part of a rollout's view: what its own
+// evidence and its emitter's log say.
+type slot struct {
+	lv           LayerView
+	succeeded    bool
+	succAt       time.Time // the success, when succeeded
+	firstFailure time.Time // earliest failure; zero: none
+	working      bool      // still applying this revision: it has not moved on
+	next         logEntry  // the revision the layer moved to next, when hasNext
+	hasNext      bool
+}
+
+// layerSlot reads one expected layer of r; was is the replaced revision a
+// silent layer was at.
+func (c *cluster) layerSlot(r *rolloutState, l Emitter, was string) slot {
+	ev := r.ev[l]
+	s := slot{lv: layerView(l, ev, was)}
+	if ev != nil {
+		if ev.Succeeded != nil {
+			s.succeeded, s.succAt = true, ev.Succeeded.At
+		}
+		for _, f := range ev.Failures {
+			if s.firstFailure.IsZero() || f.First.Before(s.firstFailure) {
+				s.firstFailure = f.First
+			}
+		}
+	}
+	s.working = s.lv.State == LayerProgressing && !c.movedOn(l, r)
+	s.next, s.hasNext = c.logs[l].after(r.position(l))
+	return s
+}
+
 // progress is where the expected layers stand on a rollout.
 type progress struct {
-	layers       []LayerView // one per expected layer, in order
-	behind       []LayerView // those without success evidence
-	completed    bool        // every expected layer (at least one) succeeded
-	completedAt  time.Time   // the last of those successes
-	firstFailure time.Time   // earliest failure on an expected layer; zero: none
+	completed    bool      // every expected layer (at least one) succeeded
+	completedAt  time.Time // the last of those successes
+	firstFailure time.Time // earliest failure on an expected layer; zero: none
 	// The earliest revision an expected layer moved to next that is newer
 	// everywhere and not one this rollout replaced.
 	supAt   time.Time
@@ -303,42 +343,47 @@ type progress struct {
 	working bool // a layer is still applying this revision
 }
 
-// progress walks the expected layers once.
-func (c *cluster) progress(r *rolloutState, expected []Emitter, preds map[string]bool, was map[Emitter]string) progress {
-	p := progress{completed: len(expected) > 0, layers: make([]LayerView, 0, len(expected))}
-	for _, l := range expected {
-		ev := r.ev[l]
-		lv := layerView(l, ev, was[l])
-		p.layers = append(p.layers, lv)
-		if ev == nil || ev.Succeeded == nil {
+// aggregate folds the slots. Whether a layer's next revision supersedes r
+// is decided here, not in the slot: it depends on that rollout's start and
+// on r's predecessors, which change without the layer's log changing. The
+// slots are a flat array, and consecutive layers mostly moved to the same
+// revision, whose test is reused.
+func (c *cluster) aggregate(r *rolloutState, slots []slot, preds map[string]bool) progress {
+	p := progress{completed: len(slots) > 0}
+	var lastHash string
+	var lastNewer bool
+	for i := range slots {
+		s := &slots[i]
+		if !s.succeeded {
 			p.completed = false
-			p.behind = append(p.behind, lv)
-		} else if ev.Succeeded.At.After(p.completedAt) {
-			p.completedAt = ev.Succeeded.At
+		} else if s.succAt.After(p.completedAt) {
+			p.completedAt = s.succAt
 		}
-		if ev != nil {
-			for _, f := range ev.Failures {
-				if p.firstFailure.IsZero() || f.First.Before(p.firstFailure) {
-					p.firstFailure = f.First
-				}
-			}
+		if !s.firstFailure.IsZero() && (p.firstFailure.IsZero() || s.firstFailure.Before(p.firstFailure)) {
+			p.firstFailure = s.firstFailure
 		}
-		if lv.State == LayerProgressing && !c.movedOn(l, r) {
-			p.working = true
-		}
-		s, ok := c.logs[l].after(r.position(l))
-		if !ok || preds[s.hash] {
+		p.working = p.working || s.working
+		if !s.hasNext {
 			continue
 		}
-		sr := c.rollouts[s.hash]
-		if sr == nil || !(sr.first.After(r.first) || sr.first.Equal(r.first) && s.hash > r.key.Hash) {
-			continue
+		if s.next.hash != lastHash || i == 0 {
+			lastHash, lastNewer = s.next.hash, c.newer(s.next.hash, r, preds)
 		}
-		if p.supHash == "" || s.first.Before(p.supAt) || s.first.Equal(p.supAt) && s.hash < p.supHash {
-			p.supAt, p.supHash = s.first, s.hash
+		if lastNewer && (p.supHash == "" || s.next.first.Before(p.supAt) || s.next.first.Equal(p.supAt) && s.next.hash < p.supHash) {
+			p.supAt, p.supHash = s.next.first, s.next.hash
 		}
 	}
 	return p
+}
+
+// newer reports whether the rollout of hash began after r (ties by hash)
+// and is not one r replaced.
+func (c *cluster) newer(hash string, r *rolloutState, preds map[string]bool) bool {
+	if preds[hash] {
+		return false
+	}
+	sr := c.rollouts[hash]
+	return sr != nil && (sr.first.After(r.first) || sr.first.Equal(r.first) && hash > r.key.Hash)
 }
 
 // superseder is the revision that superseded this one, or "". Replaced
@@ -355,17 +400,18 @@ func (p progress) superseder() string {
 }
 
 // failureViews lists every failure on an expected layer, oldest first.
-func failureViews(r *rolloutState, expected []Emitter, p progress) []FailureView {
+func failureViews(r *rolloutState, expected []Emitter, slots []slot, p progress) []FailureView {
 	out := []FailureView{}
-	for _, l := range expected {
-		if ev := r.ev[l]; ev != nil {
-			for _, f := range ev.Failures {
-				out = append(out, FailureView{
-					Layer: l.Layer(), Reason: f.Reason, Message: f.Message,
-					Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
-					AfterApplied: p.completed && f.First.After(p.completedAt),
-				})
-			}
+	for i, l := range expected {
+		if slots[i].firstFailure.IsZero() {
+			continue
+		}
+		for _, f := range r.ev[l].Failures {
+			out = append(out, FailureView{
+				Layer: l.Layer(), Reason: f.Reason, Message: f.Message,
+				Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
+				AfterApplied: p.completed && f.First.After(p.completedAt),
+			})
 		}
 	}
 	slices.SortStableFunc(out, func(a, b FailureView) int {
@@ -460,8 +506,10 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 // back. With dependsOn from the cluster, it walks up the chain: a layer
 // behind whose dependencies are all through is a root. Among roots (or
 // without dependsOn), a failed or progressing layer comes before a silent
-// one, and a silent one before one that only waits on a dependency.
-func rootCause(behind []LayerView, deps map[string][]string) string {
+// one, and a silent one before one that only waits on a dependency. The
+// slots are the expected layers in order, so a dependency is found by
+// binary search.
+func rootCause(slots []slot, deps map[string][]string) string {
 	weight := func(s LayerState) int {
 		switch s {
 		case LayerFailed:
@@ -473,34 +521,53 @@ func rootCause(behind []LayerView, deps map[string][]string) string {
 		}
 		return 3
 	}
-	isBehind := map[string]bool{}
-	for _, b := range behind {
-		isBehind[b.Name] = true
+	isBehind := func(name string) bool {
+		i, found := slices.BinarySearchFunc(slots, name, func(s slot, name string) int {
+			return compareLayerNames(s.lv.Name, name)
+		})
+		return found && !slots[i].succeeded
 	}
 	blocked := func(name string) bool {
 		for _, d := range deps[name] {
-			if isBehind[d] {
+			if isBehind(d) {
 				return true
 			}
 		}
 		return false
 	}
-	best := -1
-	for i, b := range behind {
-		if blocked(b.Name) {
+	best, first := -1, -1
+	for i := range slots {
+		if slots[i].succeeded {
 			continue
 		}
-		if best < 0 || weight(b.State) < weight(behind[best].State) {
+		if first < 0 {
+			first = i
+		}
+		if deps != nil && blocked(slots[i].lv.Name) {
+			continue
+		}
+		if best < 0 || weight(slots[i].lv.State) < weight(slots[best].lv.State) {
 			best = i
 		}
 	}
-	if best < 0 && len(behind) > 0 {
-		best = 0 // a dependency cycle: every layer waits on another
+	if best < 0 {
+		best = first // a dependency cycle: every layer waits on another
 	}
 	if best < 0 {
 		return ""
 	}
-	return behind[best].Name
+	return slots[best].lv.Name
+}
+
+// compareLayerNames orders "namespace/name" the way Emitter.less orders
+// layers: by namespace, then name.
+func compareLayerNames(a, b string) int {
+	ans, aname, _ := strings.Cut(a, "/")
+	bns, bname, _ := strings.Cut(b, "/")
+	if c := strings.Compare(ans, bns); c != 0 {
+		return c
+	}
+	return strings.Compare(aname, bname)
 }
 
 // dependsOn is what the cluster said each layer depends on.

@@ -23,7 +23,7 @@ func ExampleMails(dir string, now time.Time) ([]rollout.Queued, error) {
 		return nil, err
 	}
 	defer db.Close()
-	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}}
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}, Verify: true}
 	// The clock follows the events, so each mail shows the rollout as it
 	// stood when the mail became due.
 	var clock time.Time

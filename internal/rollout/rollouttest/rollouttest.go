@@ -34,6 +34,10 @@ func Start(t testing.TB, dir string, cfg rollout.Config, now func() time.Time, r
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Tests check every incremental evaluation; benchmarks measure it.
+	if _, bench := t.(*testing.B); !bench {
+		cfg.Verify = true
+	}
 	e, err := rollout.NewEngine(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
 	if err != nil {
 		db.Close()

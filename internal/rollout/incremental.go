@@ -1,0 +1,226 @@
+package rollout
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"time"
+)
+
+// The engine does not evaluate a rollout afresh on every batch: a revision
+// rolling across a thousand layers would cost a thousand layers per event.
+// It keeps each rollout's last evaluation (its expected layers, what it
+// replaced, one slot per expected layer) and, from what the batch changed,
+// reads again only the slots whose inputs changed; the rest of the view is
+// then recomputed from the slots, a flat array, without a lookup per
+// layer. A change to what a rollout expects (a new predecessor, a
+// membership mark, an entry that moved in a log) rebuilds it.
+//
+// evaluate (verdict.go) stays the reference. With Config.Verify, used by
+// the tests, every live view is checked against it after every batch.
+
+// evalCache is a rollout's last evaluation.
+type evalCache struct {
+	expected []Emitter // sorted
+	preds    map[string]bool
+	was      map[Emitter]string
+	deps     map[string][]string
+	slots    []slot // one per expected layer
+}
+
+// dirtySet is what a batch may have changed, by rollout: the emitters
+// whose slots must be read again, or everything (full). A rollout in the
+// set with neither is only recomputed from its slots.
+type dirtySet map[*rolloutState]*dirt
+
+type dirt struct {
+	full bool
+	ems  map[Emitter]struct{}
+}
+
+func (d dirtySet) get(r *rolloutState) *dirt {
+	x := d[r]
+	if x == nil {
+		x = &dirt{}
+		d[r] = x
+	}
+	return x
+}
+
+func (d dirtySet) slot(r *rolloutState, e Emitter) {
+	if d == nil || r == nil {
+		return
+	}
+	x := d.get(r)
+	if x.full {
+		return
+	}
+	if x.ems == nil {
+		x.ems = map[Emitter]struct{}{}
+	}
+	x.ems[e] = struct{}{}
+}
+
+func (d dirtySet) full(r *rolloutState) {
+	if d == nil || r == nil {
+		return
+	}
+	x := d.get(r)
+	x.full, x.ems = true, nil
+}
+
+func (d dirtySet) touch(r *rolloutState) {
+	if d != nil && r != nil {
+		d.get(r)
+	}
+}
+
+// touchAll recomputes every rollout of c from its slots: for changes that
+// any of them may read, and that are rare (a revision's spelling, a
+// rollout's start moving earlier).
+func (d dirtySet) touchAll(c *cluster) {
+	if d == nil {
+		return
+	}
+	for _, r := range c.rollouts {
+		d.touch(r)
+	}
+}
+
+// moved records that r's start moved: its silent layers' places in their
+// logs moved, and every rollout that compares its start with r's (to tell
+// whether r supersedes it) must look again.
+func (d dirtySet) moved(c *cluster, r *rolloutState) {
+	d.full(r)
+	d.touchAll(c)
+}
+
+// evaluateIn is evaluate, patching r's last evaluation by what d says
+// changed.
+func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Time) *View {
+	k := r.cache
+	if k == nil || d != nil && d.full {
+		return c.rebuild(r, cfg, now)
+	}
+	if d != nil {
+		for e := range d.ems {
+			if !c.patch(r, k, e) {
+				return c.rebuild(r, cfg, now)
+			}
+		}
+	}
+	return c.finish(r.header(cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+}
+
+// rebuild evaluates r afresh and keeps what it computed.
+func (c *cluster) rebuild(r *rolloutState, cfg *Config, now time.Time) *View {
+	expected, preds, was := c.expected(r, cfg)
+	k := &evalCache{expected: expected, preds: preds, was: was, deps: dependsOn(r), slots: make([]slot, len(expected))}
+	for i, l := range expected {
+		k.slots[i] = c.layerSlot(r, l, was[l])
+	}
+	r.cache = k
+	return c.finish(r.header(cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+}
+
+// patch reads e's slot again. It reports false when the change is one
+// the cache cannot absorb: e now places r after a revision it did not
+// replace before.
+func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) bool {
+	ev := r.ev[e]
+	if ev != nil {
+		if p := c.logs[e].before(r.position(e)); p != "" && !k.preds[p] {
+			return false
+		}
+	}
+	i, found := slices.BinarySearchFunc(k.expected, e, compareEmitters)
+	if !found {
+		// Without membership marks, a layer that reports the revision is
+		// expected (see expected).
+		if ev == nil || !e.IsLayer() || r.known {
+			return true
+		}
+		k.expected = slices.Insert(k.expected, i, e)
+		k.slots = slices.Insert(k.slots, i, slot{})
+	}
+	k.slots[i] = c.layerSlot(r, e, k.was[e])
+	return true
+}
+
+// header is the view's header from r's folds (header in verdict.go reads
+// the evidence instead).
+func (r *rolloutState) header(cfg *Config) *View {
+	v := newHeader(r, cfg, r.known)
+	v.Revision, v.Origin, v.OriginHash, v.Source, v.Subject = r.rev, r.origin, r.originHash, r.source, r.subject
+	return v
+}
+
+func compareEmitters(a, b Emitter) int {
+	switch {
+	case a.less(b):
+		return -1
+	case b.less(a):
+		return 1
+	}
+	return 0
+}
+
+// verify checks every live view against the reference evaluation at the
+// time it was made, and the folds against the evidence; it panics on a
+// difference, which is a bug (Config.Verify).
+func (e *Engine) verify() {
+	for _, c := range e.clusters {
+		for _, r := range c.rollouts {
+			if r.view == nil {
+				continue
+			}
+			if ref := c.evaluate(r, &e.cfg, r.evalAt); !reflect.DeepEqual(r.view, ref) {
+				got, _ := json.Marshal(r.view)
+				want, _ := json.Marshal(ref)
+				// Printed first: a test stopping the engine in its cleanup
+				// would hang before the panic is reported.
+				msg := fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want)
+				fmt.Fprintln(os.Stderr, msg)
+				panic(msg)
+			}
+			var all routing
+			for em, ev := range r.ev {
+				all.add(em, ev.MailTo)
+			}
+			if !slices.Equal(all.all, r.routes.all) || !reflect.DeepEqual(all.byName, r.routes.byName) {
+				msg := fmt.Sprintf("rollout %s: routes %v, evidence says %v", r.key, r.routes, all)
+				fmt.Fprintln(os.Stderr, msg)
+				panic(msg)
+			}
+		}
+	}
+}
+
+// routing is who the Alerts of a rollout's emitters route its mails to
+// (eventMetadata mail_to): all of them, and by emitter (a layer's name, or
+// a source's kind/namespace/name).
+type routing struct {
+	all    []string // sorted
+	byName map[string][]string
+}
+
+func (rt *routing) add(e Emitter, to []string) {
+	if len(to) == 0 {
+		return
+	}
+	if rt.byName == nil {
+		rt.byName = map[string][]string{}
+	}
+	name := e.Layer()
+	if !e.IsLayer() {
+		name = e.String()
+	}
+	rt.byName[name] = to
+	for _, a := range to {
+		if i, found := slices.BinarySearch(rt.all, a); !found {
+			rt.all = slices.Insert(rt.all, i, a)
+		}
+	}
+}
