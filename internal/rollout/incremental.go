@@ -77,24 +77,35 @@ func (d dirtySet) touch(r *rolloutState) {
 	}
 }
 
-// touchAll recomputes every rollout of c from its slots: for changes that
-// any of them may read, and that are rare (a revision's spelling, a
-// rollout's start moving earlier).
-func (d dirtySet) touchAll(c *cluster) {
+// readers recomputes the rollouts that compare r with themselves, to tell
+// whether r superseded them: for each of r's entries, the rollout of the
+// entry before it, and those silent on that emitter that began between
+// the two. They read r's start and display revision.
+func (d dirtySet) readers(c *cluster, r *rolloutState) {
 	if d == nil {
 		return
 	}
-	for _, r := range c.rollouts {
-		d.touch(r)
+	for e, ev := range r.ev {
+		lg := c.logs[e]
+		if lg == nil {
+			continue
+		}
+		x := logEntry{ev.First, r.key.Hash}
+		i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+		var lo logEntry
+		if i > 0 {
+			lo = lg.revs[i-1]
+			d.touch(c.rollouts[lo.hash])
+		}
+		c.silentBetween(e, lo, x, d.touch)
 	}
 }
 
 // moved records that r's start moved: its silent layers' places in their
-// logs moved, and every rollout that compares its start with r's (to tell
-// whether r supersedes it) must look again.
+// logs moved, and the rollouts that compare starts with r must look again.
 func (d dirtySet) moved(c *cluster, r *rolloutState) {
 	d.full(r)
-	d.touchAll(c)
+	d.readers(c, r)
 }
 
 // evaluateIn is evaluate, patching r's last evaluation by what d says

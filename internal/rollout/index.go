@@ -125,7 +125,7 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		r.last = ev.Last
 	}
 	if r.fold(e, ev) {
-		dirty.touchAll(c) // it shows as superseded_by in other views
+		dirty.readers(c, r) // it shows as superseded_by in their views
 	}
 	var oldMember *Member
 	if old != nil {
@@ -152,9 +152,17 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 			}
 			return visible
 		}
-		dirty.full(r)
-		c.dirtyAround(lg, e, logEntry{old.First, hash}, dirty)
-		c.removeEntry(lg, logEntry{old.First, hash})
+		was := logEntry{old.First, hash}
+		pred := lg.before(was)
+		c.dirtyAround(lg, e, was, dirty)
+		c.removeEntry(lg, was)
+		x := logEntry{ev.First, hash}
+		c.insertEntry(lg, x)
+		c.dirtyAround(lg, e, x, dirty)
+		if lg.before(x) != pred {
+			dirty.full(r) // it now follows another revision: what it replaced changed
+		}
+		return true
 	}
 	x := logEntry{ev.First, hash}
 	c.insertEntry(lg, x)
@@ -256,8 +264,14 @@ func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, dirty dirty
 			break
 		}
 	}
-	// Rollouts that began between the entry before x and x: for those
-	// silent on e, the entry after their start is x, or was.
+	// For the rollouts silent on e that began between the entry before x
+	// and x, the entry after their start is x, or was.
+	c.silentBetween(e, lo, x, func(q *rolloutState) { dirty.slot(q, e) })
+}
+
+// silentBetween calls f for every rollout without evidence on e that began
+// after lo and before x.
+func (c *cluster) silentBetween(e Emitter, lo, x logEntry, f func(*rolloutState)) {
 	k, _ := slices.BinarySearchFunc(c.starts.revs, lo, logEntry.compare)
 	for ; k < len(c.starts.revs); k++ {
 		st := c.starts.revs[k]
@@ -268,7 +282,7 @@ func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, dirty dirty
 			continue
 		}
 		if q := c.rollouts[st.hash]; q != nil && q.ev[e] == nil {
-			dirty.slot(q, e)
+			f(q)
 		}
 	}
 }

@@ -1,5 +1,7 @@
-// Package store keeps the rollout evidence in bbolt. Every Commit is one
-// fsynced transaction, so what the engine acknowledged survives a crash.
+// Package store keeps the rollout evidence in bbolt. Every Commit is
+// durable when it returns, so what the engine acknowledged survives a
+// crash: most through a write-ahead log (wal.go), the rest as one fsynced
+// bbolt transaction.
 package store
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -34,10 +37,11 @@ var (
 
 // schema is bumped when the records change incompatibly; an old binary then
 // refuses a newer file instead of misreading it. 2 added the settled
-// rollouts and the floors; a schema 1 file is upgraded in place (its
-// evidence records are unchanged), and the engine settles what it can at
-// its first start.
-const schema = "2"
+// rollouts and the floors; 3 the write-ahead log, which a schema 2 binary
+// would not replay. Older files are upgraded in place (their evidence
+// records are unchanged), and the engine settles what it can at its first
+// start.
+const schema = "3"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
@@ -47,6 +51,9 @@ type DB struct {
 	db      *bolt.DB
 	path    string
 	records inflaters
+
+	mu  sync.Mutex // guards wal; held by Commit and Load
+	wal *wal
 }
 
 var _ rollout.Store = (*DB)(nil)
@@ -88,7 +95,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return err
 		}
 		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1":
+		case v == nil, string(v) == "1", string(v) == "2":
 			if err := meta.Put(keySchema, []byte(schema)); err != nil {
 				return err
 			}
@@ -106,7 +113,12 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	return &DB{db: db, path: path}, nil
+	w, err := openWAL(db, filepath.Join(dir, WALName))
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &DB{db: db, path: path, wal: w}, nil
 }
 
 func open(path string) (*bolt.DB, error) {
@@ -188,13 +200,16 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// Size is the database file's size in bytes: what the volume must hold.
+// Size is the size in bytes of the database file and the log: what the
+// volume must hold.
 func (d *DB) Size() int64 {
-	fi, err := os.Stat(d.path)
-	if err != nil {
-		return 0
+	var n int64
+	for _, p := range []string{d.path, filepath.Join(filepath.Dir(d.path), WALName)} {
+		if fi, err := os.Stat(p); err == nil {
+			n += fi.Size()
+		}
 	}
-	return fi.Size()
+	return n
 }
 
 // LastEvent is the time of the last event from notification-controller
@@ -221,28 +236,58 @@ func (d *DB) SetLastEvent(at time.Time) error {
 	})
 }
 
-// Close closes the database.
-func (d *DB) Close() error { return d.db.Close() }
+// Close writes the evidence pending in the log to bbolt, so that a clean
+// stop leaves an empty log, and closes both.
+func (d *DB) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var err error
+	if len(d.wal.pending) > 0 {
+		if err = d.db.Update(d.wal.checkpoint); err == nil {
+			d.wal.checkpointed()
+		}
+	}
+	return errors.Join(err, d.wal.close(), d.db.Close())
+}
 
 // Load calls evidence for every evidence record (the live rollouts), mailed
 // for the key of every mail enqueued for them, and floor for every
 // emitter's floor. Settled rollouts are not loaded: they are read when
 // asked for.
 func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, mailed func(string), floor func(rollout.FloorKey, rollout.Floor)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	decode := func(k, v []byte) error {
+		ek, err := decodeKey(k)
+		if err != nil {
+			return err
+		}
+		ev := new(rollout.Evidence)
+		if err := json.Unmarshal(v, ev); err != nil {
+			return fmt.Errorf("decode evidence %q: %w", k, err)
+		}
+		return evidence(ek, ev)
+	}
 	return d.db.View(func(tx *bolt.Tx) error {
-		err := tx.Bucket(bucketEvidence).ForEach(func(k, v []byte) error {
-			ek, err := decodeKey(k)
-			if err != nil {
-				return err
+		evb := tx.Bucket(bucketEvidence)
+		err := evb.ForEach(func(k, v []byte) error {
+			if p, ok := d.wal.overlay(k); ok {
+				if p == nil {
+					return nil // deleted since the checkpoint
+				}
+				v = p
 			}
-			ev := new(rollout.Evidence)
-			if err := json.Unmarshal(v, ev); err != nil {
-				return fmt.Errorf("decode evidence %q: %w", k, err)
-			}
-			return evidence(ek, ev)
+			return decode(k, v)
 		})
 		if err != nil {
 			return err
+		}
+		for k, v := range d.wal.pending {
+			if v != nil && evb.Get([]byte(k)) == nil {
+				if err := decode([]byte(k), v); err != nil {
+					return err
+				}
+			}
 		}
 		err = tx.Bucket(bucketFloors).ForEach(func(k, v []byte) error {
 			fk, err := parseFloorKey(k)
@@ -266,20 +311,25 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 	})
 }
 
-// Commit writes one batch in one transaction: evidence, deletions, settled
-// rollouts with their floors, retention, and the mails the batch made due
-// (the transactional outbox). A mail whose key was ever enqueued before is
-// dropped, so it goes out at most once.
+// Commit writes one batch durably: evidence, deletions, settled rollouts
+// with their floors, retention, and the mails the batch made due (the
+// transactional outbox). A mail whose key was ever enqueued before is
+// dropped, so it goes out at most once. A batch of evidence alone goes to
+// the log; any other is a checkpoint, one bbolt transaction that takes the
+// pending evidence with it.
 func (d *DB) Commit(b *rollout.Batch) error {
-	// Encode outside the write lock: bbolt serialises writers.
-	type kv struct{ k, v []byte }
-	enc := make([]kv, 0, len(b.Puts))
+	// Encode outside the lock.
+	puts := make(map[string][]byte, len(b.Puts))
 	for ek, ev := range b.Puts {
 		v, err := json.Marshal(ev)
 		if err != nil {
 			return fmt.Errorf("encode evidence: %w", err)
 		}
-		enc = append(enc, kv{encodeKey(ek), v})
+		puts[string(encodeKey(ek))] = v
+	}
+	deletes := make([]string, len(b.Deletes))
+	for i, ek := range b.Deletes {
+		deletes[i] = string(encodeKey(ek))
 	}
 	settled := make([][]byte, len(b.Settle))
 	for i, v := range b.Settle {
@@ -288,15 +338,27 @@ func (d *DB) Commit(b *rollout.Batch) error {
 			return err
 		}
 	}
-	return d.db.Update(func(tx *bolt.Tx) error {
+	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && b.PurgeBefore.IsZero()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if evidenceOnly && !d.wal.needsCheckpoint() {
+		if len(puts) == 0 && len(deletes) == 0 {
+			return nil
+		}
+		return d.wal.append(puts, deletes)
+	}
+	err := d.db.Update(func(tx *bolt.Tx) error {
+		if err := d.wal.checkpoint(tx); err != nil {
+			return err
+		}
 		evb := tx.Bucket(bucketEvidence)
-		for _, e := range enc {
-			if err := evb.Put(e.k, e.v); err != nil {
+		for k, v := range puts {
+			if err := evb.Put([]byte(k), v); err != nil {
 				return err
 			}
 		}
-		for _, ek := range b.Deletes {
-			if err := evb.Delete(encodeKey(ek)); err != nil {
+		for _, k := range deletes {
+			if err := evb.Delete([]byte(k)); err != nil {
 				return err
 			}
 		}
@@ -313,6 +375,11 @@ func (d *DB) Commit(b *rollout.Batch) error {
 		}
 		return enqueue(tx, b.Mails, b.At)
 	})
+	if err != nil {
+		return err
+	}
+	d.wal.checkpointed()
+	return nil
 }
 
 func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rollout.FloorKey]rollout.Floor) error {
