@@ -110,6 +110,14 @@ const gcEvery = time.Hour
 // for. The pass is linear in the live set, which is small.
 const settleEvery = 10 * time.Second
 
+// settleBudget bounds the time of one settle pass: a backlog (a burst of
+// old rollouts, the first start after an upgrade) is settled in slices
+// settleSoon apart, between batches, instead of holding them up.
+const (
+	settleBudget = 2 * time.Millisecond
+	settleSoon   = 20 * time.Millisecond
+)
+
 // Engine owns all rollout state. Observations are applied in batches by a
 // leader: the submitter that finds no batch under way takes every queued
 // request, merges them, commits them in one store transaction (group
@@ -140,10 +148,11 @@ type Engine struct {
 	// stuckMailed: rollouts whose stuck mail was enqueued, to anyone (load).
 	stuckMailed map[Key]bool
 
-	nextDue atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
-	rearm   chan struct{} // tells Run an earlier deadline was armed
-	notify  func()        // told when mails were enqueued
-	onTerm  func(v *View) // told when a rollout turns terminal
+	nextDue    atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
+	settleMore atomic.Bool   // the last settle pass ran out of time
+	rearm      chan struct{} // tells Run an earlier deadline was armed
+	notify     func()        // told when mails were enqueued
+	onTerm     func(v *View) // told when a rollout turns terminal
 
 	snap  *snapshot
 	stats Stats
@@ -326,7 +335,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}()
 	gc := time.NewTicker(gcEvery)
 	defer gc.Stop()
-	settle := time.NewTicker(settleEvery)
+	settle := time.NewTimer(e.untilSettle())
 	defer settle.Stop()
 	timer := time.NewTimer(e.untilDue())
 	defer timer.Stop()
@@ -347,9 +356,19 @@ func (e *Engine) Run(ctx context.Context) error {
 			if err := e.do(ctx, &request{tick: e.settle, done: make(chan error, 1)}); err != nil && ctx.Err() == nil {
 				e.log.Warn("settle rollouts", "err", err)
 			}
+			settle.Reset(e.untilSettle())
 		}
 		timer.Reset(e.untilDue())
 	}
+}
+
+// untilSettle is how long until the next settle pass: soon when the last
+// one ran out of time.
+func (e *Engine) untilSettle() time.Duration {
+	if e.settleMore.Load() {
+		return settleSoon
+	}
+	return settleEvery
 }
 
 // untilDue is how long until the earliest deadline, at most an hour.

@@ -28,14 +28,20 @@ func (e *Engine) Settle(ctx context.Context) error {
 	return e.do(ctx, &request{tick: e.settle, done: make(chan error, 1)})
 }
 
-// settle moves every rollout that can no longer change to the archive.
+// settle moves every rollout that can no longer change to the archive,
+// for at most settleBudget; what is left waits for the next pass.
 func (e *Engine) settle(c *commit, now time.Time) {
 	from, settled := len(c.removed), len(c.settled)
+	start := e.now()
+	more := false
 	for _, cl := range e.clusters {
 		lost := false
 		// Oldest first, so the outcome does not depend on map order.
 		byFirst := cl.byFirst()
 		for _, r := range byFirst {
+			if more = more || e.now().Sub(start) > settleBudget; more {
+				break
+			}
 			if !cl.settles(r, e.cfg.SettleAfter, now) {
 				continue
 			}
@@ -55,9 +61,10 @@ func (e *Engine) settle(c *commit, now time.Time) {
 			}
 		}
 	}
+	e.settleMore.Store(more)
 	e.forgetMails(c.removed[from:])
 	if n := len(c.settled) - settled; n > 0 {
-		e.log.Debug("settling rollouts", "count", n)
+		e.log.Debug("settling rollouts", "count", n, "more", more)
 	}
 }
 

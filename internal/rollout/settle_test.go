@@ -363,3 +363,34 @@ func TestSettlingKeepsWhatAnOlderRolloutReads(t *testing.T) {
 		t.Fatalf("settling changed a live view:\n%s", firstDiff(want, got))
 	}
 }
+
+// TestSettlePassIsBounded: a backlog of rollouts to settle is settled in
+// slices, each pass stopping once it has taken settleBudget by the
+// engine's clock, so that the batches queued behind a pass are not held up
+// for long; the passes that follow finish it.
+func TestSettlePassIsBounded(t *testing.T) {
+	layers := []string{"infra", "platform", "apps"}
+	var obs []rollout.Observation
+	for i := range 40 {
+		label := fmt.Sprintf("H%d", i)
+		for j, l := range layers {
+			obs = append(obs, prog(l, label, i*3600+10*j), succ(l, label, i*3600+10*j+5))
+		}
+	}
+	// Every reading of this clock takes a millisecond.
+	var ticks atomic.Int64
+	end := t0.Add(40 * time.Hour)
+	clock := func() time.Time { return end.Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
+	h := start(t, t.TempDir(), settleConfig(time.Minute), clock)
+	h.submit(obs...)
+	settle(t, h.engine)
+	if n := h.engine.Stats().Settled.Load(); n == 0 || n > 10 {
+		t.Fatalf("one pass settled %d of the 38 rollouts that can settle, want a few", n)
+	}
+	for pass := 0; pass < 100 && sum(h.engine.Live()) > 2; pass++ {
+		settle(t, h.engine)
+	}
+	if live := sum(h.engine.Live()); live > 2 {
+		t.Fatalf("%d rollouts live after the passes that followed, want 2", live)
+	}
+}
