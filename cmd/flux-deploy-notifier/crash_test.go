@@ -36,7 +36,7 @@ func buildBinary(t *testing.T) string {
 
 func startChild(t *testing.T, bin string, args ...string) *child {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "text"}, args...)...)
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "text", "--verify-evaluation"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

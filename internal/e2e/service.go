@@ -100,7 +100,9 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 		// mails checked are those of a service that moves final rollouts to
 		// its archive as real Flux goes on; longer than notification-
 		// controller's retries (15 s), as the default is.
-		"--settle-after", settleAfter.String()}
+		"--settle-after", settleAfter.String(),
+		// Every view checked against a full evaluation after every batch.
+		"--verify-evaluation"}
 	if opts.StuckAfter > 0 {
 		args = append(args, "--stuck-after", opts.StuckAfter.String())
 	}

@@ -271,6 +271,17 @@ func (e *Engine) do(ctx context.Context, req *request) error {
 // rounds spares the commit path a hand-off to a goroutine that would wait
 // its turn on a busy scheduler.
 func (e *Engine) lead() {
+	defer func() {
+		// A panic (a bug; Verify's check) must not leave leadership taken:
+		// Run, and the shutdown waiting on it, would wait forever.
+		if p := recover(); p != nil {
+			e.mu.Lock()
+			e.leading, e.closed = false, true
+			e.idle.Broadcast()
+			e.mu.Unlock()
+			panic(p)
+		}
+	}()
 	for round := 0; ; round++ {
 		e.mu.Lock()
 		if len(e.queue) == 0 {

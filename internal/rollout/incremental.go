@@ -127,13 +127,58 @@ func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Tim
 
 // rebuild evaluates r afresh and keeps what it computed.
 func (c *cluster) rebuild(r *rolloutState, cfg *Config, now time.Time) *View {
+	k := c.recache(r, cfg)
+	return c.finish(r.header(cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+}
+
+// recache reads r's expected layers and slots afresh.
+func (c *cluster) recache(r *rolloutState, cfg *Config) *evalCache {
 	expected, preds, was := c.expected(r, cfg)
 	k := &evalCache{expected: expected, preds: preds, was: was, deps: dependsOn(r), slots: make([]slot, len(expected))}
 	for i, l := range expected {
 		k.slots[i] = c.layerSlot(r, l, was[l])
 	}
+	c.setCache(r, k)
+	return k
+}
+
+// setCache installs r's evaluation and indexes the layers r expects
+// without evidence on them (silentBetween).
+func (c *cluster) setCache(r *rolloutState, k *evalCache) {
+	c.unsilence(r)
 	r.cache = k
-	return c.finish(r.header(cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+	if k == nil {
+		return
+	}
+	for _, l := range k.expected {
+		if r.ev[l] == nil {
+			c.silence(r, l)
+		}
+	}
+}
+
+func (c *cluster) silence(r *rolloutState, l Emitter) {
+	set := c.silent[l]
+	if set == nil {
+		set = map[*rolloutState]struct{}{}
+		c.silent[l] = set
+	}
+	set[r] = struct{}{}
+	r.silentOn = append(r.silentOn, l)
+	r.silentN++
+}
+
+// unsilence takes r out of the index of silent layers.
+func (c *cluster) unsilence(r *rolloutState) {
+	for _, l := range r.silentOn {
+		if set := c.silent[l]; set != nil {
+			delete(set, r)
+			if len(set) == 0 {
+				delete(c.silent, l)
+			}
+		}
+	}
+	r.silentOn, r.silentN = r.silentOn[:0], 0
 }
 
 // patch reads e's slot again. It reports false when the change is one
@@ -156,8 +201,30 @@ func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) bool {
 		k.expected = slices.Insert(k.expected, i, e)
 		k.slots = slices.Insert(k.slots, i, slot{})
 	}
+	if ev != nil {
+		if _, ok := c.silent[e][r]; ok {
+			delete(c.silent[e], r) // r.silentOn keeps e until the next setCache: harmless
+			r.silentN--
+		}
+	}
 	k.slots[i] = c.layerSlot(r, e, k.was[e])
 	return true
+}
+
+// cacheIdle is how long a final rollout's evaluation is kept after its
+// last use. Most live rollouts are final and wait to settle; their
+// evaluations would make most of the memory.
+const cacheIdle = 10 * time.Second
+
+// evictCaches drops the evaluations of final rollouts not evaluated for
+// cacheIdle whose expected layers all have evidence: nothing indexes them
+// (silentBetween), and their next evaluation reads everything again.
+func (c *cluster) evictCaches(now time.Time) {
+	for _, r := range c.rollouts {
+		if r.cache != nil && r.silentN == 0 && r.view != nil && r.view.Terminal && now.Sub(r.evalAt) > cacheIdle {
+			r.cache = nil
+		}
+	}
 }
 
 // header is the view's header from r's folds (header in verdict.go reads

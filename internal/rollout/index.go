@@ -25,10 +25,10 @@ type EvidenceKey struct {
 // goroutine touches it.
 type cluster struct {
 	name     string
-	rollouts map[string]*rolloutState // by hash: the live set
-	logs     map[Emitter]*emitterLog  // entries of live rollouts only
-	floors   map[Emitter]logEntry     // newest settled entry of each log
-	starts   emitterLog               // every live rollout's start, in order
+	rollouts map[string]*rolloutState               // by hash: the live set
+	logs     map[Emitter]*emitterLog                // entries of live rollouts only
+	floors   map[Emitter]logEntry                   // newest settled entry of each log
+	silent   map[Emitter]map[*rolloutState]struct{} // rollouts expecting each layer without evidence on it
 }
 
 type rolloutState struct {
@@ -50,6 +50,8 @@ type rolloutState struct {
 	routes             routing               // who the Alerts route mails to
 	next               map[*rolloutState]int // rollouts just after one of its log entries, with how many
 	cache              *evalCache            // the last evaluation, to patch (incremental.go)
+	silentOn           []Emitter             // where cluster.silent lists it (or did)
+	silentN            int                   // how many of those still do
 }
 
 // emitterLog is the revisions one emitter reported, ordered by the Flux time
@@ -72,7 +74,8 @@ func (a logEntry) compare(b logEntry) int {
 }
 
 func newCluster(name string) *cluster {
-	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}, floors: map[Emitter]logEntry{}}
+	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}, floors: map[Emitter]logEntry{},
+		silent: map[Emitter]map[*rolloutState]struct{}{}}
 }
 
 // link counts, for each rollout, the rollouts whose entries follow its own
@@ -113,13 +116,11 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	r.ev[e] = ev
 	if r.first.IsZero() || ev.First.Before(r.first) {
 		if !r.first.IsZero() {
-			c.starts.remove(r.start())
 			// Every silent layer's place moved, and so did r's in the
 			// eyes of every rollout that compares starts with it.
 			dirty.moved(c, r)
 		}
 		r.first = ev.First
-		c.starts.insert(r.start())
 	}
 	if ev.Last.After(r.last) {
 		r.last = ev.Last
@@ -269,19 +270,13 @@ func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, dirty dirty
 	c.silentBetween(e, lo, x, func(q *rolloutState) { dirty.slot(q, e) })
 }
 
-// silentBetween calls f for every rollout without evidence on e that began
-// after lo and before x.
+// silentBetween calls f for every rollout that expects e without evidence
+// on it and began after lo and before x. The index holds the rollouts
+// evaluated at least once; a rollout never evaluated is dirty in the batch
+// that created it, and its first evaluation reads everything.
 func (c *cluster) silentBetween(e Emitter, lo, x logEntry, f func(*rolloutState)) {
-	k, _ := slices.BinarySearchFunc(c.starts.revs, lo, logEntry.compare)
-	for ; k < len(c.starts.revs); k++ {
-		st := c.starts.revs[k]
-		if st.compare(x) >= 0 {
-			break
-		}
-		if st.compare(lo) <= 0 {
-			continue
-		}
-		if q := c.rollouts[st.hash]; q != nil && q.ev[e] == nil {
+	for q := range c.silent[e] {
+		if st := q.start(); lo.compare(st) < 0 && st.compare(x) < 0 && q.ev[e] == nil {
 			f(q)
 		}
 	}
@@ -301,7 +296,7 @@ func (c *cluster) drop(hash string) {
 			}
 		}
 	}
-	c.starts.remove(r.start())
+	c.unsilence(r)
 	delete(c.rollouts, hash)
 }
 

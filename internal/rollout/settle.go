@@ -35,7 +35,7 @@ func (e *Engine) settle(c *commit, now time.Time) {
 	start := e.now()
 	more := false
 	for _, cl := range e.clusters {
-		lost := false
+		cl.evictCaches(now)
 		// Oldest first, so the outcome does not depend on map order.
 		byFirst := cl.byFirst()
 		for _, r := range byFirst {
@@ -50,14 +50,6 @@ func (e *Engine) settle(c *commit, now time.Time) {
 			if v, ok := cl.settleAlone(r, byFirst, &e.cfg, now); ok {
 				c.settled = append(c.settled, v)
 				e.retire(c, r)
-				lost = true
-			}
-		}
-		if lost {
-			// The views did not change (settleAlone checked), but what the
-			// last evaluations kept may name the rollouts that left.
-			for _, r := range cl.rollouts {
-				r.cache = nil
 			}
 		}
 	}
@@ -103,6 +95,12 @@ func (c *cluster) settleAlone(r *rolloutState, byFirst []*rolloutState, cfg *Con
 			c.restore(r)
 			return nil, false
 		}
+	}
+	// Their views did not change, but what their last evaluations kept
+	// (incremental.go) may name r; the dependents are every rollout that
+	// may read r.
+	for _, d := range deps {
+		c.recache(d, cfg)
 	}
 	return final, true
 }
@@ -214,7 +212,7 @@ func (c *cluster) restore(r *rolloutState) {
 		}
 		c.insertEntry(lg, logEntry{ev.First, r.key.Hash})
 	}
-	c.starts.insert(r.start())
+	c.setCache(r, r.cache)
 }
 
 // retire removes r from memory as part of c (drop, when it is still in the

@@ -394,3 +394,34 @@ func TestSettlePassIsBounded(t *testing.T) {
 		t.Fatalf("%d rollouts live after the passes that followed, want 2", live)
 	}
 }
+
+// TestIdleEvaluationsAreDroppedSafely: the evaluation a final rollout
+// keeps is dropped once it has been idle, but not while one of its expected
+// layers has no evidence: a revision that layer reports later still changes
+// the rollout's view (it names what superseded it), and only the index of
+// silent layers finds the rollout then. The engine checks every view
+// against a fresh evaluation (Verify), which fails when the stale view is
+// kept.
+func TestIdleEvaluationsAreDroppedSafely(t *testing.T) {
+	var clock movingClock
+	clock.set(t0)
+	h := start(t, t.TempDir(), settleConfig(never), clock.now)
+	// P reached both layers; A only infra, and is stuck at its deadline.
+	h.submit(succ("infra", "P", 0), succ("apps", "P", 5), succ("infra", "A", 60))
+	clock.set(t0.Add(31 * time.Minute))
+	if err := h.engine.Settle(context.Background()); err != nil { // expires nothing, but runs a pass
+		t.Fatal(err)
+	}
+	h.submit(prog("infra", "A", 1900)) // a heartbeat: the deadline is checked
+	if v := h.view("A"); v.Verdict != rollout.VerdictStuck || v.SupersededBy != nil {
+		t.Fatalf("A: %s, superseded by %v; want stuck, by nothing", v.Verdict, v.SupersededBy)
+	}
+	// Idle long enough for its evaluation to be dropped, were it not
+	// silent on apps.
+	clock.set(t0.Add(time.Hour))
+	settle(t, h.engine)
+	h.submit(prog("apps", "B", 120))
+	if v := h.view("A"); v.SupersededBy == nil || *v.SupersededBy != revOf("B") {
+		t.Fatalf("A superseded by %v, want B", v.SupersededBy)
+	}
+}
