@@ -217,7 +217,7 @@ func (ev *Evidence) merge(o Observation) bool {
 		changed = changed || ev.Revision != o.Revision
 		ev.Revision = o.Revision
 	}
-	if o.OriginHash != "" && (ev.OriginHash == "" || o.OriginHash < ev.OriginHash) {
+	if o.OriginHash != "" && (ev.OriginHash == "" || o.OriginHash < ev.OriginHash || o.OriginHash == ev.OriginHash && o.Origin < ev.Origin) {
 		ev.Origin, ev.OriginHash, changed = o.Origin, o.OriginHash, true
 	}
 	if o.Subject != "" && (ev.Subject == "" || o.Subject < ev.Subject) {

@@ -122,13 +122,13 @@ func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Tim
 			}
 		}
 	}
-	return c.finish(r.header(cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+	return c.finish(r.folds.header(r, cfg), r, k.expected, k.slots, k.preds, k.deps, now)
 }
 
 // rebuild evaluates r afresh and keeps what it computed.
 func (c *cluster) rebuild(r *rolloutState, cfg *Config, now time.Time) *View {
 	k := c.recache(r, cfg)
-	return c.finish(r.header(cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+	return c.finish(r.folds.header(r, cfg), r, k.expected, k.slots, k.preds, k.deps, now)
 }
 
 // recache reads r's expected layers and slots afresh.
@@ -227,14 +227,6 @@ func (c *cluster) evictCaches(now time.Time) {
 	}
 }
 
-// header is the view's header from r's folds (header in verdict.go reads
-// the evidence instead).
-func (r *rolloutState) header(cfg *Config) *View {
-	v := newHeader(r, cfg, r.known)
-	v.Revision, v.Origin, v.OriginHash, v.Source, v.Subject = r.rev, r.origin, r.originHash, r.source, r.subject
-	return v
-}
-
 func compareEmitters(a, b Emitter) int {
 	switch {
 	case a.less(b):
@@ -263,12 +255,12 @@ func (e *Engine) verify() {
 				fmt.Fprintln(os.Stderr, msg)
 				panic(msg)
 			}
-			var all routing
+			var all folds
 			for em, ev := range r.ev {
-				all.add(em, ev.MailTo)
+				all.add(em, ev)
 			}
-			if !slices.Equal(all.all, r.routes.all) || !reflect.DeepEqual(all.byName, r.routes.byName) {
-				msg := fmt.Sprintf("rollout %s: routes %v, evidence says %v", r.key, r.routes, all)
+			if !reflect.DeepEqual(all, r.folds) {
+				msg := fmt.Sprintf("rollout %s: folds %+v, the evidence says %+v", r.key, r.folds, all)
 				fmt.Fprintln(os.Stderr, msg)
 				panic(msg)
 			}

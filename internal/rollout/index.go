@@ -40,18 +40,11 @@ type rolloutState struct {
 	view   *View     // last published
 	evalAt time.Time // the now view was evaluated at
 
-	// Folds of the evidence kept as it arrives, so that a view's header
-	// costs nothing per layer. Each only ever improves: an emitter's
-	// evidence only grows.
-	rev                string                // the revision's display spelling
-	origin, originHash string                // the smallest origin revision
-	source, subject    string                // the smallest source, its subject
-	known              bool                  // the cluster marked a layer's membership
-	routes             routing               // who the Alerts route mails to
-	next               map[*rolloutState]int // rollouts just after one of its log entries, with how many
-	cache              *evalCache            // the last evaluation, to patch (incremental.go)
-	silentOn           []Emitter             // where cluster.silent lists it (or did)
-	silentN            int                   // how many of those still do
+	folds                          // of the evidence, kept as it arrives
+	next     map[*rolloutState]int // rollouts just after one of its log entries, with how many
+	cache    *evalCache            // the last evaluation, to patch (incremental.go)
+	silentOn []Emitter             // where cluster.silent lists it (or did)
+	silentN  int                   // how many of those still do
 }
 
 // emitterLog is the revisions one emitter reported, ordered by the Flux time
@@ -125,7 +118,7 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	if ev.Last.After(r.last) {
 		r.last = ev.Last
 	}
-	if r.fold(e, ev) {
+	if r.folds.add(e, ev) {
 		dirty.readers(c, r) // it shows as superseded_by in their views
 	}
 	var oldMember *Member
@@ -178,30 +171,42 @@ func sameMember(a, b *Member) bool {
 	return a.Mark == b.Mark && slices.Equal(a.DependsOn, b.DependsOn)
 }
 
-// fold takes ev into r's folds and reports whether the display revision
-// changed.
-func (r *rolloutState) fold(e Emitter, ev *Evidence) (revChanged bool) {
+// folds are what a view's header says of a rollout as a whole, folded
+// over its evidence as it arrives so that the header costs nothing per
+// layer. Each only ever improves (an emitter's evidence only grows), so
+// the order of arrival does not matter.
+type folds struct {
+	rev                string  // the revision's display spelling
+	origin, originHash string  // the smallest origin revision
+	source, subject    string  // the smallest source, its subject
+	known              bool    // the cluster marked a layer's membership
+	routes             routing // who the Alerts route mails to
+}
+
+// add folds one emitter's evidence in and reports whether the display
+// revision changed.
+func (f *folds) add(e Emitter, ev *Evidence) (revChanged bool) {
 	switch {
-	case r.rev == "":
-		r.rev = ev.Revision
-	case ev.Revision != r.rev && betterRevision(ev.Revision, r.rev):
-		r.rev, revChanged = ev.Revision, true
+	case f.rev == "":
+		f.rev = ev.Revision
+	case ev.Revision != f.rev && betterRevision(ev.Revision, f.rev):
+		f.rev, revChanged = ev.Revision, true
 	}
-	if ev.OriginHash != "" && (r.originHash == "" || ev.OriginHash < r.originHash) {
-		r.origin, r.originHash = ev.Origin, ev.OriginHash
+	if ev.OriginHash != "" && (f.originHash == "" || ev.OriginHash < f.originHash || ev.OriginHash == f.originHash && ev.Origin < f.origin) {
+		f.origin, f.originHash = ev.Origin, ev.OriginHash
 	}
 	if !e.IsLayer() {
-		if r.source == "" || e.String() < r.source {
-			r.source = e.String()
+		if f.source == "" || e.String() < f.source {
+			f.source = e.String()
 		}
-		if ev.Subject != "" && (r.subject == "" || ev.Subject < r.subject) {
-			r.subject = ev.Subject
+		if ev.Subject != "" && (f.subject == "" || ev.Subject < f.subject) {
+			f.subject = ev.Subject
 		}
 	}
 	if e.IsLayer() && ev.Member != nil {
-		r.known = true
+		f.known = true
 	}
-	r.routes.add(e, ev.MailTo)
+	f.routes.add(e, ev.MailTo)
 	return revChanged
 }
 

@@ -231,7 +231,7 @@ func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []s
 	v.Failures = failureViews(r, expected, slots, p)
 	if h := p.superseder(); h != "" {
 		sv := c.rollouts[h]
-		rev := sv.displayRevision()
+		rev := sv.rev
 		v.SupersededBy, v.SupersedeKey = &rev, &sv.key
 	}
 	v.Verdict, v.Late = decide(facts{
@@ -261,23 +261,19 @@ func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []s
 
 // header is what the evidence says of the rollout as a whole: its times,
 // where its expected layers come from, its revision, origin, source and
-// commit subject.
+// commit subject. The reference folds the evidence afresh; the engine
+// keeps the folds (r.folds).
 func header(r *rolloutState, cfg *Config) *View {
-	v := newHeader(r, cfg, r.clusterKnown())
-	v.Revision = r.displayRevision()
+	var f folds
 	for e, ev := range r.ev {
-		if ev.OriginHash != "" && (v.OriginHash == "" || ev.OriginHash < v.OriginHash) {
-			v.Origin, v.OriginHash = ev.Origin, ev.OriginHash
-		}
-		if !e.IsLayer() {
-			if v.Source == "" || e.String() < v.Source {
-				v.Source = e.String()
-			}
-			if ev.Subject != "" && (v.Subject == "" || ev.Subject < v.Subject) {
-				v.Subject = ev.Subject
-			}
-		}
+		f.add(e, ev)
 	}
+	return f.header(r, cfg)
+}
+
+func (f *folds) header(r *rolloutState, cfg *Config) *View {
+	v := newHeader(r, cfg, f.known)
+	v.Revision, v.Origin, v.OriginHash, v.Source, v.Subject = f.rev, f.origin, f.originHash, f.source, f.subject
 	return v
 }
 
@@ -612,16 +608,6 @@ func summary(v *View, expected, behind int) string {
 		return fmt.Sprintf("%d of %d expected layers applied it", expected-behind, expected)
 	}
 	return ""
-}
-
-func (r *rolloutState) displayRevision() string {
-	rev := ""
-	for _, ev := range r.ev {
-		if rev == "" || betterRevision(ev.Revision, rev) {
-			rev = ev.Revision
-		}
-	}
-	return rev
 }
 
 func nonNil[T any](s []T) []T {
