@@ -276,9 +276,12 @@ func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, dirty dirty
 }
 
 // silentBetween calls f for every rollout that expects e without evidence
-// on it and began after lo and before x. The index holds the rollouts
-// evaluated at least once; a rollout never evaluated is dirty in the batch
-// that created it, and its first evaluation reads everything.
+// on it and began after lo and before x. The index holds every rollout
+// with a kept evaluation. The others read everything at their next
+// evaluation and are missed safely: a rollout never evaluated is dirty in
+// the batch that created it, and one whose evaluation was dropped
+// (evictCaches) had no silent layer, and gains one only by a change that
+// rebuilds it.
 func (c *cluster) silentBetween(e Emitter, lo, x logEntry, f func(*rolloutState)) {
 	for q := range c.silent[e] {
 		if st := q.start(); lo.compare(st) < 0 && st.compare(x) < 0 && q.ev[e] == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -181,12 +180,8 @@ func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rollou
 // expects reports whether v lists layer among its expected layers, which
 // are in Emitter order.
 func expects(v *View, layer Emitter) bool {
-	_, found := slices.BinarySearchFunc(v.Layers, layer, func(lv LayerView, e Emitter) int {
-		ns, name, _ := strings.Cut(lv.Name, "/")
-		if c := strings.Compare(ns, e.Namespace); c != 0 {
-			return c
-		}
-		return strings.Compare(name, e.Name)
+	_, found := slices.BinarySearchFunc(v.Layers, layer.Layer(), func(lv LayerView, name string) int {
+		return compareLayerNames(lv.Name, name)
 	})
 	return found
 }
