@@ -32,11 +32,16 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	te := rollouttest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, false)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(api.Routes(te.Engine, webhook.New([]byte("t"), te.Engine, log, reg), reg, log, api.Options{}))
+	srv := httptest.NewServer(routes(te.Engine))
 	t.Cleanup(srv.Close)
 	return &env{url: srv.URL, engine: te.Engine, run: te.Run}
+}
+
+// routes is the service's router on engine, with the webhook's token "t".
+func routes(engine *rollout.Engine) http.Handler {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	return api.Routes(engine, webhook.New([]byte("t"), engine, log, reg), reg, log, api.Options{})
 }
 
 func (e *env) observe(t *testing.T, layer, label string, sig rollout.Signal, cluster string) {
@@ -249,9 +254,7 @@ func TestLongPollOutlivesServerTimeouts(t *testing.T) {
 	e := newEnv(t)
 	e.run()
 	e.observe(t, "apps", "R1", rollout.SignalProgressing, "")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	srv := httptest.NewUnstartedServer(api.Routes(e.engine, webhook.New([]byte("t"), e.engine, log, reg), reg, log, api.Options{}))
+	srv := httptest.NewUnstartedServer(routes(e.engine))
 	srv.Config.ReadTimeout = 100 * time.Millisecond
 	srv.Config.WriteTimeout = 100 * time.Millisecond
 	srv.Start()

@@ -3,19 +3,13 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
 // BenchmarkVerdictSettled is GET /verdict for a settled rollout of 85
@@ -41,15 +35,12 @@ func BenchmarkVerdictSettled(b *testing.B) {
 	if err := te.Settle(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	h := api.Routes(te.Engine, webhook.New([]byte("t"), te.Engine, log, reg), reg, log, api.Options{})
+	h := routes(te.Engine)
 	url := "/verdict?rev=" + rollouttest.Hash("0")[:10]
-	if w := httptest.NewRecorder(); true {
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, url, nil))
-		if w.Code != http.StatusOK || te.Live()[rollout.VerdictApplied] != 1 {
-			b.Fatalf("status %d, live %v", w.Code, te.Live())
-		}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, url, nil))
+	if w.Code != http.StatusOK || te.Live()[rollout.VerdictApplied] != 1 {
+		b.Fatalf("status %d, live %v", w.Code, te.Live())
 	}
 	b.ReportAllocs()
 	for b.Loop() {

@@ -468,17 +468,18 @@ func (e *Engine) process(batch []*request) {
 		// Install first, so the views (and the mails they make due) are
 		// computed from the state being committed; a failed commit is undone
 		// by reloading from the store.
-		byRollout := make(map[Key][]Emitter)
 		dirty := dirtySet{}
+		visible := map[*rolloutState]bool{}
 		for ek, ev := range c.changed {
-			ems := byRollout[ek.Key]
-			if e.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev, dirty) {
-				ems = append(ems, ek.Emitter)
+			cl := e.clusters[ek.Cluster]
+			if cl.set(ek.Hash, ek.Emitter, ev, dirty) {
+				visible[cl.rollouts[ek.Hash]] = true
 			}
-			byRollout[ek.Key] = ems
 		}
-		for k, ems := range byRollout {
-			e.clusters[k.Cluster].affected(k.Hash, ems, dirty)
+		// Once every entry of the batch is in the logs: the rollouts that
+		// read a changed one as their predecessor.
+		for r := range visible {
+			dirty.successors(r)
 		}
 		e.recompute(c, dirty, now)
 	}

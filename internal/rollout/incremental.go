@@ -3,7 +3,6 @@ package rollout
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"slices"
 	"time"
@@ -28,6 +27,7 @@ type evalCache struct {
 	was      map[Emitter]string
 	deps     map[string][]string
 	slots    []slot // one per expected layer
+	silent   int    // expected layers without evidence: where cluster.silent lists the rollout
 }
 
 // dirtySet is what a batch may have changed, by rollout: the emitters
@@ -101,6 +101,15 @@ func (d dirtySet) readers(c *cluster, r *rolloutState) {
 	}
 }
 
+// successors rebuilds the rollouts that read r as a predecessor, after a
+// change of r others can see (see set): their expected layers, and the
+// revisions their silent layers were at, come from it.
+func (d dirtySet) successors(r *rolloutState) {
+	for q := range r.next {
+		d.full(q)
+	}
+}
+
 // moved records that r's start moved: its silent layers' places in their
 // logs moved, and the rollouts that compare starts with r must look again.
 func (d dirtySet) moved(c *cluster, r *rolloutState) {
@@ -109,26 +118,22 @@ func (d dirtySet) moved(c *cluster, r *rolloutState) {
 }
 
 // evaluateIn is evaluate, patching r's last evaluation by what d says
-// changed.
+// changed, or reading r afresh when the evaluation cannot absorb it.
 func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Time) *View {
 	k := r.cache
-	if k == nil || d != nil && d.full {
-		return c.rebuild(r, cfg, now)
-	}
-	if d != nil {
-		for e := range d.ems {
-			if !c.patch(r, k, e) {
-				return c.rebuild(r, cfg, now)
-			}
-		}
+	if k == nil || d.full || !c.patchAll(r, k, d.ems) {
+		k = c.recache(r, cfg)
 	}
 	return c.finish(r.folds.header(r, cfg), r, k.expected, k.slots, k.preds, k.deps, now)
 }
 
-// rebuild evaluates r afresh and keeps what it computed.
-func (c *cluster) rebuild(r *rolloutState, cfg *Config, now time.Time) *View {
-	k := c.recache(r, cfg)
-	return c.finish(r.folds.header(r, cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+func (c *cluster) patchAll(r *rolloutState, k *evalCache, ems map[Emitter]struct{}) bool {
+	for e := range ems {
+		if !c.patch(r, k, e) {
+			return false
+		}
+	}
+	return true
 }
 
 // recache reads r's expected layers and slots afresh.
@@ -152,25 +157,24 @@ func (c *cluster) setCache(r *rolloutState, k *evalCache) {
 	}
 	for _, l := range k.expected {
 		if r.ev[l] == nil {
-			c.silence(r, l)
+			set := c.silent[l]
+			if set == nil {
+				set = map[*rolloutState]struct{}{}
+				c.silent[l] = set
+			}
+			set[r] = struct{}{}
+			k.silent++
 		}
 	}
 }
 
-func (c *cluster) silence(r *rolloutState, l Emitter) {
-	set := c.silent[l]
-	if set == nil {
-		set = map[*rolloutState]struct{}{}
-		c.silent[l] = set
-	}
-	set[r] = struct{}{}
-	r.silentOn = append(r.silentOn, l)
-	r.silentN++
-}
-
-// unsilence takes r out of the index of silent layers.
+// unsilence takes r out of the index of silent layers: it can be listed
+// only under the layers its evaluation expects.
 func (c *cluster) unsilence(r *rolloutState) {
-	for _, l := range r.silentOn {
+	if r.cache == nil {
+		return
+	}
+	for _, l := range r.cache.expected {
 		if set := c.silent[l]; set != nil {
 			delete(set, r)
 			if len(set) == 0 {
@@ -178,7 +182,7 @@ func (c *cluster) unsilence(r *rolloutState) {
 			}
 		}
 	}
-	r.silentOn, r.silentN = r.silentOn[:0], 0
+	r.cache.silent = 0
 }
 
 // patch reads e's slot again. It reports false when the change is one
@@ -201,10 +205,13 @@ func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) bool {
 		k.expected = slices.Insert(k.expected, i, e)
 		k.slots = slices.Insert(k.slots, i, slot{})
 	}
-	if ev != nil {
-		if _, ok := c.silent[e][r]; ok {
-			delete(c.silent[e], r) // r.silentOn keeps e until the next setCache: harmless
-			r.silentN--
+	if set := c.silent[e]; ev != nil && set != nil {
+		if _, ok := set[r]; ok {
+			delete(set, r)
+			if len(set) == 0 {
+				delete(c.silent, e)
+			}
+			k.silent--
 		}
 	}
 	k.slots[i] = c.layerSlot(r, e, k.was[e])
@@ -221,7 +228,7 @@ const cacheIdle = 10 * time.Second
 // (silentBetween), and their next evaluation reads everything again.
 func (c *cluster) evictCaches(now time.Time) {
 	for _, r := range c.rollouts {
-		if r.cache != nil && r.silentN == 0 && r.view != nil && r.view.Terminal && now.Sub(r.evalAt) > cacheIdle {
+		if r.cache != nil && r.cache.silent == 0 && r.view != nil && r.view.Terminal && now.Sub(r.evalAt) > cacheIdle {
 			r.cache = nil
 		}
 	}
@@ -249,20 +256,14 @@ func (e *Engine) verify() {
 			if ref := c.evaluate(r, &e.cfg, r.evalAt); !reflect.DeepEqual(r.view, ref) {
 				got, _ := json.Marshal(r.view)
 				want, _ := json.Marshal(ref)
-				// Printed first: a test stopping the engine in its cleanup
-				// would hang before the panic is reported.
-				msg := fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want)
-				fmt.Fprintln(os.Stderr, msg)
-				panic(msg)
+				panic(fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want))
 			}
 			var all folds
 			for em, ev := range r.ev {
 				all.add(em, ev)
 			}
 			if !reflect.DeepEqual(all, r.folds) {
-				msg := fmt.Sprintf("rollout %s: folds %+v, the evidence says %+v", r.key, r.folds, all)
-				fmt.Fprintln(os.Stderr, msg)
-				panic(msg)
+				panic(fmt.Sprintf("rollout %s: folds %+v, the evidence says %+v", r.key, r.folds, all))
 			}
 		}
 	}

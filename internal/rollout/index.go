@@ -40,11 +40,9 @@ type rolloutState struct {
 	view   *View     // last published
 	evalAt time.Time // the now view was evaluated at
 
-	folds                          // of the evidence, kept as it arrives
-	next     map[*rolloutState]int // rollouts just after one of its log entries, with how many
-	cache    *evalCache            // the last evaluation, to patch (incremental.go)
-	silentOn []Emitter             // where cluster.silent lists it (or did)
-	silentN  int                   // how many of those still do
+	folds                       // of the evidence, kept as it arrives
+	next  map[*rolloutState]int // rollouts just after one of its log entries, with how many
+	cache *evalCache            // the last evaluation, to patch (incremental.go)
 }
 
 // emitterLog is the revisions one emitter reported, ordered by the Flux time
@@ -260,12 +258,12 @@ func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, dirty dirty
 		dirty.full(c.rollouts[lg.revs[j].hash])
 	}
 	var lo logEntry
+	if i > 0 {
+		lo = lg.revs[i-1]
+	}
 	for k := i - 1; k >= 0; k-- {
 		p := c.rollouts[lg.revs[k].hash]
 		dirty.slot(p, e)
-		if k == i-1 {
-			lo = lg.revs[k]
-		}
 		if p.ev[e].reported() {
 			break
 		}
@@ -373,20 +371,6 @@ func (r *rolloutState) position(e Emitter) logEntry {
 
 // start is where the rollout's first evidence anywhere places it.
 func (r *rolloutState) start() logEntry { return logEntry{r.first, r.key.Hash} }
-
-// affected records in dirty what a change of rollout hash, visible to
-// others on the given emitters (see set), may change beyond what set
-// recorded: the rollouts that read it as a predecessor (their expected
-// layers, and the revisions their silent layers were at).
-func (c *cluster) affected(hash string, changed []Emitter, dirty dirtySet) {
-	r := c.rollouts[hash]
-	if r == nil || len(changed) == 0 {
-		return
-	}
-	for q := range r.next {
-		dirty.full(q)
-	}
-}
 
 // movedOn reports whether emitter e reported on a revision after r's: a
 // membership mark is not a report, it says what the layer must apply, not

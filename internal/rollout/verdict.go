@@ -362,7 +362,7 @@ func (c *cluster) aggregate(r *rolloutState, slots []slot, preds map[string]bool
 		if !s.hasNext {
 			continue
 		}
-		if s.next.hash != lastHash || i == 0 {
+		if s.next.hash != lastHash {
 			lastHash, lastNewer = s.next.hash, c.newer(s.next.hash, r, preds)
 		}
 		if lastNewer && (p.supHash == "" || s.next.first.Before(p.supAt) || s.next.first.Equal(p.supAt) && s.next.hash < p.supHash) {

@@ -271,7 +271,7 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 	return d.db.View(func(tx *bolt.Tx) error {
 		evb := tx.Bucket(bucketEvidence)
 		err := evb.ForEach(func(k, v []byte) error {
-			if p, ok := d.wal.overlay(k); ok {
+			if p, ok := d.wal.pending[string(k)]; ok {
 				if p == nil {
 					return nil // deleted since the checkpoint
 				}

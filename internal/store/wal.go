@@ -267,13 +267,6 @@ func (w *wal) checkpointed() {
 	w.bytes, w.size, w.doubt = 0, 0, false
 }
 
-// overlay is the pending record of an evidence key: found, and nil when
-// deleted.
-func (w *wal) overlay(k []byte) ([]byte, bool) {
-	v, ok := w.pending[string(k)]
-	return v, ok
-}
-
 func (w *wal) close() error {
 	if w.f == nil {
 		return nil
