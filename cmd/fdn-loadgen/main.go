@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -280,7 +281,7 @@ func serveService(token []byte) (string, func(), error) {
 		return "", nil, err
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := rollout.NewEngine(db, rollout.Config{StuckAfter: 24 * time.Hour, Retention: 720 * time.Hour}, log, time.Now)
+	e, err := engine.New(db, rollout.Config{StuckAfter: 24 * time.Hour, Retention: 720 * time.Hour}, log, time.Now)
 	if err != nil {
 		return "", nil, err
 	}

@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
 
@@ -35,7 +35,7 @@ func run(out, tmplDir string) error {
 		return err
 	}
 	defer os.RemoveAll(state)
-	qs, err := rollouttest.ExampleMails(state, time.Now().UTC().Truncate(time.Minute))
+	qs, err := enginetest.ExampleMails(state, time.Now().UTC().Truncate(time.Minute))
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -143,7 +144,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer db.Close()
-	engine, err := rollout.NewEngine(db, c.engine, log, time.Now)
+	eng, err := engine.New(db, c.engine, log, time.Now)
 	if err != nil {
 		return err
 	}
@@ -154,15 +155,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	engine.OnMail(dispatcher.Wake)
-	engine.OnTerminal(api.RegisterMetrics(reg, engine, db, time.Now))
+	eng.OnMail(dispatcher.Wake)
+	eng.OnTerminal(api.RegisterMetrics(reg, eng, db, time.Now))
 	var watchdog *silence.Watchdog
 	statusMoved := func() {
 		if watchdog != nil {
 			watchdog.StatusMoved()
 		}
 	}
-	reader, err := c.cluster.reader(getenv, engine, c.engine.DefaultCluster, statusMoved, log)
+	reader, err := c.cluster.reader(getenv, eng, c.engine.DefaultCluster, statusMoved, log)
 	if err != nil {
 		return err
 	}
@@ -186,12 +187,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 		warning = watchdog.Warning
 	}
-	hook := webhook.New(token, engine, log, reg)
+	hook := webhook.New(token, eng, log, reg)
 	if watchdog != nil {
 		hook.OnEvent(watchdog.Event)
 	}
 	srv := &http.Server{
-		Handler:           api.Routes(engine, hook, reg, log, api.Options{Checks: checks, Warning: warning, VerdictToken: verdictToken}),
+		Handler:           api.Routes(eng, hook, reg, log, api.Options{Checks: checks, Warning: warning, VerdictToken: verdictToken}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -209,7 +210,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone := make(chan error, 1)
-	go func() { engineDone <- engine.Run(engineCtx) }()
+	go func() { engineDone <- eng.Run(engineCtx) }()
 	readerCtx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	readerDone := make(chan struct{})
 	go func() {

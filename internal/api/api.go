@@ -18,18 +18,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // Rollouts is the engine's read side.
 type Rollouts interface {
-	Lookup(q rollout.Query) (*rollout.View, error)
-	Wait(ctx context.Context, q rollout.Query) (*rollout.View, error)
+	Lookup(q engine.Query) (*rollout.View, error)
+	Wait(ctx context.Context, q engine.Query) (*rollout.View, error)
 	Get(k rollout.Key) *rollout.View
 	List(cluster string, limit int) []*rollout.View
 	Live() map[rollout.Verdict]int
-	Stats() *rollout.Stats
+	Stats() *engine.Stats
 	Ready() bool
 }
 
@@ -159,7 +160,7 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 		}
 		wait = min(wait, MaxWait)
 	}
-	q := rollout.Query{Cluster: qs.Get("cluster"), Hash: hash, Prefix: prefix}
+	q := engine.Query{Cluster: qs.Get("cluster"), Hash: hash, Prefix: prefix}
 	var v *rollout.View
 	if wait > 0 {
 		// The server's read and write timeouts are shorter than a long
@@ -173,9 +174,9 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 	} else {
 		v, err = s.rs.Lookup(q)
 	}
-	var amb *rollout.AmbiguousError
+	var amb *engine.AmbiguousError
 	switch {
-	case errors.Is(err, rollout.ErrNotFound):
+	case errors.Is(err, engine.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, unknownResponse{
 			Revision: rev, Hash: hash, Cluster: q.Cluster, Verdict: rollout.VerdictUnknown.String(),
 			Summary: "no evidence of this revision yet", Layers: []any{}, Failures: []any{},

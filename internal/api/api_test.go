@@ -14,16 +14,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
-var hashOf = rollouttest.Hash
+var hashOf = enginetest.Hash
 
 type env struct {
 	url    string
-	engine *rollout.Engine
+	engine *engine.Engine
 	run    func()
 }
 
@@ -31,14 +32,14 @@ type env struct {
 // so readiness can be observed before it.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	te := rollouttest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, false)
+	te := enginetest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, false)
 	srv := httptest.NewServer(routes(te.Engine))
 	t.Cleanup(srv.Close)
 	return &env{url: srv.URL, engine: te.Engine, run: te.Run}
 }
 
 // routes is the service's router on engine, with the webhook's token "t".
-func routes(engine *rollout.Engine) http.Handler {
+func routes(engine *engine.Engine) http.Handler {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
 	return api.Routes(engine, webhook.New([]byte("t"), engine, log, reg), reg, log, api.Options{})

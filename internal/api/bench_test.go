@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
 // BenchmarkVerdictSettled is GET /verdict for a settled rollout of 85
@@ -17,13 +17,13 @@ import (
 // on one pipeline's question about an old commit.
 func BenchmarkVerdictSettled(b *testing.B) {
 	t0 := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
-	te := rollouttest.Start(b, b.TempDir(), rollout.Config{StuckAfter: time.Hour, SettleAfter: time.Minute}, time.Now, true)
+	te := enginetest.Start(b, b.TempDir(), rollout.Config{StuckAfter: time.Hour, SettleAfter: time.Minute}, time.Now, true)
 	var obs []rollout.Observation
 	for rev := range 3 {
 		for l := range 85 {
 			obs = append(obs, rollout.Observation{
 				Emitter:  rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: fmt.Sprintf("src-042-l%02d", l)},
-				Revision: "main@sha1:" + rollouttest.Hash(fmt.Sprint(rev)), Hash: rollouttest.Hash(fmt.Sprint(rev)),
+				Revision: "main@sha1:" + enginetest.Hash(fmt.Sprint(rev)), Hash: enginetest.Hash(fmt.Sprint(rev)),
 				At: t0.Add(time.Duration(rev)*time.Hour + time.Duration(l)*time.Second), Signal: rollout.SignalSucceeded,
 				Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s",
 			})
@@ -36,7 +36,7 @@ func BenchmarkVerdictSettled(b *testing.B) {
 		b.Fatal(err)
 	}
 	h := routes(te.Engine)
-	url := "/verdict?rev=" + rollouttest.Hash("0")[:10]
+	url := "/verdict?rev=" + enginetest.Hash("0")[:10]
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, url, nil))
 	if w.Code != http.StatusOK || te.Live()[rollout.VerdictApplied] != 1 {

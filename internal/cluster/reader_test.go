@@ -14,31 +14,32 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
-var hashOf = rollouttest.Hash
+var hashOf = enginetest.Hash
 
 func revOf(label string) string { return "main@sha1:" + hashOf(label) }
 
 // run starts an engine and a reader on namespace ns and returns the
 // engine once the reader's caches synced.
-func run(t *testing.T, c *clustertest.Cluster, ns string, engineNow time.Time, mailTo ...string) *rollouttest.Engine {
+func run(t *testing.T, c *clustertest.Cluster, ns string, engineNow time.Time, mailTo ...string) *enginetest.Engine {
 	t.Helper()
 	te := startEngine(t, t.TempDir(), engineNow, mailTo...)
 	startReader(t, c, ns, te)
 	return te
 }
 
-func startEngine(t *testing.T, dir string, now time.Time, mailTo ...string) *rollouttest.Engine {
+func startEngine(t *testing.T, dir string, now time.Time, mailTo ...string) *enginetest.Engine {
 	t.Helper()
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: mailTo, DefaultCluster: "prod"}
-	return rollouttest.Start(t, dir, cfg, func() time.Time { return now }, true)
+	return enginetest.Start(t, dir, cfg, func() time.Time { return now }, true)
 }
 
 // startReader runs a reader until stop or the end of the test.
-func startReader(t *testing.T, c *clustertest.Cluster, ns string, te *rollouttest.Engine) (stop func()) {
+func startReader(t *testing.T, c *clustertest.Cluster, ns string, te *enginetest.Engine) (stop func()) {
 	t.Helper()
 	return startReaderOn(t, c, ns, te)
 }
@@ -84,12 +85,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // verdict waits until the rollout of label has the wanted verdict.
-func verdict(t *testing.T, te *rollouttest.Engine, label string, want rollout.Verdict) *rollout.View {
+func verdict(t *testing.T, te *enginetest.Engine, label string, want rollout.Verdict) *rollout.View {
 	t.Helper()
 	var v *rollout.View
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		v, _ = te.Lookup(rollout.Query{Cluster: "prod", Hash: hashOf(label)})
+		v, _ = te.Lookup(engine.Query{Cluster: "prod", Hash: hashOf(label)})
 		if v != nil && v.Verdict == want {
 			return v
 		}
@@ -122,7 +123,7 @@ type failingFirst struct {
 
 func (f *failingFirst) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
 	if f.n.Add(-1) >= 0 {
-		return fmt.Errorf("%w: no space left on device", rollout.ErrStore)
+		return fmt.Errorf("%w: no space left on device", engine.ErrStore)
 	}
 	return f.Submitter.SubmitAll(ctx, obs)
 }

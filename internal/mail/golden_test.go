@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
 
@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata/go
 // changing a template, and read the diff.
 func TestGolden(t *testing.T) {
 	now := time.Date(2026, 11, 30, 13, 0, 0, 0, time.UTC)
-	qs, err := rollouttest.ExampleMails(t.TempDir(), now)
+	qs, err := enginetest.ExampleMails(t.TempDir(), now)
 	if err != nil {
 		t.Fatal(err)
 	}

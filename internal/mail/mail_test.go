@@ -12,16 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-var hashOf = rollouttest.Hash
+var hashOf = enginetest.Hash
 
 func ob(layer, label string, sec int, sig rollout.Signal, reason, msg string) rollout.Observation {
 	return rollout.Observation{
@@ -57,9 +57,9 @@ func cleanRollout(label string, sec int) []rollout.Observation {
 }
 
 type env struct {
-	te    *rollouttest.Engine
+	te    *enginetest.Engine
 	disp  *mail.Dispatcher
-	clock *rollouttest.Clock
+	clock *enginetest.Clock
 	logs  *syncBuffer
 }
 
@@ -83,7 +83,7 @@ var smtpOptions = smtptest.Options{STARTTLS: true, User: "flux", Password: "s3cr
 func start(t *testing.T, dir string, srv *smtptest.Server) *env {
 	t.Helper()
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"ops@example.com"}}
-	te := rollouttest.Start(t, dir, cfg, func() time.Time { return t0.Add(10 * time.Minute) }, true)
+	te := enginetest.Start(t, dir, cfg, func() time.Time { return t0.Add(10 * time.Minute) }, true)
 	r, err := mail.NewRenderer(templates.FS, "https://fdn.example.com")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func start(t *testing.T, dir string, srv *smtptest.Server) *env {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	c := rollouttest.NewClock(t0.Add(10 * time.Minute))
+	c := enginetest.NewClock(t0.Add(10 * time.Minute))
 	d := mail.NewDispatcher(te.DB, sender, r, slog.New(slog.NewTextHandler(logs, nil)), c.Now, nil)
 	return &env{te: te, disp: d, clock: c, logs: logs}
 }

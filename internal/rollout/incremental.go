@@ -244,16 +244,16 @@ func compareEmitters(a, b Emitter) int {
 	return 0
 }
 
-// verify checks every live view against the reference evaluation at the
+// Verify checks every live view against the reference evaluation at the
 // time it was made, and the folds against the evidence; it panics on a
 // difference, which is a bug (Config.Verify).
-func (e *Engine) verify() {
-	for _, c := range e.clusters {
+func (m *Model) Verify() {
+	for _, c := range m.clusters {
 		for _, r := range c.rollouts {
 			if r.view == nil {
 				continue
 			}
-			if ref := c.evaluate(r, &e.cfg, r.evalAt); !reflect.DeepEqual(r.view, ref) {
+			if ref := c.evaluate(r, &m.cfg, r.evalAt); !reflect.DeepEqual(r.view, ref) {
 				got, _ := json.Marshal(r.view)
 				want, _ := json.Marshal(ref)
 				panic(fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want))

@@ -1,7 +1,6 @@
 package rollout
 
 import (
-	"context"
 	"reflect"
 	"slices"
 	"time"
@@ -22,41 +21,32 @@ import (
 // depend on it is evaluated with and without it; if one would differ, the
 // rollout stays live and is tried again at the next pass.
 
-// Settle runs a settle pass now, as Run does every few seconds.
-func (e *Engine) Settle(ctx context.Context) error {
-	return e.do(ctx, &request{tick: e.settle, done: make(chan error, 1)})
-}
-
-// settle moves every rollout that can no longer change to the archive,
-// for at most settleBudget; what is left waits for the next pass.
-func (e *Engine) settle(c *commit, now time.Time) {
-	from, settled := len(c.removed), len(c.settled)
-	start := e.now()
-	more := false
-	for _, cl := range e.clusters {
+// Settle moves every rollout that can no longer change to the archive,
+// oldest first, until stop says the pass has taken long enough; it returns
+// how many it settled and whether some may be left for the next pass.
+func (m *Model) Settle(c *Change, now time.Time, stop func() bool) (settled int, more bool) {
+	from, before := len(c.Forget), len(c.Settle)
+	for _, cl := range m.clusters {
 		cl.evictCaches(now)
 		// Oldest first, so the outcome does not depend on map order.
 		byFirst := cl.byFirst()
 		for _, r := range byFirst {
-			if more = more || e.now().Sub(start) > settleBudget; more {
+			if more = more || stop(); more {
 				break
 			}
-			if !cl.settles(r, e.cfg.SettleAfter, now) {
+			if !cl.settles(r, m.cfg.SettleAfter, now) {
 				continue
 			}
 			// settleAlone leaves r dropped from the index; retire records
 			// what goes with it.
-			if v, ok := cl.settleAlone(r, byFirst, &e.cfg, now); ok {
-				c.settled = append(c.settled, v)
-				e.retire(c, r)
+			if v, ok := cl.settleAlone(r, byFirst, &m.cfg, now); ok {
+				c.Settle = append(c.Settle, v)
+				m.retire(c, r)
 			}
 		}
 	}
-	e.settleMore.Store(more)
-	e.forgetMails(c.removed[from:])
-	if n := len(c.settled) - settled; n > 0 {
-		e.log.Debug("settling rollouts", "count", n, "more", more)
-	}
+	m.forgetMails(c.Forget[from:])
+	return len(c.Settle) - before, more
 }
 
 // settles reports whether r's verdict is final and r has been quiet long
@@ -213,37 +203,37 @@ func (c *cluster) restore(r *rolloutState) {
 // retire removes r from memory as part of c (drop, when it is still in the
 // index): its evidence is deleted, each of its emitters' floors is raised
 // to it, and its view is unpublished once c is committed.
-func (e *Engine) retire(c *commit, r *rolloutState) {
-	cl := e.clusters[r.key.Cluster]
+func (m *Model) retire(c *Change, r *rolloutState) {
+	cl := m.clusters[r.key.Cluster]
 	for em, ev := range r.ev {
-		c.deletes = append(c.deletes, EvidenceKey{r.key, r.seq, em})
+		c.Deletes = append(c.Deletes, EvidenceKey{r.key, r.seq, em})
 		x := logEntry{ev.First, r.key.Hash}
 		if f, ok := cl.floors[em]; !ok || f.compare(x) < 0 {
 			cl.floors[em] = x
-			if c.floors == nil {
-				c.floors = map[FloorKey]Floor{}
+			if c.Floors == nil {
+				c.Floors = map[FloorKey]Floor{}
 			}
-			c.floors[FloorKey{cl.name, em}] = Floor{First: x.first, Hash: x.hash}
+			c.Floors[FloorKey{cl.name, em}] = Floor{First: x.first, Hash: x.hash}
 		}
 	}
 	cl.drop(r.key.Hash)
-	c.removed = append(c.removed, r.key)
+	c.Forget = append(c.Forget, r.key)
 }
 
 // forgetMails drops the mail keys of rollouts no longer in memory: no
 // evidence can make their mails due again.
-func (e *Engine) forgetMails(gone []Key) {
+func (m *Model) forgetMails(gone []Key) {
 	if len(gone) == 0 {
 		return
 	}
 	forget := make(map[Key]bool, len(gone))
 	for _, k := range gone {
 		forget[k] = true
-		delete(e.stuckMailed, k)
+		delete(m.stuckMailed, k)
 	}
-	for key := range e.mailed {
+	for key := range m.mailed {
 		if mk, err := ParseMailKey(key); err == nil && forget[mk.Rollout] {
-			delete(e.mailed, key)
+			delete(m.mailed, key)
 		}
 	}
 }
@@ -264,27 +254,4 @@ func (c *cluster) beforeFloor(o *Observation, inBatch bool) bool {
 	x := logEntry{o.At, o.Hash}
 	p, live := c.logs[o.Emitter].prev(x)
 	return !live || p.compare(f) < 0
-}
-
-// settledAmong looks up, in one read, which rollouts of the batch that are
-// not in memory are settled.
-func (e *Engine) settledAmong(batch []*request) (map[Key]bool, error) {
-	var keys []Key
-	seen := map[Key]bool{}
-	for _, req := range batch {
-		for i := range req.obs {
-			k := Key{req.obs[i].Cluster, req.obs[i].Hash}
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			if cl := e.clusters[k.Cluster]; cl == nil || cl.rollouts[k.Hash] == nil {
-				keys = append(keys, k)
-			}
-		}
-	}
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	return e.store.SettledAmong(keys)
 }

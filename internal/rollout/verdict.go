@@ -86,6 +86,9 @@ type View struct {
 	Failures     []FailureView `json:"failures"`
 }
 
+// Key names the rollout v is the view of.
+func (v *View) Key() Key { return Key{v.Cluster, v.Hash} }
+
 // LayerView is one expected layer of a rollout.
 type LayerView struct {
 	Name     string     `json:"name"`

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -37,7 +37,7 @@ func TestWatchdog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	c := rollouttest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	c := enginetest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	layers := 3
 	woke := 0
 	reg := prometheus.NewRegistry()
@@ -109,7 +109,7 @@ func TestSilenceAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	c := rollouttest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	c := enginetest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	start := func() *silence.Watchdog {
 		w, err := silence.New(30*time.Minute, func() int { return 3 }, db, []string{"ops@example.com"},
 			nil, slog.New(slog.NewTextHandler(io.Discard, nil)), c.Now, prometheus.NewRegistry())

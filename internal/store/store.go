@@ -56,8 +56,6 @@ type DB struct {
 	wal *wal
 }
 
-var _ rollout.Store = (*DB)(nil)
-
 // compactAbove and compactFree decide when Open rewrites the file: bbolt
 // never shrinks it, so after retention has freed most of a large file the
 // space only comes back by copying the live pages to a new one.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -54,7 +55,7 @@ func TestUpgradeFromSchema1(t *testing.T) {
 			}
 			outbox = len(pending)
 		}
-		e, err := rollout.NewEngine(db, cfg, log, func() time.Time { return now })
+		e, err := engine.New(db, cfg, log, func() time.Time { return now })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,8 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
@@ -37,13 +38,13 @@ func TestSignMatchesFlux(t *testing.T) {
 
 type env struct {
 	url    string
-	engine *rollout.Engine
+	engine *engine.Engine
 	db     *store.DB
 }
 
 func newEnv(t testing.TB, token []byte) *env {
 	t.Helper()
-	te := rollouttest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, true)
+	te := enginetest.Start(t, t.TempDir(), rollout.Config{StuckAfter: time.Hour}, time.Now, true)
 	srv := httptest.NewServer(webhook.New(token, te.Engine, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry()))
 	t.Cleanup(srv.Close)
 	return &env{url: srv.URL, engine: te.Engine, db: te.DB}
@@ -206,7 +207,7 @@ func TestKinds(t *testing.T) {
 	if status, _ := post(t, e.url, []byte(art), signed(token, art)); status != 202 {
 		t.Fatalf("GitRepository: %d", status)
 	}
-	v, err := e.engine.Lookup(rollout.Query{Cluster: "prod", Hash: "731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"})
+	v, err := e.engine.Lookup(engine.Query{Cluster: "prod", Hash: "731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"})
 	if err != nil || v.Subject != "Add web" || v.Verdict != rollout.VerdictApplying {
 		t.Fatalf("source evidence: %+v, %v", v, err)
 	}

@@ -1,6 +1,6 @@
-// Package rollouttest runs a real engine on a real bbolt file for tests of
+// Package enginetest runs a real engine on a real bbolt file for tests of
 // the packages around it.
-package rollouttest
+package enginetest
 
 import (
 	"context"
@@ -11,13 +11,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
+// The store is the engine's.
+var _ engine.Store = (*store.DB)(nil)
+
 // Engine is an engine under test and its store.
 type Engine struct {
-	*rollout.Engine
+	*engine.Engine
 	DB  *store.DB
 	Dir string
 	// Run starts the engine's Run loop (Start does unless told not to).
@@ -38,7 +42,7 @@ func Start(t testing.TB, dir string, cfg rollout.Config, now func() time.Time, r
 	if _, bench := t.(*testing.B); !bench {
 		cfg.Verify = true
 	}
-	e, err := rollout.NewEngine(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
+	e, err := engine.New(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
 	if err != nil {
 		db.Close()
 		t.Fatal(err)

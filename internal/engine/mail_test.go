@@ -1,4 +1,4 @@
-package rollout_test
+package engine_test
 
 import (
 	"context"
@@ -7,8 +7,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
 func mailConfig(to ...string) rollout.Config {
@@ -17,7 +18,7 @@ func mailConfig(to ...string) rollout.Config {
 	return cfg
 }
 
-func submitAll(t *testing.T, te *rollouttest.Engine, times int, obs ...rollout.Observation) {
+func submitAll(t *testing.T, te *enginetest.Engine, times int, obs ...rollout.Observation) {
 	t.Helper()
 	for range times {
 		for _, o := range obs {
@@ -54,7 +55,7 @@ func TestMailsDueOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			te := rollouttest.Start(t, t.TempDir(), mailConfig("ops@example.com"), fixedClock(t0.Add(10*time.Minute)), true)
+			te := enginetest.Start(t, t.TempDir(), mailConfig("ops@example.com"), fixedClock(t0.Add(10*time.Minute)), true)
 			submitAll(t, te, 1, applied0...)
 			submitAll(t, te, 3, tt.obs...) // every event delivered three times
 			if !slices.Equal(onlyR1(t, te), tt.want) {
@@ -65,12 +66,12 @@ func TestMailsDueOnce(t *testing.T) {
 }
 
 // onlyR1 lists the queued mails about R1.
-func onlyR1(t *testing.T, te *rollouttest.Engine) []string { return te.Queued(t, hashOf("R1")) }
+func onlyR1(t *testing.T, te *enginetest.Engine) []string { return te.Queued(t, hashOf("R1")) }
 
 // TestMailRouting: an Alert's mail_to routes a layer's mails to its tenant,
 // who also hears of the rollout as a whole, and not of other layers' failures.
 func TestMailRouting(t *testing.T) {
-	te := rollouttest.Start(t, t.TempDir(), mailConfig("ops@example.com"), fixedClock(t0.Add(10*time.Minute)), true)
+	te := enginetest.Start(t, t.TempDir(), mailConfig("ops@example.com"), fixedClock(t0.Add(10*time.Minute)), true)
 	submitAll(t, te, 1, applied0...)
 	tenant := func(o rollout.Observation) rollout.Observation {
 		o.MailTo = []string{"team-a@example.com"}
@@ -96,13 +97,13 @@ func TestMailRouting(t *testing.T) {
 func TestNoMailTwiceAcrossRestarts(t *testing.T) {
 	dir := t.TempDir()
 	clock := fixedClock(t0.Add(10 * time.Minute))
-	te := rollouttest.Start(t, dir, mailConfig("ops@example.com"), clock, true)
+	te := enginetest.Start(t, dir, mailConfig("ops@example.com"), clock, true)
 	obs := append(append([]rollout.Observation{}, applied0...), succ("infra", "R1", 1), succ("platform", "R1", 5), succ("apps", "R1", 9))
 	submitAll(t, te, 1, obs...)
 	before := onlyR1(t, te)
 	te.Stop()
 
-	te2 := rollouttest.Start(t, dir, mailConfig("ops@example.com", "new@example.com"), clock, true)
+	te2 := enginetest.Start(t, dir, mailConfig("ops@example.com", "new@example.com"), clock, true)
 	submitAll(t, te2, 2, obs...)
 	if got := onlyR1(t, te2); !slices.Equal(got, before) {
 		t.Fatalf("after restart:\n got %q\nwant %q", got, before)
@@ -113,7 +114,7 @@ func TestNoMailTwiceAcrossRestarts(t *testing.T) {
 // mail due, in the engine's own timer.
 func TestStuckMail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		te := rollouttest.Start(t, t.TempDir(), mailConfig("ops@example.com"), time.Now, true)
+		te := enginetest.Start(t, t.TempDir(), mailConfig("ops@example.com"), time.Now, true)
 		woke := make(chan struct{}, 8)
 		te.OnMail(func() { woke <- struct{}{} })
 		base := time.Now().UTC()
@@ -140,14 +141,14 @@ func TestStuckMail(t *testing.T) {
 // configured then, and goes once.
 func TestStuckMailWhenDownAtTheDeadline(t *testing.T) {
 	dir := t.TempDir()
-	te := rollouttest.Start(t, dir, mailConfig("ops@example.com"), fixedClock(t0.Add(time.Minute)), true)
+	te := enginetest.Start(t, dir, mailConfig("ops@example.com"), fixedClock(t0.Add(time.Minute)), true)
 	submitAll(t, te, 1, applied0...)
 	submitAll(t, te, 1, succ("infra", "R1", 1))
 	te.Stop()
 
 	for range 2 { // and a second restart mails nothing more
-		late := rollouttest.Start(t, dir, mailConfig("ops@example.com", "new@example.com"), fixedClock(t0.Add(time.Hour)), true)
-		if v, _ := late.Lookup(rollout.Query{Hash: hashOf("R1")}); v == nil || v.Verdict != rollout.VerdictStuck {
+		late := enginetest.Start(t, dir, mailConfig("ops@example.com", "new@example.com"), fixedClock(t0.Add(time.Hour)), true)
+		if v, _ := late.Lookup(engine.Query{Hash: hashOf("R1")}); v == nil || v.Verdict != rollout.VerdictStuck {
 			t.Fatalf("R1 after restart: %+v", v)
 		}
 		want := []string{"applying ops@example.com", "stuck new@example.com", "stuck ops@example.com"}

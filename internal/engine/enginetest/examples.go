@@ -1,4 +1,4 @@
-package rollouttest
+package enginetest
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -27,7 +28,7 @@ func ExampleMails(dir string, now time.Time) ([]rollout.Queued, error) {
 	// The clock follows the events, so each mail shows the rollout as it
 	// stood when the mail became due.
 	var clock time.Time
-	e, err := rollout.NewEngine(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return clock })
+	e, err := engine.New(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), func() time.Time { return clock })
 	if err != nil {
 		return nil, err
 	}

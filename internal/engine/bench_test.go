@@ -1,4 +1,4 @@
-package rollout_test
+package engine_test
 
 import (
 	"context"
@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
 // benchObservations is what a busy cluster produces: 20 layers moving
@@ -33,7 +34,7 @@ func benchObservations(n int) []rollout.Observation {
 // BenchmarkSubmit measures durable ingest through the engine alone: merge,
 // verdicts, and a bbolt group commit before each acknowledgement.
 func BenchmarkSubmit(b *testing.B) {
-	e := rollouttest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
+	e := enginetest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
 	obs := benchObservations(b.N)
 	var next atomic.Int64
 	b.SetParallelism(32) // notification-controller posts from many goroutines
@@ -73,7 +74,7 @@ func widthObservations(n, width int) []rollout.Observation {
 func BenchmarkSubmitWidth(b *testing.B) {
 	for _, width := range []int{50, 1000} {
 		b.Run(fmt.Sprintf("layers=%d", width), func(b *testing.B) {
-			e := rollouttest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
+			e := enginetest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
 			obs := widthObservations(b.N, width)
 			var next atomic.Int64
 			b.SetParallelism(16) // 32 submitters on 2 cores
@@ -100,7 +101,7 @@ func BenchmarkReload(b *testing.B) {
 	h.stop()
 	b.ResetTimer()
 	for b.Loop() {
-		rollouttest.Start(b, dir, defaultConfig(), fixedClock(t0.Add(time.Hour)), false).Stop()
+		enginetest.Start(b, dir, defaultConfig(), fixedClock(t0.Add(time.Hour)), false).Stop()
 	}
 }
 
@@ -115,7 +116,7 @@ func BenchmarkLookupSettled(b *testing.B) {
 		}
 	}
 	settle(b, h.engine)
-	q := rollout.Query{Hash: hashOf("width-85-7")}
+	q := engine.Query{Hash: hashOf("width-85-7")}
 	if v, err := h.engine.Lookup(q); err != nil || len(v.Layers) != 85 {
 		b.Fatalf("%v %v", v, err)
 	}

@@ -1,4 +1,4 @@
-package rollout_test
+package engine_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
@@ -113,7 +114,7 @@ var mainRunTruth = []expectation{
 func checkTruth(t *testing.T, h *harness, rev map[string]string, truth []expectation) {
 	t.Helper()
 	for _, x := range truth {
-		v, err := h.engine.Lookup(rollout.Query{Hash: rev[x.label]})
+		v, err := h.engine.Lookup(engine.Query{Hash: rev[x.label]})
 		if err != nil {
 			t.Fatalf("%s: %v", x.label, err)
 		}
@@ -157,7 +158,7 @@ func TestFixturesCheckpoints(t *testing.T) {
 	t.Run("prune failed, before the recovery", func(t *testing.T) {
 		h := start(t, t.TempDir(), defaultConfig(), fixedClock(fixtureEnd))
 		h.submit(upTo("prune-failed")...)
-		v, _ := h.engine.Lookup(rollout.Query{Hash: rev["R2"]})
+		v, _ := h.engine.Lookup(engine.Query{Hash: rev["R2"]})
 		if v.Verdict != rollout.VerdictFailed || layerState(v, "apps") != rollout.LayerFailed {
 			t.Fatalf("R2 %s, apps %s", v.Verdict, layerState(v, "apps"))
 		}
@@ -165,13 +166,13 @@ func TestFixturesCheckpoints(t *testing.T) {
 	t.Run("suspended layer, events only: applying, then stuck naming apps", func(t *testing.T) {
 		h := start(t, t.TempDir(), defaultConfig(), fixedClock(fixtureEnd))
 		h.submit(upTo("suspended")...)
-		v, _ := h.engine.Lookup(rollout.Query{Hash: rev["R8"]})
+		v, _ := h.engine.Lookup(engine.Query{Hash: rev["R8"]})
 		if v.Verdict != rollout.VerdictApplying || !slices.Equal(v.Behind, []string{"flux-system/apps"}) {
 			t.Fatalf("R8 %s behind %v", v.Verdict, v.Behind)
 		}
 		h.stop()
 		late := start(t, h.dir, defaultConfig(), fixedClock(fixtureEnd.Add(time.Hour)))
-		v, _ = late.engine.Lookup(rollout.Query{Hash: rev["R8"]})
+		v, _ = late.engine.Lookup(engine.Query{Hash: rev["R8"]})
 		if v.Verdict != rollout.VerdictStuck || v.RootCause != "flux-system/apps" {
 			t.Fatalf("R8 %s root cause %q", v.Verdict, v.RootCause)
 		}
@@ -190,7 +191,7 @@ func TestFixturesCheckpoints(t *testing.T) {
 }
 
 func (h *harness) view8(rev map[string]string) *rollout.View {
-	v, err := h.engine.Lookup(rollout.Query{Hash: rev["R8"]})
+	v, err := h.engine.Lookup(engine.Query{Hash: rev["R8"]})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestFixturesCancelHealthChecks(t *testing.T) {
 }
 
 // snapshotJSON renders every view, for comparing whole states.
-func snapshotJSON(t *testing.T, e *rollout.Engine) string {
+func snapshotJSON(t *testing.T, e *engine.Engine) string {
 	t.Helper()
 	b, err := json.MarshalIndent(e.List("", 1<<20), "", " ")
 	if err != nil {

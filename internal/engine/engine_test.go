@@ -1,4 +1,4 @@
-package rollout_test
+package engine_test
 
 import (
 	"context"
@@ -9,13 +9,14 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-var hashOf = rollouttest.Hash
+var hashOf = enginetest.Hash
 
 func revOf(label string) string { return "main@sha1:" + hashOf(label) }
 
@@ -55,7 +56,7 @@ type harness struct {
 	dir    string
 	cfg    rollout.Config
 	now    func() time.Time
-	engine *rollout.Engine
+	engine *engine.Engine
 	stop   func()
 }
 
@@ -68,7 +69,7 @@ func fixedClock(t time.Time) func() time.Time { return func() time.Time { return
 // start runs an engine on a bbolt file in dir until the test ends or stop.
 func start(t testing.TB, dir string, cfg rollout.Config, now func() time.Time) *harness {
 	t.Helper()
-	te := rollouttest.Start(t, dir, cfg, now, true)
+	te := enginetest.Start(t, dir, cfg, now, true)
 	return &harness{t: t, dir: dir, cfg: cfg, now: now, engine: te.Engine, stop: te.Stop}
 }
 
@@ -83,7 +84,7 @@ func (h *harness) submit(obs ...rollout.Observation) {
 
 func (h *harness) view(label string) *rollout.View {
 	h.t.Helper()
-	v, err := h.engine.Lookup(rollout.Query{Hash: hashOf(label)})
+	v, err := h.engine.Lookup(engine.Query{Hash: hashOf(label)})
 	if err != nil {
 		h.t.Fatalf("Lookup %s: %v", label, err)
 	}
@@ -332,7 +333,7 @@ func TestVerdictRules(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	h := start(t, t.TempDir(), defaultConfig(), fixedClock(t0))
-	if _, err := h.engine.Lookup(rollout.Query{Hash: hashOf("never")}); !errors.Is(err, rollout.ErrNotFound) {
+	if _, err := h.engine.Lookup(engine.Query{Hash: hashOf("never")}); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("unknown revision: %v, want ErrNotFound", err)
 	}
 	oci := rollout.Observation{
@@ -345,19 +346,19 @@ func TestLookup(t *testing.T) {
 	other.Cluster = "staging"
 	h.submit(oci, a, b, other)
 
-	v, err := h.engine.Lookup(rollout.Query{Hash: hashOf("git")})
+	v, err := h.engine.Lookup(engine.Query{Hash: hashOf("git")})
 	if err != nil || v.Hash != oci.Hash {
 		t.Fatalf("lookup by origin revision: %v, %v", v, err)
 	}
-	v, err = h.engine.Lookup(rollout.Query{Hash: hashOf("B")[:7], Prefix: true})
+	v, err = h.engine.Lookup(engine.Query{Hash: hashOf("B")[:7], Prefix: true})
 	if err != nil || v.Hash != hashOf("B") {
 		t.Fatalf("lookup by prefix: %v, %v", v, err)
 	}
-	var amb *rollout.AmbiguousError
-	if _, err := h.engine.Lookup(rollout.Query{Hash: hashOf("A")}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
+	var amb *engine.AmbiguousError
+	if _, err := h.engine.Lookup(engine.Query{Hash: hashOf("A")}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
 		t.Fatalf("same hash on two clusters: %v, want ambiguous", err)
 	}
-	v, err = h.engine.Lookup(rollout.Query{Cluster: "staging", Hash: hashOf("A")})
+	v, err = h.engine.Lookup(engine.Query{Cluster: "staging", Hash: hashOf("A")})
 	if err != nil || v.Cluster != "staging" {
 		t.Fatalf("lookup on one cluster: %v, %v", v, err)
 	}
@@ -401,17 +402,17 @@ func TestGarbageCollection(t *testing.T) {
 	// Three days later: R0 is old and replaced everywhere; R1 is old but
 	// still what every layer runs; Q1 is the current revision of "other".
 	h2 := start(t, dir, cfg, fixedClock(t0.Add(72*time.Hour)))
-	if _, err := h2.engine.Lookup(rollout.Query{Hash: hashOf("R0")}); !errors.Is(err, rollout.ErrNotFound) {
+	if _, err := h2.engine.Lookup(engine.Query{Hash: hashOf("R0")}); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("R0 not collected: %v", err)
 	}
 	for _, label := range []string{"R1", "Q1"} {
-		if _, err := h2.engine.Lookup(rollout.Query{Hash: hashOf(label)}); err != nil {
+		if _, err := h2.engine.Lookup(engine.Query{Hash: hashOf(label)}); err != nil {
 			t.Fatalf("%s, still current, was collected: %v", label, err)
 		}
 	}
 	h2.stop()
 	h3 := start(t, dir, cfg, fixedClock(t0.Add(72*time.Hour)))
-	if _, err := h3.engine.Lookup(rollout.Query{Hash: hashOf("R0")}); !errors.Is(err, rollout.ErrNotFound) {
+	if _, err := h3.engine.Lookup(engine.Query{Hash: hashOf("R0")}); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("R0 came back from the store: %v", err)
 	}
 }
@@ -446,7 +447,7 @@ func TestStuckAtDeadline(t *testing.T) {
 
 		woke := make(chan *rollout.View)
 		go func() {
-			v, _ := h.engine.Wait(context.Background(), rollout.Query{Hash: hashOf("R1")})
+			v, _ := h.engine.Wait(context.Background(), engine.Query{Hash: hashOf("R1")})
 			woke <- v
 		}()
 		time.Sleep(29 * time.Minute)

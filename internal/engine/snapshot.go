@@ -1,4 +1,4 @@
-package rollout
+package engine
 
 import (
 	"context"
@@ -7,13 +7,15 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // ErrNotFound: no rollout matches the query.
 var ErrNotFound = errors.New("revision not seen")
 
 // AmbiguousError: the query matches more than one rollout.
-type AmbiguousError struct{ Matches []Key }
+type AmbiguousError struct{ Matches []rollout.Key }
 
 func (e *AmbiguousError) Error() string {
 	parts := make([]string, len(e.Matches))
@@ -36,19 +38,19 @@ type Query struct {
 // channels that wake long-polling readers when a view changes.
 type snapshot struct {
 	mu      sync.RWMutex
-	views   map[Key]*View
-	watch   map[Key]chan struct{}
+	views   map[rollout.Key]*rollout.View
+	watch   map[rollout.Key]chan struct{}
 	created chan struct{} // closed when a rollout appears
 	ready   atomic.Bool
 }
 
 func newSnapshot() *snapshot {
-	return &snapshot{views: map[Key]*View{}, watch: map[Key]chan struct{}{}, created: make(chan struct{})}
+	return &snapshot{views: map[rollout.Key]*rollout.View{}, watch: map[rollout.Key]chan struct{}{}, created: make(chan struct{})}
 }
 
 func (s *snapshot) setReady(b bool) { s.ready.Store(b) }
 
-func (s *snapshot) publish(views []*View, removed []Key, replace bool) {
+func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace bool) {
 	if len(views) == 0 && len(removed) == 0 && !replace {
 		return
 	}
@@ -59,7 +61,7 @@ func (s *snapshot) publish(views []*View, removed []Key, replace bool) {
 	}
 	appeared := false
 	for _, v := range views {
-		k := Key{v.Cluster, v.Hash}
+		k := v.Key()
 		if _, ok := s.views[k]; !ok {
 			appeared = true
 		}
@@ -86,7 +88,7 @@ func (s *snapshot) publish(views []*View, removed []Key, replace bool) {
 func (e *Engine) Ready() bool { return e.snap.ready.Load() }
 
 // Get returns the view of one rollout, live or settled, or nil.
-func (e *Engine) Get(k Key) *View {
+func (e *Engine) Get(k rollout.Key) *rollout.View {
 	e.snap.mu.RLock()
 	v := e.snap.views[k]
 	e.snap.mu.RUnlock()
@@ -107,7 +109,7 @@ func (e *Engine) Get(k Key) *View {
 const maxMatches = 16
 
 // Lookup finds the one rollout a query names, live or settled.
-func (e *Engine) Lookup(q Query) (*View, error) {
+func (e *Engine) Lookup(q Query) (*rollout.View, error) {
 	e.snap.mu.RLock()
 	own, origin := e.snap.candidates(q)
 	e.snap.mu.RUnlock()
@@ -115,9 +117,9 @@ func (e *Engine) Lookup(q Query) (*View, error) {
 	if err != nil {
 		return nil, err
 	}
-	found := map[Key]*View{}
+	found := map[rollout.Key]*rollout.View{}
 	for _, v := range own {
-		found[Key{v.Cluster, v.Hash}] = v
+		found[v.Key()] = v
 	}
 	for _, k := range ownKeys {
 		if _, ok := found[k]; !ok {
@@ -131,7 +133,7 @@ func (e *Engine) Lookup(q Query) (*View, error) {
 			return nil, err
 		}
 		for _, v := range origin {
-			found[Key{v.Cluster, v.Hash}] = v
+			found[v.Key()] = v
 		}
 		for _, k := range originKeys {
 			if _, ok := found[k]; !ok {
@@ -152,7 +154,7 @@ func (e *Engine) Lookup(q Query) (*View, error) {
 			return v, nil
 		}
 	}
-	keys := make([]Key, 0, len(found))
+	keys := make([]rollout.Key, 0, len(found))
 	for k := range found {
 		keys = append(keys, k)
 	}
@@ -160,7 +162,7 @@ func (e *Engine) Lookup(q Query) (*View, error) {
 	return nil, &AmbiguousError{Matches: keys}
 }
 
-func compareKeys(a, b Key) int {
+func compareKeys(a, b rollout.Key) int {
 	if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
 		return c
 	}
@@ -169,9 +171,9 @@ func compareKeys(a, b Key) int {
 
 // candidates are the live views a query names: by their own hash, and by
 // their origin revision's.
-func (s *snapshot) candidates(q Query) (own, origin []*View) {
+func (s *snapshot) candidates(q Query) (own, origin []*rollout.View) {
 	if !q.Prefix && q.Cluster != "" {
-		if v := s.views[Key{q.Cluster, q.Hash}]; v != nil {
+		if v := s.views[rollout.Key{Cluster: q.Cluster, Hash: q.Hash}]; v != nil {
 			own = append(own, v)
 		}
 	}
@@ -200,7 +202,7 @@ func matches(hash string, q Query) bool {
 // terminal verdict, or when ctx ends with the latest answer. Only live
 // rollouts change, and each change is published to the snapshot, so the
 // wait is on the snapshot's channels.
-func (e *Engine) Wait(ctx context.Context, q Query) (*View, error) {
+func (e *Engine) Wait(ctx context.Context, q Query) (*rollout.View, error) {
 	s := e.snap
 	for {
 		v, err := e.Lookup(q)
@@ -214,7 +216,7 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*View, error) {
 			s.mu.Unlock()
 			return v, nil
 		case err == nil:
-			k := Key{v.Cluster, v.Hash}
+			k := v.Key()
 			if s.views[k] != v {
 				s.mu.Unlock()
 				continue // changed between the lookup and now
@@ -244,9 +246,9 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*View, error) {
 
 // List returns up to limit rollouts, newest first, of one cluster or all:
 // the live ones and, after them in time, the settled ones.
-func (e *Engine) List(cluster string, limit int) []*View {
+func (e *Engine) List(cluster string, limit int) []*rollout.View {
 	e.snap.mu.RLock()
-	out := make([]*View, 0, min(limit, len(e.snap.views)))
+	out := make([]*rollout.View, 0, min(limit, len(e.snap.views)))
 	for k, v := range e.snap.views {
 		if cluster == "" || k.Cluster == cluster {
 			out = append(out, v)
@@ -257,20 +259,20 @@ func (e *Engine) List(cluster string, limit int) []*View {
 	if err != nil {
 		e.log.Error("list settled rollouts", "err", err)
 	}
-	live := make(map[Key]bool, len(out))
+	live := make(map[rollout.Key]bool, len(out))
 	for _, v := range out {
-		live[Key{v.Cluster, v.Hash}] = true
+		live[v.Key()] = true
 	}
 	for _, v := range settled {
-		if !live[Key{v.Cluster, v.Hash}] {
+		if !live[v.Key()] {
 			out = append(out, v)
 		}
 	}
-	slices.SortFunc(out, func(a, b *View) int {
+	slices.SortFunc(out, func(a, b *rollout.View) int {
 		if c := b.FirstSeen.Compare(a.FirstSeen); c != 0 {
 			return c
 		}
-		return compareKeys(Key{a.Cluster, a.Hash}, Key{b.Cluster, b.Hash})
+		return compareKeys(a.Key(), b.Key())
 	})
 	if len(out) > limit {
 		out = out[:limit]
@@ -279,10 +281,10 @@ func (e *Engine) List(cluster string, limit int) []*View {
 }
 
 // Live counts the rollouts in memory, by verdict.
-func (e *Engine) Live() map[Verdict]int {
+func (e *Engine) Live() map[rollout.Verdict]int {
 	e.snap.mu.RLock()
 	defer e.snap.mu.RUnlock()
-	out := map[Verdict]int{}
+	out := map[rollout.Verdict]int{}
 	for _, v := range e.snap.views {
 		out[v.Verdict]++
 	}

@@ -1,4 +1,4 @@
-package rollout_test
+package engine_test
 
 import (
 	"slices"

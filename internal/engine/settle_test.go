@@ -1,4 +1,4 @@
-package rollout_test
+package engine_test
 
 import (
 	"context"
@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout/rollouttest"
 )
 
 // movingClock is Flux's time as a stream replays: the latest evidence seen
@@ -40,7 +41,7 @@ func settleConfig(after time.Duration) rollout.Config {
 // rollout live, as before settling existed.
 const never = 100000 * time.Hour
 
-func settle(t testing.TB, e *rollout.Engine) {
+func settle(t testing.TB, e *engine.Engine) {
 	t.Helper()
 	if err := e.Settle(context.Background()); err != nil {
 		t.Fatalf("Settle: %v", err)
@@ -134,7 +135,7 @@ func revisitedHashes(obs []rollout.Observation) map[string]bool {
 // revisit refreshes (last evidence, the latest mark of each layer) blanked
 // for revisited revisions: their verdicts, layers' states and failures
 // must still be equal.
-func comparable(t *testing.T, e *rollout.Engine, revisited map[string]bool) string {
+func comparable(t *testing.T, e *engine.Engine, revisited map[string]bool) string {
 	t.Helper()
 	views := e.List("", 1<<20)
 	for i, v := range views {
@@ -247,17 +248,17 @@ func TestSettledLookups(t *testing.T) {
 	if live := h.engine.Live(); sum(live) != 2 {
 		t.Fatalf("live %v, want the current revision of each cluster", live)
 	}
-	if v, err := h.engine.Lookup(rollout.Query{Hash: hashOf("gitA")}); err != nil || v.Hash != a.Hash {
+	if v, err := h.engine.Lookup(engine.Query{Hash: hashOf("gitA")}); err != nil || v.Hash != a.Hash {
 		t.Fatalf("settled, by origin revision: %v, %v", v, err)
 	}
-	if v, err := h.engine.Lookup(rollout.Query{Hash: hashOf("B")[:8], Prefix: true}); err != nil || v.Hash != b.Hash || v.Verdict != rollout.VerdictApplied {
+	if v, err := h.engine.Lookup(engine.Query{Hash: hashOf("B")[:8], Prefix: true}); err != nil || v.Hash != b.Hash || v.Verdict != rollout.VerdictApplied {
 		t.Fatalf("settled, by prefix: %v, %v", v, err)
 	}
-	var amb *rollout.AmbiguousError
-	if _, err := h.engine.Lookup(rollout.Query{Hash: a.Hash}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
+	var amb *engine.AmbiguousError
+	if _, err := h.engine.Lookup(engine.Query{Hash: a.Hash}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
 		t.Fatalf("one hash settled on two clusters: %v, want ambiguous", err)
 	}
-	if v, err := h.engine.Lookup(rollout.Query{Hash: a.Hash, Cluster: "staging"}); err != nil || v.Cluster != "staging" {
+	if v, err := h.engine.Lookup(engine.Query{Hash: a.Hash, Cluster: "staging"}); err != nil || v.Cluster != "staging" {
 		t.Fatalf("settled on one cluster: %v, %v", v, err)
 	}
 	if v := h.engine.Get(rollout.Key{Cluster: "default", Hash: a.Hash}); v == nil || v.Verdict != rollout.VerdictApplied {
@@ -267,7 +268,7 @@ func TestSettledLookups(t *testing.T) {
 	// return before that, on the settled verdict.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if v, err := h.engine.Wait(ctx, rollout.Query{Hash: hashOf("gitB")}); err != nil || v.Hash != b.Hash || ctx.Err() != nil {
+	if v, err := h.engine.Wait(ctx, engine.Query{Hash: hashOf("gitB")}); err != nil || v.Hash != b.Hash || ctx.Err() != nil {
 		t.Fatalf("Wait on a settled rollout: %v, %v (context: %v)", v, err, ctx.Err())
 	}
 }
@@ -280,7 +281,7 @@ func TestSettledLookups(t *testing.T) {
 func TestEvidenceAboutSettledHistoryIsIgnored(t *testing.T) {
 	cfg := settleConfig(time.Minute)
 	cfg.MailTo = []string{"dev@example.com"}
-	te := rollouttest.Start(t, t.TempDir(), cfg, fixedClock(t0.Add(10*time.Hour)), true)
+	te := enginetest.Start(t, t.TempDir(), cfg, fixedClock(t0.Add(10*time.Hour)), true)
 	submit := func(obs ...rollout.Observation) {
 		t.Helper()
 		for _, o := range obs {
@@ -311,13 +312,13 @@ func TestEvidenceAboutSettledHistoryIsIgnored(t *testing.T) {
 	if got := te.Stats().Ignored.Load() - ignored; got != 3 {
 		t.Fatalf("%d observations ignored, want 3", got)
 	}
-	if _, err := te.Lookup(rollout.Query{Hash: hashOf("MID")}); !errors.Is(err, rollout.ErrNotFound) {
+	if _, err := te.Lookup(engine.Query{Hash: hashOf("MID")}); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("a rollout was made after settled history, without its predecessor: %v", err)
 	}
 	if v := te.Get(rollout.Key{Cluster: "default", Hash: hashOf("R1")}); v.Verdict != rollout.VerdictApplied || len(v.Failures) != 0 {
 		t.Fatalf("settled R1 changed: %s %+v", v.Verdict, v.Failures)
 	}
-	if _, err := te.Lookup(rollout.Query{Hash: hashOf("OLD")}); !errors.Is(err, rollout.ErrNotFound) {
+	if _, err := te.Lookup(engine.Query{Hash: hashOf("OLD")}); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("a rollout was made of settled history: %v", err)
 	}
 	if got := te.Queued(t, hashOf("R1")); !slices.Equal(got, mails) {

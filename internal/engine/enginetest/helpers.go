@@ -1,4 +1,4 @@
-package rollouttest
+package enginetest
 
 import (
 	"crypto/sha1"

@@ -1,0 +1,451 @@
+// Package engine runs the rollout model as a service: it applies
+// observations in group commits, stores each step before acknowledging it,
+// publishes the views readers see, and runs the model's clock (deadlines,
+// settling, retention).
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Store keeps evidence and the mail outbox durably. Commit is one
+// transaction: all or nothing.
+type Store interface {
+	rollout.Loader
+	Commit(b *rollout.Batch) error
+	Archive
+}
+
+// Archive holds the settled rollouts: final views, read when asked for.
+type Archive interface {
+	// Settled returns the view of a settled rollout, or nil.
+	Settled(k rollout.Key) (*rollout.View, error)
+	// SettledAmong reports which of keys are settled.
+	SettledAmong(keys []rollout.Key) (map[rollout.Key]bool, error)
+	// SettledKeys returns up to limit settled rollouts whose hash (with
+	// origin: whose origin revision's hash) is hash, or with prefix starts
+	// with it, on cluster unless it is "".
+	SettledKeys(hash string, prefix, origin bool, cluster string, limit int) ([]rollout.Key, error)
+	// ListSettled returns at least limit settled rollouts, when there are,
+	// newest first by first evidence, and all that began with the last.
+	ListSettled(cluster string, limit int) ([]*rollout.View, error)
+}
+
+// ErrStore is returned by Submit when the observation could not be stored;
+// the sender should retry.
+var ErrStore = errors.New("storing failed")
+
+// ErrStopped is returned by Submit once the engine has stopped.
+var ErrStopped = errors.New("engine stopped")
+
+// gcEvery is how often rollouts past retention are looked for.
+const gcEvery = time.Hour
+
+// settleEvery is how often rollouts that can no longer change are looked
+// for. The pass is linear in the live set, which is small.
+const settleEvery = 10 * time.Second
+
+// settleBudget bounds the time of one settle pass: a backlog (a burst of
+// old rollouts, the first start after an upgrade) is settled in slices
+// settleSoon apart, between batches, instead of holding them up.
+const (
+	settleBudget = 2 * time.Millisecond
+	settleSoon   = 20 * time.Millisecond
+)
+
+// Engine owns the model. Observations are applied in batches by a leader:
+// the submitter that finds no batch under way takes every queued request,
+// applies them together, commits the step in one store transaction (group
+// commit), and only then answers them all. An acknowledged observation is
+// therefore durable, and readers see only committed state. Leading in the
+// submitter's own goroutine keeps the commit path free of hand-offs to
+// other goroutines, each of which would wait its turn on a busy scheduler.
+type Engine struct {
+	store Store
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu      sync.Mutex // guards queue, leading and closed
+	idle    *sync.Cond // signalled when leadership ends
+	queue   []*request
+	leading bool
+	closed  bool
+
+	// Owned by the leader.
+	model  *rollout.Model
+	broken bool // the model could not be restored from the store after a failed commit
+
+	nextDue    atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
+	settleMore atomic.Bool   // the last settle pass ran out of time
+	rearm      chan struct{} // tells Run an earlier deadline was armed
+	notify     func()        // told when mails were enqueued
+	onTerm     func(v *rollout.View)
+
+	snap  *snapshot
+	stats Stats
+}
+
+// Stats counts what the engine did, for metrics and tests.
+type Stats struct {
+	Observations atomic.Int64 // submitted and committed
+	Learned      atomic.Int64 // of those, ones that changed evidence
+	Commits      atomic.Int64
+	CommitErrors atomic.Int64
+	Settled      atomic.Int64 // rollouts settled
+	Ignored      atomic.Int64 // observations about settled history
+}
+
+// request is observations to apply, or a step of the model's clock for the
+// leader to run.
+type request struct {
+	obs  []rollout.Observation // applied in one batch, seen together
+	tick func(c *rollout.Change, now time.Time)
+	done chan error
+}
+
+// New loads the stored state into a model and publishes a view of every
+// rollout.
+func New(store Store, cfg rollout.Config, log *slog.Logger, now func() time.Time) (*Engine, error) {
+	model, err := rollout.NewModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		store: store, log: log, now: now, model: model,
+		rearm: make(chan struct{}, 1),
+		snap:  newSnapshot(),
+	}
+	e.idle = sync.NewCond(&e.mu)
+	if err := e.load(); err != nil {
+		return nil, err
+	}
+	// Collect garbage and settle before serving; a failure is logged and
+	// retried by Run.
+	c := &rollout.Change{}
+	t := now()
+	e.collectGarbage(c, t)
+	e.settle(c, t)
+	_ = e.write(c)
+	return e, nil
+}
+
+// OnMail sets a function called after a commit that enqueued mails (the
+// outbox dispatcher's wake-up). Call it before Run.
+func (e *Engine) OnMail(f func()) { e.notify = f }
+
+// OnTerminal sets a function called, after the commit, for each rollout
+// whose verdict just turned terminal (metrics). Call it before Run.
+func (e *Engine) OnTerminal(f func(v *rollout.View)) { e.onTerm = f }
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() *Stats { return &e.stats }
+
+// Submit hands an observation to the engine and returns once it is stored
+// (nil), could not be stored (ErrStore), or ctx ended first.
+func (e *Engine) Submit(ctx context.Context, o rollout.Observation) error {
+	return e.SubmitAll(ctx, []rollout.Observation{o})
+}
+
+// SubmitAll stores observations that belong together in one batch: no
+// reader ever sees some of them without the others. The cluster reader
+// uses it for the membership marks of all layers of a source, so that a
+// rollout is never judged on part of its expected layers.
+func (e *Engine) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
+	if len(obs) == 0 {
+		return nil
+	}
+	for i := range obs {
+		// Normalise reads only the configuration, which never changes.
+		if err := e.model.Normalise(&obs[i]); err != nil {
+			return err
+		}
+	}
+	return e.do(ctx, &request{obs: obs, done: make(chan error, 1)})
+}
+
+// Settle runs a settle pass now, as Run does every few seconds.
+func (e *Engine) Settle(ctx context.Context) error {
+	return e.do(ctx, &request{tick: e.settle, done: make(chan error, 1)})
+}
+
+// do queues a request, leads the batch when none is under way, and waits
+// for the request's answer.
+func (e *Engine) do(ctx context.Context, req *request) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrStopped
+	}
+	e.queue = append(e.queue, req)
+	lead := !e.leading
+	e.leading = true
+	e.mu.Unlock()
+	if lead {
+		e.lead()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lead processes batches in the caller's goroutine while requests keep
+// arriving, for at most leadRounds batches; then, if more are queued, it
+// passes leadership to a new goroutine, so that the caller's own client is
+// not kept waiting behind other batches for long. Staying leader for a few
+// rounds spares the commit path a hand-off to a goroutine that would wait
+// its turn on a busy scheduler.
+func (e *Engine) lead() {
+	defer func() {
+		// A panic (a bug; Verify's check) must not leave leadership taken:
+		// Run, and the shutdown waiting on it, would wait forever.
+		if p := recover(); p != nil {
+			e.mu.Lock()
+			e.leading, e.closed = false, true
+			e.idle.Broadcast()
+			e.mu.Unlock()
+			panic(p)
+		}
+	}()
+	for round := 0; ; round++ {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.leading = false
+			e.idle.Broadcast()
+			e.mu.Unlock()
+			return
+		}
+		if round == leadRounds {
+			e.mu.Unlock()
+			go e.lead()
+			return
+		}
+		n := min(len(e.queue), maxBatch)
+		batch := make([]*request, n)
+		copy(batch, e.queue)
+		e.queue = append(e.queue[:0], e.queue[n:]...)
+		e.mu.Unlock()
+		e.process(batch)
+	}
+}
+
+// leadRounds bounds how many batches one submitter leads.
+const leadRounds = 4
+
+// Run marks the engine ready and runs the model's clock until ctx ends:
+// rollouts turn stuck at their deadline, settle, and are garbage-collected.
+// When it returns, queued requests have been answered and new ones are
+// refused.
+func (e *Engine) Run(ctx context.Context) error {
+	e.snap.setReady(true)
+	defer func() {
+		e.snap.setReady(false)
+		e.mu.Lock()
+		e.closed = true
+		for e.leading {
+			e.idle.Wait()
+		}
+		e.mu.Unlock()
+	}()
+	gc := time.NewTicker(gcEvery)
+	defer gc.Stop()
+	settle := time.NewTimer(e.untilSettle())
+	defer settle.Stop()
+	timer := time.NewTimer(e.untilDue())
+	defer timer.Stop()
+	tick := func(f func(*rollout.Change, time.Time), what string) {
+		if err := e.do(ctx, &request{tick: f, done: make(chan error, 1)}); err != nil && ctx.Err() == nil {
+			e.log.Warn(what, "err", err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.rearm:
+		case <-timer.C:
+			tick(e.model.Expire, "turn rollouts stuck")
+		case <-gc.C:
+			tick(e.collectGarbage, "garbage-collect rollouts")
+		case <-settle.C:
+			tick(e.settle, "settle rollouts")
+			settle.Reset(e.untilSettle())
+		}
+		timer.Reset(e.untilDue())
+	}
+}
+
+// untilSettle is how long until the next settle pass: soon when the last
+// one ran out of time.
+func (e *Engine) untilSettle() time.Duration {
+	if e.settleMore.Load() {
+		return settleSoon
+	}
+	return settleEvery
+}
+
+// untilDue is how long until the earliest deadline, at most an hour.
+func (e *Engine) untilDue() time.Duration {
+	n := e.nextDue.Load()
+	if n == 0 {
+		return time.Hour
+	}
+	return min(max(time.Unix(0, n).Sub(e.now()), 0), time.Hour)
+}
+
+// maxBatch bounds one group commit: large enough to amortise the fsync,
+// small enough to keep the latency of the first request in it low.
+const maxBatch = 1024
+
+// process applies a batch to the model, runs its clock steps, commits the
+// whole step in one transaction and answers every request in it.
+func (e *Engine) process(batch []*request) {
+	if e.broken {
+		if err := e.load(); err != nil {
+			e.answer(batch, fmt.Errorf("%w: %v", ErrStore, err))
+			return
+		}
+	}
+	now := e.now()
+	var obs [][]rollout.Observation
+	for _, req := range batch {
+		if len(req.obs) > 0 {
+			obs = append(obs, req.obs)
+		}
+	}
+	c := &rollout.Change{}
+	if len(obs) > 0 {
+		var settled map[rollout.Key]bool
+		if keys := e.model.Unknown(obs); len(keys) > 0 {
+			var err error
+			if settled, err = e.store.SettledAmong(keys); err != nil {
+				e.answer(batch, fmt.Errorf("%w: %v", ErrStore, err))
+				return
+			}
+		}
+		learned, ignored := e.model.Apply(c, obs, settled, now)
+		e.stats.Learned.Add(int64(learned))
+		e.stats.Ignored.Add(int64(ignored))
+	}
+	for _, req := range batch {
+		if req.tick != nil {
+			req.tick(c, now)
+		}
+	}
+	if e.model.Verifying() {
+		e.model.Verify()
+	}
+	e.answer(batch, e.write(c))
+}
+
+// write commits c and publishes what it decided; on failure it restores
+// the model from the store, so that nothing unstored is ever acknowledged.
+func (e *Engine) write(c *rollout.Change) error {
+	if !c.Empty() {
+		c.At = e.now()
+		if err := e.store.Commit(&c.Batch); err != nil {
+			e.stats.CommitErrors.Add(1)
+			e.log.Error("commit observations", "err", err)
+			if lerr := e.load(); lerr != nil {
+				e.log.Error("restore state from store", "err", lerr)
+			}
+			return fmt.Errorf("%w: %v", ErrStore, err)
+		}
+		e.stats.Commits.Add(1)
+		e.stats.Settled.Add(int64(len(c.Settle)))
+	}
+	for _, ch := range c.Verdicts {
+		from := "none"
+		if !ch.New {
+			from = ch.From.String()
+		}
+		e.log.Info("rollout verdict", "cluster", ch.View.Cluster, "revision", ch.View.Revision,
+			"verdict", ch.View.Verdict.String(), "from", from, "summary", ch.View.Summary)
+		if e.onTerm != nil && ch.View.Terminal && (ch.New || !ch.From.Terminal()) {
+			e.onTerm(ch.View)
+		}
+	}
+	e.snap.publish(c.Views, c.Forget, false)
+	e.armDeadline()
+	if len(c.Mails) > 0 && e.notify != nil {
+		e.notify()
+	}
+	return nil
+}
+
+func (e *Engine) answer(batch []*request, err error) {
+	n := 0
+	for _, req := range batch {
+		n += len(req.obs)
+		req.done <- err
+	}
+	if err == nil {
+		e.stats.Observations.Add(int64(n))
+	}
+}
+
+// armDeadline tells Run when the next rollout may turn stuck.
+func (e *Engine) armDeadline() {
+	var next int64
+	if t := e.model.NextDeadline(); !t.IsZero() {
+		next = t.UnixNano()
+	}
+	if old := e.nextDue.Swap(next); next != 0 && (old == 0 || next < old) {
+		select {
+		case e.rearm <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// load rebuilds the model from the store and publishes every view.
+func (e *Engine) load() error {
+	e.broken = true // until the load below succeeds
+	c, err := e.model.Load(e.store, e.now())
+	if err != nil {
+		return err
+	}
+	e.broken = false
+	if e.model.Verifying() {
+		e.model.Verify()
+	}
+	e.snap.publish(c.Views, nil, true)
+	e.armDeadline()
+	if len(c.Mails) > 0 {
+		// Stuck mails that came due while no commit could decide them.
+		if err := e.store.Commit(&rollout.Batch{Mails: c.Mails, At: e.now()}); err != nil {
+			e.model.Unmail(c.Mails) // decided again at the next evaluation
+			e.log.Error("enqueue stuck mails", "err", err)
+		} else if e.notify != nil {
+			e.notify()
+		}
+	}
+	return nil
+}
+
+// settle runs one settle pass of the model, for at most settleBudget.
+func (e *Engine) settle(c *rollout.Change, now time.Time) {
+	start := e.now()
+	n, more := e.model.Settle(c, now, func() bool { return e.now().Sub(start) > settleBudget })
+	e.settleMore.Store(more)
+	if n > 0 {
+		e.log.Debug("settling rollouts", "count", n, "more", more)
+	}
+}
+
+// collectGarbage runs the model's retention.
+func (e *Engine) collectGarbage(c *rollout.Change, now time.Time) {
+	if n := e.model.CollectGarbage(c, now); n > 0 {
+		e.log.Info("garbage-collecting rollouts", "count", n, "retention", e.model.Retention().String())
+	}
+}

@@ -1,0 +1,441 @@
+package rollout
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the model's part of the service configuration.
+type Config struct {
+	// Layers are expected in every rollout of every cluster (--layers).
+	Layers []Emitter
+	// StuckAfter is how long a rollout may take from its first evidence.
+	StuckAfter time.Duration
+	// Retention is how long a rollout is kept after its last evidence.
+	Retention time.Duration
+	// DefaultCluster names the cluster of events without metadata.cluster.
+	DefaultCluster string
+	// MailTo receive every mail (--mail-to); Alerts add recipients per layer.
+	MailTo []string
+	// SettleAfter is how long a terminal rollout whose emitters all moved
+	// on must stay quiet before it is settled: compacted into its final
+	// view on disk, its evidence dropped. It covers late deliveries
+	// (notification-controller retries within its Provider timeout, 15 s
+	// by default). Zero means DefaultSettleAfter.
+	SettleAfter time.Duration
+	// Verify checks, after every batch, each live view against a fresh
+	// evaluation and panics on a difference (tests: incremental.go).
+	Verify bool
+}
+
+// DefaultSettleAfter is the SettleAfter used when none is set.
+const DefaultSettleAfter = time.Hour
+
+// Batch is one transaction's worth of changes for the store.
+type Batch struct {
+	Puts    map[EvidenceKey]*Evidence
+	Deletes []EvidenceKey
+	Forget  []Key  // rollouts collected or settled: the keys of their mails go too
+	Mails   []Mail // mails made due, for the outbox
+	// Settle are the final views of rollouts that can no longer change;
+	// their evidence is in Deletes.
+	Settle []*View
+	// Floors are the emitters' floors the settled rollouts raised.
+	Floors map[FloorKey]Floor
+	// PurgeBefore, when set, drops settled rollouts whose last evidence is
+	// older (retention).
+	PurgeBefore time.Time
+	At          time.Time
+}
+
+// Empty reports whether b has nothing to store.
+func (b *Batch) Empty() bool {
+	return len(b.Puts) == 0 && len(b.Deletes) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && b.PurgeBefore.IsZero()
+}
+
+// FloorKey names one emitter of one cluster.
+type FloorKey struct {
+	Cluster string
+	Emitter Emitter
+}
+
+// Floor is the newest entry of an emitter's log that was settled (its first
+// evidence and hash). Evidence for a revision new to the emitter whose
+// predecessor in the log would be settled (it is older than the floor, or
+// between the floor and the next live entry) is about history that no
+// longer exists, so it is ignored.
+type Floor struct {
+	First time.Time
+	Hash  string
+}
+
+// Change is what one step of the model decided: the Batch to store, and,
+// once it is stored, the views to publish (Forget: to unpublish) and the
+// verdict changes to report. Until it is stored, the model already holds
+// it: a failed commit must be undone by loading the model again.
+type Change struct {
+	Batch
+	Views    []*View
+	Verdicts []VerdictChange
+}
+
+// VerdictChange is a rollout that appeared (New) or whose verdict changed.
+type VerdictChange struct {
+	View *View
+	From Verdict // unless New
+	New  bool
+}
+
+// Loader reads the stored state: evidence for every record of a live
+// rollout, mailed for the key of every mail enqueued for one (pending,
+// sent or dead), and floor for every emitter's floor.
+type Loader interface {
+	Load(evidence func(EvidenceKey, *Evidence) error, mailed func(key string), floor func(FloorKey, Floor)) error
+}
+
+// Model holds every live rollout and decides on it: evidence merged in,
+// views evaluated, mails made due, deadlines, settling and retention. It
+// does no I/O but Load and is not safe for concurrent use: one owner (the
+// engine's leader) applies each step and stores its Change.
+type Model struct {
+	cfg      Config
+	clusters map[string]*cluster
+	due      deadlines
+	loading  bool // rebuilding from the store: nothing new is happening
+	nextSeq  uint64
+
+	mailed map[string]struct{} // keys of every mail enqueued: each goes out once
+	// stuckMailed: rollouts whose stuck mail was enqueued, to anyone (load).
+	stuckMailed map[Key]bool
+}
+
+// NewModel checks cfg and returns an empty model; Load fills it.
+func NewModel(cfg Config) (*Model, error) {
+	if cfg.StuckAfter <= 0 {
+		return nil, errors.New("stuck-after must be positive")
+	}
+	if cfg.DefaultCluster == "" {
+		cfg.DefaultCluster = "default"
+	}
+	if cfg.SettleAfter <= 0 {
+		cfg.SettleAfter = DefaultSettleAfter
+	}
+	m := &Model{cfg: cfg}
+	m.reset()
+	return m, nil
+}
+
+func (m *Model) reset() {
+	m.clusters = map[string]*cluster{}
+	m.due = nil
+	m.nextSeq = 1
+	m.mailed = map[string]struct{}{}
+	m.stuckMailed = map[Key]bool{}
+}
+
+// Verifying reports whether Config.Verify is on.
+func (m *Model) Verifying() bool { return m.cfg.Verify }
+
+// Normalise checks an observation before it is queued and bounds its
+// sizes, so that what is stored is what is judged.
+func (m *Model) Normalise(o *Observation) error {
+	if o.Cluster == "" {
+		o.Cluster = m.cfg.DefaultCluster
+	}
+	switch {
+	case o.Hash == "" || o.Revision == "":
+		return errors.New("observation without revision")
+	case o.Emitter.Kind == "" || o.Emitter.Namespace == "" || o.Emitter.Name == "":
+		return errors.New("observation without emitter")
+	case o.At.IsZero():
+		return errors.New("observation without time")
+	case o.Signal == 0 || o.Signal > SignalSuspended:
+		return fmt.Errorf("observation with invalid signal %d", o.Signal)
+	}
+	o.At = o.At.UTC()
+	o.Message = truncate(o.Message, maxMessage)
+	for i := range o.Objects {
+		o.Objects[i].Error = truncate(o.Objects[i].Error, maxMessage/4)
+	}
+	return nil
+}
+
+// Load replaces the model's state with the stored one and evaluates every
+// rollout. The Change holds every view (to publish in place of all others)
+// and the stuck mails that came due while no commit could decide them; if
+// storing those fails, Unmail them.
+func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
+	m.reset()
+	err := s.Load(func(ek EvidenceKey, ev *Evidence) error {
+		c := m.cluster(ek.Cluster)
+		c.rollout(ek.Hash, ek.Seq)
+		c.set(ek.Hash, ek.Emitter, ev, nil)
+		m.nextSeq = max(m.nextSeq, ek.Seq+1)
+		return nil
+	}, func(key string) { m.mailed[key] = struct{}{} }, func(fk FloorKey, f Floor) {
+		m.cluster(fk.Cluster).floors[fk.Emitter] = logEntry{f.First, f.Hash}
+	})
+	if err != nil {
+		m.reset()
+		return nil, fmt.Errorf("load state: %w", err)
+	}
+	all := dirtySet{}
+	for _, c := range m.clusters {
+		for _, r := range c.rollouts {
+			all.full(r)
+		}
+	}
+	for key := range m.mailed {
+		if mk, err := ParseMailKey(key); err == nil && mk.Kind == MailStuck {
+			m.stuckMailed[mk.Rollout] = true
+		}
+	}
+	c := &Change{}
+	m.loading = true
+	m.recompute(c, all, now)
+	m.loading = false
+	return c, nil
+}
+
+// Unmail forgets that mails were enqueued, when storing them failed: the
+// next evaluation that makes them due enqueues them again.
+func (m *Model) Unmail(mails []Mail) {
+	for _, ml := range mails {
+		delete(m.mailed, ml.Key)
+	}
+}
+
+// Unknown lists the rollouts that observations name and memory does not
+// hold: the ones Apply must be told whether the archive has settled.
+func (m *Model) Unknown(batches [][]Observation) []Key {
+	var keys []Key
+	seen := map[Key]bool{}
+	for _, obs := range batches {
+		for i := range obs {
+			k := Key{obs[i].Cluster, obs[i].Hash}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if cl := m.clusters[k.Cluster]; cl == nil || cl.rollouts[k.Hash] == nil {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// Apply merges normalised observations into c's state and evaluates the
+// rollouts they change. Observations about settled rollouts (settled, from
+// the archive) or settled history (beforeFloor) are ignored. It returns
+// how many evidence records changed and how many observations were ignored.
+func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, now time.Time) (learned, ignored int) {
+	if c.Puts == nil {
+		c.Puts = make(map[EvidenceKey]*Evidence)
+	}
+	// Emitters that have evidence on a rollout in this batch, by rollout.
+	inBatch := map[Key]map[Emitter]bool{}
+	for _, obs := range batches {
+		for i := range obs {
+			o := &obs[i]
+			k := Key{o.Cluster, o.Hash}
+			if settled[k] {
+				ignored++
+				continue
+			}
+			cl := m.cluster(o.Cluster)
+			if cl.beforeFloor(o, inBatch[k][o.Emitter]) {
+				ignored++
+				continue
+			}
+			if inBatch[k] == nil {
+				inBatch[k] = map[Emitter]bool{}
+			}
+			inBatch[k][o.Emitter] = true
+			r := cl.rollout(o.Hash, m.nextSeq)
+			if r.seq == m.nextSeq {
+				m.nextSeq++
+			}
+			ek := EvidenceKey{r.key, r.seq, o.Emitter}
+			ev, pending := c.Puts[ek]
+			if !pending {
+				ev = r.ev[o.Emitter].clone()
+			}
+			if ev.merge(*o) && !pending {
+				c.Puts[ek] = ev
+			}
+		}
+	}
+	if len(c.Puts) == 0 {
+		return 0, ignored
+	}
+	// Installed before evaluating, so the views (and the mails they make
+	// due) are computed from the state being committed.
+	dirty := dirtySet{}
+	visible := map[*rolloutState]bool{}
+	for ek, ev := range c.Puts {
+		cl := m.clusters[ek.Cluster]
+		if cl.set(ek.Hash, ek.Emitter, ev, dirty) {
+			visible[cl.rollouts[ek.Hash]] = true
+		}
+	}
+	// Once every entry of the batch is in the logs: the rollouts that read
+	// a changed one as their predecessor.
+	for r := range visible {
+		dirty.successors(r)
+	}
+	m.recompute(c, dirty, now)
+	return len(c.Puts), ignored
+}
+
+func (m *Model) cluster(name string) *cluster {
+	c := m.clusters[name]
+	if c == nil {
+		c = newCluster(name)
+		m.clusters[name] = c
+	}
+	return c
+}
+
+// recompute evaluates the given rollouts, records their views, verdict
+// changes and due mails in c, and arms the deadline of every rollout that
+// started applying.
+func (m *Model) recompute(c *Change, dirty dirtySet, now time.Time) {
+	for r, d := range dirty {
+		cl := m.clusters[r.key.Cluster]
+		if cl == nil || cl.rollouts[r.key.Hash] != r {
+			continue
+		}
+		// Every recomputed view is republished: comparing it with the old
+		// one would cost more than waking the few readers waiting on it.
+		v := cl.evaluateIn(r, d, &m.cfg, now)
+		old := r.view
+		r.view, r.evalAt = v, now
+		c.Views = append(c.Views, v)
+		if v.Verdict == VerdictApplying && (old == nil || old.Verdict != VerdictApplying || !old.Deadline.Equal(v.Deadline)) {
+			heap.Push(&m.due, deadline{v.Deadline, r.key})
+		}
+		for _, ml := range dueMails(v, m.cfg.MailTo, r.routes) {
+			// Mails evidence makes due were decided when the evidence was
+			// committed, so a reload decides none of them: new configuration
+			// never mails old rollouts. The stuck mail is made due by the
+			// clock alone; if the deadline passed while the service was down
+			// (or its commit failed), the reload is the first to see it.
+			if m.loading && (ml.Kind != MailStuck || m.stuckMailed[r.key]) {
+				continue
+			}
+			if _, ok := m.mailed[ml.Key]; !ok {
+				m.mailed[ml.Key] = struct{}{}
+				c.Mails = append(c.Mails, ml)
+			}
+		}
+		switch {
+		case old == nil && !m.loading:
+			c.Verdicts = append(c.Verdicts, VerdictChange{View: v, New: true})
+		case old != nil && old.Verdict != v.Verdict:
+			c.Verdicts = append(c.Verdicts, VerdictChange{View: v, From: old.Verdict})
+		}
+	}
+}
+
+// NextDeadline is when the earliest rollout still applying may turn
+// stuck, or zero.
+func (m *Model) NextDeadline() time.Time {
+	if len(m.due) == 0 {
+		return time.Time{}
+	}
+	return m.due[0].at
+}
+
+// Expire re-evaluates the rollouts whose deadline has passed.
+func (m *Model) Expire(c *Change, now time.Time) {
+	dirty := dirtySet{}
+	for len(m.due) > 0 && !m.due[0].at.After(now) {
+		d := heap.Pop(&m.due).(deadline)
+		if cl := m.clusters[d.key.Cluster]; cl != nil {
+			dirty.touch(cl.rollouts[d.key.Hash])
+		}
+	}
+	m.recompute(c, dirty, now)
+}
+
+// reread evaluates every rollout of the clusters whose live set lost
+// rollouts, as a restart would: what their views read may have gone with
+// them, and no evaluation may rest on a rollout no longer in memory. Like
+// a restart, it decides no mail but the clock's.
+func (m *Model) reread(c *Change, clusters map[*cluster]bool, now time.Time) {
+	dirty := dirtySet{}
+	for cl := range clusters {
+		for _, r := range cl.rollouts {
+			dirty.full(r)
+		}
+	}
+	m.loading = true
+	m.recompute(c, dirty, now)
+	m.loading = false
+}
+
+// CollectGarbage forgets rollouts whose last evidence is older than the
+// retention, unless some emitter is still at that revision: the current
+// revision of a layer is what the next rollout's expected layers come from.
+// Settled rollouts past the retention go in the same commit. It returns
+// how many live rollouts it forgot.
+func (m *Model) CollectGarbage(c *Change, now time.Time) int {
+	if m.cfg.Retention <= 0 {
+		return 0
+	}
+	cutoff := now.Add(-m.cfg.Retention)
+	c.PurgeBefore = cutoff
+	from := len(c.Forget)
+	var gone []*rolloutState
+	lost := map[*cluster]bool{}
+	for _, cl := range m.clusters {
+		for _, r := range cl.rollouts {
+			if r.last.Before(cutoff) && !cl.isCurrent(r) {
+				gone = append(gone, r)
+				lost[cl] = true
+			}
+		}
+	}
+	for _, r := range gone {
+		m.retire(c, r)
+	}
+	m.forgetMails(c.Forget[from:])
+	m.reread(c, lost, now)
+	return len(gone)
+}
+
+func (c *cluster) isCurrent(r *rolloutState) bool {
+	for em := range r.ev {
+		if c.logs[em].latest() == r.key.Hash {
+			return true
+		}
+	}
+	return false
+}
+
+// deadline is when a rollout still applying turns stuck.
+type deadline struct {
+	at  time.Time
+	key Key
+}
+
+// deadlines is a min-heap; entries for rollouts that moved on are dropped
+// when they fire.
+type deadlines []deadline
+
+func (d deadlines) Len() int           { return len(d) }
+func (d deadlines) Less(i, j int) bool { return d[i].at.Before(d[j].at) }
+func (d deadlines) Swap(i, j int)      { d[i], d[j] = d[j], d[i] }
+func (d *deadlines) Push(x any)        { *d = append(*d, x.(deadline)) }
+func (d *deadlines) Pop() any {
+	old := *d
+	x := old[len(old)-1]
+	*d = old[:len(old)-1]
+	return x
+}
+
+// Retention is Config.Retention.
+func (m *Model) Retention() time.Duration { return m.cfg.Retention }
