@@ -438,6 +438,11 @@ func saturate(client *http.Client, srv *server, evs *events, c config) (float64,
 // paced posts at c.rate events per second (open loop: a slow answer does
 // not slow the sender) and returns the p50 and p99 time to acknowledgement.
 func paced(client *http.Client, srv *server, evs *events, c config) (time.Duration, time.Duration, error) {
+	// The saturation run before this one leaves tens of megabytes of dirty
+	// pages; their writeback, started by the kernel in the middle of this
+	// run, would queue every fsync of the service behind it. Flush them
+	// first, so that the latency is the service's at this rate.
+	syscall.Sync()
 	url := srv.url
 	total := int(float64(c.rate) * c.rateFor.Seconds())
 	lat := make([]time.Duration, total)

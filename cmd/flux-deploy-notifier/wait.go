@@ -175,7 +175,7 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 		return
 	}
 	fmt.Fprintf(out, "%s on %s: %s (%s)\n", v.Revision, v.Cluster, v.Verdict, v.Summary)
-	for _, l := range v.Layers {
+	for _, l := range v.Layers.All() {
 		line := fmt.Sprintf("  %-32s %-12s", l.Name, string(l.State))
 		if l.Reason != "" {
 			line += " " + l.Reason

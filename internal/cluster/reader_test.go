@@ -106,7 +106,7 @@ func verdict(t *testing.T, te *enginetest.Engine, label string, want rollout.Ver
 
 func layerNames(v *rollout.View) []string {
 	var out []string
-	for _, l := range v.Layers {
+	for _, l := range v.Layers.All() {
 		out = append(out, l.Name)
 	}
 	return out
@@ -180,7 +180,7 @@ func TestReaderScenarios(t *testing.T) {
 		startReaderOn(t, c, w.Namespace(), flaky)
 		waitFor(t, "both layers expected", func() bool {
 			v := te.Get(rollout.Key{Cluster: "prod", Hash: hashOf("R1")})
-			return v != nil && len(v.Layers) == 2
+			return v != nil && v.Layers.Len() == 2
 		})
 		// The look at the deletion fails once: the retry must still say
 		// that apps is no longer expected, so R1 applies on infra alone.

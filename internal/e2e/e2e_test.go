@@ -362,10 +362,10 @@ func cleanRollout(t *testing.T, w *world) {
 	r0 := w.start(t, w.base("0"), nil)
 	r1 := w.repo.Publish(t, w.base("1"))
 	v := w.awaitApplied(t, r1, tiers...)
-	if v.ExpectedFrom != rollout.ExpectedFromCluster || len(v.Layers) != 3 {
-		t.Fatalf("applied on %d layers expected from %s, want the 3 tiers from the cluster\n%s", len(v.Layers), v.ExpectedFrom, dump(v))
+	if v.ExpectedFrom != rollout.ExpectedFromCluster || v.Layers.Len() != 3 {
+		t.Fatalf("applied on %d layers expected from %s, want the 3 tiers from the cluster\n%s", v.Layers.Len(), v.ExpectedFrom, dump(v))
 	}
-	for _, l := range v.Layers {
+	for _, l := range v.Layers.All() {
 		if l.State != rollout.LayerApplied {
 			t.Fatalf("layer %s is %s in an applied verdict", l.Name, l.State)
 		}
@@ -636,7 +636,7 @@ func (w *world) awaitLayer(t *testing.T, c Commit, tier string, state rollout.La
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range v.Layers {
+		for _, l := range v.Layers.All() {
 			if l.Name == w.ns+"/"+tier && l.State == state && l.Reason == reason {
 				return
 			}
@@ -663,7 +663,7 @@ func noChange(t *testing.T, w *world) {
 	if after := w.progressing(t); after != before {
 		t.Fatalf("%d Progressing events during a commit that changes nothing", after-before)
 	}
-	for _, l := range v.Layers {
+	for _, l := range v.Layers.All() {
 		if l.Reason != "ReconciliationSucceeded" {
 			t.Fatalf("layer %s: reason %s\n%s", l.Name, l.Reason, dump(v))
 		}
@@ -688,7 +688,7 @@ func suspendedTier(t *testing.T, w *world) {
 	w.applyTier(t, 2, tier{suspend: true})
 	r1 := w.repo.Publish(t, w.base("1"))
 	v := w.awaitApplied(t, r1, "infra", "platform")
-	for _, l := range v.Layers {
+	for _, l := range v.Layers.All() {
 		if l.Name == w.ns+"/apps" {
 			t.Fatalf("the suspended tier is expected:\n%s", dump(v))
 		}
@@ -788,8 +788,8 @@ func downDuringTwoCommits(t *testing.T, w *world) {
 	w.awaitApplied(t, r2, tiers...)
 	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
 	w.expectNoEvents(t)
-	if len(v.Layers) != 3 {
-		t.Fatalf("r1 applied on %d layers:\n%s", len(v.Layers), dump(v))
+	if v.Layers.Len() != 3 {
+		t.Fatalf("r1 applied on %d layers:\n%s", v.Layers.Len(), dump(v))
 	}
 	w.expectWait(t, r1, 0)
 	w.expectWait(t, r2, 0)

@@ -117,7 +117,7 @@ func BenchmarkLookupSettled(b *testing.B) {
 	}
 	settle(b, h.engine)
 	q := engine.Query{Hash: hashOf("width-85-7")}
-	if v, err := h.engine.Lookup(q); err != nil || len(v.Layers) != 85 {
+	if v, err := h.engine.Lookup(q); err != nil || v.Layers.Len() != 85 {
 		b.Fatalf("%v %v", v, err)
 	}
 	b.ResetTimer()

@@ -36,7 +36,7 @@ func TestClusterExpectedLayers(t *testing.T) {
 			},
 			want: rollout.VerdictApplied,
 			check: func(t *testing.T, v *rollout.View) {
-				if v.ExpectedFrom != "cluster" || len(v.Layers) != 2 {
+				if v.ExpectedFrom != "cluster" || v.Layers.Len() != 2 {
 					t.Fatalf("expected from %s, layers %+v", v.ExpectedFrom, v.Layers)
 				}
 			},

@@ -92,7 +92,7 @@ func (h *harness) view(label string) *rollout.View {
 }
 
 func layerState(v *rollout.View, name string) rollout.LayerState {
-	for _, l := range v.Layers {
+	for _, l := range v.Layers.All() {
 		if l.Name == "flux-system/"+name {
 			return l.State
 		}
@@ -117,7 +117,7 @@ func TestVerdictRules(t *testing.T) {
 			obs:   []rollout.Observation{waiting("apps", "R1", 0), succ("infra", "R1", 1), prog("platform", "R1", 2)},
 			label: "R1", want: rollout.VerdictApplying,
 			check: func(t *testing.T, v *rollout.View) {
-				if v.Terminal || v.CompletedAt != nil || len(v.Layers) != 3 || layerState(v, "apps") != rollout.LayerWaiting {
+				if v.Terminal || v.CompletedAt != nil || v.Layers.Len() != 3 || layerState(v, "apps") != rollout.LayerWaiting {
 					t.Fatalf("view %+v", v)
 				}
 			},
@@ -140,8 +140,8 @@ func TestVerdictRules(t *testing.T) {
 				if layerState(v, "apps") != rollout.LayerPending || !slices.Equal(v.Behind, []string{"flux-system/apps"}) {
 					t.Fatalf("view %+v", v)
 				}
-				if v.Layers[0].Revision != revOf("R0") {
-					t.Fatalf("pending layer shows revision %q, want the one it is at", v.Layers[0].Revision)
+				if v.Layers.At(0).Revision != revOf("R0") {
+					t.Fatalf("pending layer shows revision %q, want the one it is at", v.Layers.At(0).Revision)
 				}
 			},
 		},
@@ -381,7 +381,7 @@ func TestStatePersistsAcrossRestart(t *testing.T) {
 
 	h2 := start(t, dir, defaultConfig(), clock)
 	after := h2.view("R1")
-	if after.Verdict != rollout.VerdictFailed || len(after.Failures) != 1 || len(after.Layers) != len(before.Layers) {
+	if after.Verdict != rollout.VerdictFailed || len(after.Failures) != 1 || after.Layers.Len() != before.Layers.Len() {
 		t.Fatalf("after restart: %+v", after)
 	}
 	if h2.view("R0").Verdict != rollout.VerdictApplied {

@@ -144,10 +144,11 @@ func comparable(t *testing.T, e *engine.Engine, revisited map[string]bool) strin
 		}
 		c := *v
 		c.LastSeen = time.Time{}
-		c.Layers = slices.Clone(v.Layers)
-		for j := range c.Layers {
-			c.Layers[j].At, c.Layers[j].Message, c.Layers[j].Reason = nil, "", ""
+		layers := v.Layers.Slice()
+		for j := range layers {
+			layers[j].At, layers[j].Message, layers[j].Reason = nil, "", ""
 		}
+		c.Layers = rollout.MakeLayers(layers)
 		c.Failures = slices.Clone(v.Failures)
 		for j := range c.Failures {
 			c.Failures[j].LastAt = time.Time{}
@@ -201,8 +202,8 @@ func TestSettledRolloutsLeaveMemory(t *testing.T) {
 		t.Fatalf("%d rollouts loaded at start, want only the live ones", live)
 	}
 	for i := range 40 {
-		if v := h.view(fmt.Sprintf("H%d", i)); v.Verdict != rollout.VerdictApplied || len(v.Layers) != 3 {
-			t.Fatalf("H%d: %s with %d layers", i, v.Verdict, len(v.Layers))
+		if v := h.view(fmt.Sprintf("H%d", i)); v.Verdict != rollout.VerdictApplied || v.Layers.Len() != 3 {
+			t.Fatalf("H%d: %s with %d layers", i, v.Verdict, v.Layers.Len())
 		}
 	}
 	if got := h.engine.List("", 5); len(got) != 5 || got[0].Hash != hashOf("H39") || got[4].Hash != hashOf("H35") {

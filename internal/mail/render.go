@@ -152,7 +152,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 	}
 	// In the order the layers got there, which is the order Flux applied
 	// them in; layers that have not reported come last.
-	layers := slices.Clone(v.Layers)
+	layers := v.Layers.Slice()
 	at := func(l rollout.LayerView) time.Time {
 		if l.At == nil {
 			return time.Unix(1<<62, 0) // never: after every time

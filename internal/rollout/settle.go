@@ -3,6 +3,7 @@ package rollout
 import (
 	"reflect"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -170,10 +171,9 @@ func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rollou
 // expects reports whether v lists layer among its expected layers, which
 // are in Emitter order.
 func expects(v *View, layer Emitter) bool {
-	_, found := slices.BinarySearchFunc(v.Layers, layer.Layer(), func(lv LayerView, name string) int {
-		return compareLayerNames(lv.Name, name)
-	})
-	return found
+	name := layer.Layer()
+	i := sort.Search(v.Layers.Len(), func(i int) bool { return compareLayerNames(v.Layers.At(i).Name, name) >= 0 })
+	return i < v.Layers.Len() && v.Layers.At(i).Name == name
 }
 
 // byFirst lists the live rollouts by first evidence, then hash.

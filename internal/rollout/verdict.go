@@ -82,7 +82,7 @@ type View struct {
 	SupersedeKey *Key          `json:"-"`
 	Behind       []string      `json:"behind,omitempty"`
 	RootCause    string        `json:"root_cause,omitempty"`
-	Layers       []LayerView   `json:"layers"`
+	Layers       Layers        `json:"layers"`
 	Failures     []FailureView `json:"failures"`
 }
 
@@ -227,10 +227,14 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 // finish completes a view from its header and the expected layers' slots.
 func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []slot, preds map[string]bool, deps map[string][]string, now time.Time) *View {
 	p := c.aggregate(r, slots, preds)
-	v.Layers = make([]LayerView, len(slots))
-	for i := range slots {
-		v.Layers[i] = slots[i].lv
+	// Published views never change, so a rollout's next view may share
+	// what did not change with the last one.
+	var prev Layers
+	var prevBehind []string
+	if r.view != nil {
+		prev, prevBehind = r.view.Layers, r.view.Behind
 	}
+	v.Layers = prev.with(len(slots), func(i int) LayerView { return slots[i].lv })
 	v.Failures = failureViews(r, expected, slots, p)
 	if h := p.superseder(); h != "" {
 		sv := c.rollouts[h]
@@ -247,11 +251,7 @@ func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []s
 		at := p.completedAt
 		v.CompletedAt = &at
 	} else {
-		for i := range slots {
-			if !slots[i].succeeded {
-				v.Behind = append(v.Behind, slots[i].lv.Name)
-			}
-		}
+		v.Behind = behindOf(slots, prevBehind)
 		behind = len(v.Behind)
 	}
 	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
@@ -260,6 +260,31 @@ func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []s
 	v.Terminal = v.Verdict.Terminal()
 	v.Summary = summary(v, len(expected), behind)
 	return v
+}
+
+// behindOf lists the layers that have not applied, in order: prev when it
+// lists the same (most events move a layer without it applying).
+func behindOf(slots []slot, prev []string) []string {
+	n, same := 0, true
+	for i := range slots {
+		if !slots[i].succeeded {
+			same = same && n < len(prev) && prev[n] == slots[i].lv.Name
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return nil
+	case same && n == len(prev):
+		return prev
+	}
+	out := make([]string, 0, n)
+	for i := range slots {
+		if !slots[i].succeeded {
+			out = append(out, slots[i].lv.Name)
+		}
+	}
+	return out
 }
 
 // header is what the evidence says of the rollout as a whole: its times,

@@ -11,12 +11,13 @@ import (
 // wideView is a settled rollout of 85 applied layers, as the fleet's are.
 func wideView() *rollout.View {
 	v := sampleBatch().Settle[0]
-	v.Layers = nil
+	var layers []rollout.LayerView
 	for i := range 85 {
 		at := at.Add(time.Duration(i) * time.Second)
-		v.Layers = append(v.Layers, rollout.LayerView{Name: fmt.Sprintf("flux-system/src-042-l%02d", i), State: rollout.LayerApplied,
+		layers = append(layers, rollout.LayerView{Name: fmt.Sprintf("flux-system/src-042-l%02d", i), State: rollout.LayerApplied,
 			Revision: v.Revision, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s", At: &at})
 	}
+	v.Layers = rollout.MakeLayers(layers)
 	return v
 }
 

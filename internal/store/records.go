@@ -47,8 +47,10 @@ func encodeSettled(v *rollout.View) ([]byte, error) {
 		w.string(v.SupersedeKey.Hash)
 	}
 	w.strings(v.Behind)
-	w.count(len(v.Layers), v.Layers == nil)
-	for _, l := range v.Layers {
+	// Empty and absent layers are one value now; the flag stays, for the
+	// records written before.
+	w.count(v.Layers.Len(), false)
+	for _, l := range v.Layers.All() {
 		for _, s := range []string{l.Name, string(l.State), l.Revision, l.Reason, l.Message} {
 			w.string(s)
 		}
@@ -134,12 +136,13 @@ func (p *inflaters) decodeSettled(b []byte) (*rollout.View, error) {
 	}
 	v.Behind = r.strings()
 	if n, isNil := r.count(); !isNil {
-		v.Layers = make([]rollout.LayerView, n)
-		for i := range v.Layers {
-			l := &v.Layers[i]
+		layers := make([]rollout.LayerView, n)
+		for i := range layers {
+			l := &layers[i]
 			l.Name, l.State, l.Revision, l.Reason, l.Message = r.string(), rollout.LayerState(r.string()), r.string(), r.string(), r.string()
 			l.At = r.optTime()
 		}
+		v.Layers = rollout.MakeLayers(layers)
 	}
 	if n, isNil := r.count(); !isNil {
 		v.Failures = make([]rollout.FailureView, n)

@@ -44,8 +44,8 @@ func sampleBatch() *rollout.Batch {
 		FirstSeen: at, LastSeen: done, Deadline: at.Add(30 * time.Minute), SupersededBy: &by,
 		SupersedeKey: &rollout.Key{Cluster: "prod", Hash: strings.Repeat("cd", 20)},
 		Behind:       []string{"flux-system/apps"},
-		Layers: []rollout.LayerView{{Name: "flux-system/apps", State: rollout.LayerProgressing, Revision: ev.Revision,
-			Reason: "Progressing", Message: "Deployment/apps/web configured", At: &at}},
+		Layers: rollout.MakeLayers([]rollout.LayerView{{Name: "flux-system/apps", State: rollout.LayerProgressing, Revision: ev.Revision,
+			Reason: "Progressing", Message: "Deployment/apps/web configured", At: &at}}),
 		Failures: []rollout.FailureView{},
 	}
 	return &rollout.Batch{

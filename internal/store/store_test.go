@@ -92,7 +92,7 @@ func settledView(i int, at time.Time) *rollout.View {
 	return &rollout.View{
 		Cluster: "default", Hash: hash, Revision: "main@sha1:" + hash, Verdict: rollout.VerdictApplied, Terminal: true,
 		FirstSeen: at, LastSeen: at.Add(30 * time.Second), Summary: strings.Repeat("x", 4096),
-		Layers: []rollout.LayerView{}, Failures: []rollout.FailureView{},
+		Layers: rollout.Layers{}, Failures: []rollout.FailureView{},
 	}
 }
 

@@ -1,0 +1,99 @@
+package rollout
+
+import (
+	"encoding/json"
+	"iter"
+)
+
+// layerChunk is how many layers a chunk of Layers holds.
+const layerChunk = 64
+
+// Layers is a view's layers, in order. A published view never changes, so
+// each evaluation makes a new one; successive views of a rollout share the
+// chunks whose layers did not change, so that an event that moves one
+// layer of a thousand copies one chunk instead of every layer (the copy
+// was nearly all of what a wide rollout's evaluation allocated). It
+// encodes as a JSON array.
+type Layers struct {
+	chunks [][]LayerView // each of layerChunk layers, the last one of the rest
+	n      int
+}
+
+// MakeLayers returns layers holding ls.
+func MakeLayers(ls []LayerView) Layers {
+	return Layers{}.with(len(ls), func(i int) LayerView { return ls[i] })
+}
+
+// with returns n layers, the i-th being at(i), sharing each of l's chunks
+// that holds the same layers over the same range.
+func (l Layers) with(n int, at func(int) LayerView) Layers {
+	out := Layers{n: n}
+	if n == 0 {
+		return out
+	}
+	out.chunks = make([][]LayerView, (n+layerChunk-1)/layerChunk)
+	for c := range out.chunks {
+		lo, hi := c*layerChunk, min(n, (c+1)*layerChunk)
+		if c < len(l.chunks) && len(l.chunks[c]) == hi-lo {
+			old, same := l.chunks[c], true
+			for i := lo; i < hi && same; i++ {
+				same = sameLayer(old[i-lo], at(i))
+			}
+			if same {
+				out.chunks[c] = old
+				continue
+			}
+		}
+		ch := make([]LayerView, hi-lo)
+		for i := lo; i < hi; i++ {
+			ch[i-lo] = at(i)
+		}
+		out.chunks[c] = ch
+	}
+	return out
+}
+
+func sameLayer(a, b LayerView) bool {
+	if a.At != b.At && (a.At == nil || b.At == nil || !a.At.Equal(*b.At)) {
+		return false
+	}
+	a.At, b.At = nil, nil
+	return a == b
+}
+
+// Len is the number of layers.
+func (l Layers) Len() int { return l.n }
+
+// At returns the i-th layer.
+func (l Layers) At(i int) LayerView { return l.chunks[i/layerChunk][i%layerChunk] }
+
+// All yields the layers in order.
+func (l Layers) All() iter.Seq2[int, LayerView] {
+	return func(yield func(int, LayerView) bool) {
+		for i := range l.n {
+			if !yield(i, l.At(i)) {
+				return
+			}
+		}
+	}
+}
+
+// Slice returns a copy of the layers.
+func (l Layers) Slice() []LayerView {
+	out := make([]LayerView, l.n)
+	for i := range out {
+		out[i] = l.At(i)
+	}
+	return out
+}
+
+func (l Layers) MarshalJSON() ([]byte, error) { return json.Marshal(l.Slice()) }
+
+func (l *Layers) UnmarshalJSON(b []byte) error {
+	var ls []LayerView
+	if err := json.Unmarshal(b, &ls); err != nil {
+		return err
+	}
+	*l = MakeLayers(ls)
+	return nil
+}

@@ -1,0 +1,86 @@
+package rollout
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func someLayers(n int, state LayerState) []LayerView {
+	out := make([]LayerView, n)
+	for i := range out {
+		at := mt0.Add(time.Duration(i) * time.Second)
+		out[i] = LayerView{Name: fmt.Sprintf("flux-system/l%04d", i), State: state, Revision: "main@sha1:abc", At: &at}
+	}
+	return out
+}
+
+// TestLayersShareUnchangedChunks: a view's layers reuse the chunks of the
+// one before that hold the same layers (by value: a fresh pointer to the
+// same time is the same), copy the chunks that changed, and never carry
+// layers beyond their length.
+func TestLayersShareUnchangedChunks(t *testing.T) {
+	ls := someLayers(3*layerChunk+5, LayerProgressing)
+	prev := MakeLayers(ls)
+	moved := make([]LayerView, len(ls))
+	copy(moved, ls)
+	at := *ls[1].At
+	moved[1].At = &at // same time, another pointer
+	moved[2*layerChunk+3].State = LayerApplied
+	next := prev.with(len(moved), func(i int) LayerView { return moved[i] })
+	for c, want := range []bool{true, true, false, true} {
+		if shared := &next.chunks[c][0] == &prev.chunks[c][0]; shared != want {
+			t.Errorf("chunk %d shared %v, want %v", c, shared, want)
+		}
+	}
+	if !reflect.DeepEqual(next.Slice(), moved) || next.At(2*layerChunk+3).State != LayerApplied {
+		t.Fatalf("layers do not hold what they were made of")
+	}
+	if prev.At(2*layerChunk+3).State != LayerProgressing {
+		t.Fatal("the earlier view's layers changed")
+	}
+	// Fewer layers: the last chunk is not the old one, which holds more.
+	shorter := prev.with(len(ls)-2, func(i int) LayerView { return ls[i] })
+	if &shorter.chunks[3][0] == &prev.chunks[3][0] || !reflect.DeepEqual(shorter, MakeLayers(ls[:len(ls)-2])) {
+		t.Fatal("a shorter list kept the old last chunk")
+	}
+}
+
+// TestLayersJSON: the layers encode as the array of LayerView they hold.
+func TestLayersJSON(t *testing.T) {
+	for _, n := range []int{0, 1, layerChunk, 2*layerChunk + 1} {
+		ls := someLayers(n, LayerApplied)
+		want, _ := json.Marshal(ls)
+		got, err := json.Marshal(MakeLayers(ls))
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("%d layers encode as %s (%v), want %s", n, got, err, want)
+		}
+		var back Layers
+		if err := json.Unmarshal(got, &back); err != nil || !reflect.DeepEqual(back, MakeLayers(ls)) {
+			t.Fatalf("%d layers decode to %+v (%v)", n, back, err)
+		}
+	}
+}
+
+// TestBehindIsSharedWhileUnchanged: the layers behind are the last view's
+// list while no layer applied, and a new list once one did.
+func TestBehindIsSharedWhileUnchanged(t *testing.T) {
+	slots := []slot{{lv: LayerView{Name: "a"}}, {lv: LayerView{Name: "b"}, succeeded: true}, {lv: LayerView{Name: "c"}}}
+	first := behindOf(slots, nil)
+	if !reflect.DeepEqual(first, []string{"a", "c"}) {
+		t.Fatalf("behind %v", first)
+	}
+	if again := behindOf(slots, first); &again[0] != &first[0] {
+		t.Fatal("an unchanged list was copied")
+	}
+	slots[0].succeeded = true
+	if moved := behindOf(slots, first); !reflect.DeepEqual(moved, []string{"c"}) || !reflect.DeepEqual(first, []string{"a", "c"}) {
+		t.Fatalf("behind %v after a applied (the last view's: %v)", moved, first)
+	}
+	slots[2].succeeded = true
+	if none := behindOf(slots, first); none != nil {
+		t.Fatalf("behind %v with every layer applied", none)
+	}
+}
