@@ -24,7 +24,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzParsePruneMessage \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview manifests-check image clean
+.PHONY: all build run sample test browser testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image clean
 
 all: build
 
@@ -43,7 +43,15 @@ run: build
 sample: build
 	$(BIN) sample --url http://$(LISTEN) --token-file $(DATA)/dev-token --scenario $(SCENARIO)
 
-test: testbin vet unit fuzz-short
+test: testbin browser vet unit fuzz-short
+
+# The status pages' tests drive a real headless Chromium (Debian's
+# chromium); installed here when missing, and required by the tests then.
+browser:
+	@command -v chromium >/dev/null || { \
+		echo "installing chromium for the status page tests"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+		else sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; fi; }
 
 # The real kube-apiserver and etcd the cluster tests run, built from their Go
 # modules (tools/, pinned there; rebuilt only when a pin changes: about ten
@@ -96,7 +104,7 @@ vet:
 	$(GO) vet -tags e2e ./internal/e2e/
 
 unit:
-	$(GO) test -race -count=1 ./...
+	FDN_REQUIRE_BROWSER=1 $(GO) test -race -count=1 ./...
 
 # A short run of every fuzz target, on top of their seed corpora that
 # `make unit` already ran.
@@ -133,6 +141,11 @@ bench-fleet: build
 # (Debian: apt-get install chromium).
 mail-preview:
 	$(GO) run ./cmd/fdn-mail-preview -out out/mail-preview
+
+# Screenshots of the status pages (the example rollouts), light and dark,
+# 1280 and 390 px wide, in out/ui-preview.
+ui-preview: browser
+	$(GO) run ./cmd/fdn-ui-preview -out out/ui-preview
 
 # manifests/ applied with server-side dry-run to the real kube-apiserver of
 # make testbin, with the Flux CRDs installed; `make unit` runs it too.

@@ -1,4 +1,4 @@
-// Package templates embeds the mail templates: mail.txt.tmpl (the subject
+// Package templates embeds the mail templates and the status pages (ui/): mail.txt.tmpl (the subject
 // and the text part, text/template) and mail.html.tmpl (the HTML part,
 // html/template). --templates points at a directory with the same two files
 // to override them.
@@ -10,3 +10,8 @@ import "embed"
 //
 //go:embed mail.txt.tmpl mail.html.tmpl
 var FS embed.FS
+
+// UI holds the status pages' templates and static files, under ui/.
+//
+//go:embed ui
+var UI embed.FS

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/preview"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
 
@@ -103,23 +104,5 @@ func screenshot(chromium, html, png string, dark bool) error {
 	if err != nil {
 		return err
 	}
-	profile, err := os.MkdirTemp("", "fdn-chromium-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(profile)
-	args := []string{
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--hide-scrollbars", "--user-data-dir=" + profile, "--window-size=600,900",
-		"--screenshot=" + png,
-	}
-	if dark {
-		args = append(args, "--force-dark-mode", "--blink-settings=preferredColorScheme=0")
-	}
-	cmd := exec.Command(chromium, append(args, "file://"+abs)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("chromium screenshot of %s: %v\n%s", html, err, out)
-	}
-	return nil
+	return preview.Screenshot(chromium, "file://"+abs, png, 600, 900, dark)
 }

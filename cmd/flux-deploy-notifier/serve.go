@@ -25,7 +25,9 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
 
 type serveConfig struct {
@@ -40,6 +42,7 @@ type serveConfig struct {
 	mail           mailConfig
 	cluster        clusterConfig
 	verdictToken   string
+	trustHeader    string
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -49,7 +52,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	dataDir := f.String("data-dir", "FDN_DATA_DIR", "./data", "directory of the state database")
 	tokenFile := f.String("hmac-token-file", "FDN_HMAC_TOKEN_FILE", "", "file holding the token of the Provider Secret: HMAC key (generic-hmac) and Bearer token (generic)")
 	generate := f.Bool("generate-token", "FDN_GENERATE_TOKEN", false, "create --hmac-token-file with a random token when it does not exist (development)")
-	verdictToken := f.String("verdict-token-file", "FDN_VERDICT_TOKEN_FILE", "", "file holding a token /verdict and /rollouts then require as Authorization: Bearer")
+	verdictToken := f.String("verdict-token-file", "FDN_VERDICT_TOKEN_FILE", "", "file holding a token /verdict, /rollouts and the status pages then require as Authorization: Bearer (pages: or a login)")
+	trustHeader := f.String("trust-auth-header", "FDN_TRUST_AUTH_HEADER", "", "a header an authenticating proxy sets (X-Auth-Request-Email): the status pages let in requests that carry it")
 	insecure := f.Bool("insecure-no-auth", "FDN_INSECURE_NO_AUTH", false, "accept unauthenticated events when no token file is given")
 	layers := f.String("layers", "FDN_LAYERS", "", "Kustomizations every rollout must reach, as namespace/name,namespace/name")
 	stuck := f.Duration("stuck-after", "FDN_STUCK_AFTER", 30*time.Minute, "time from a revision's first evidence after which it is stuck")
@@ -71,7 +75,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		insecureNoAuth: *insecure, logFormat: *format,
 		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: *verify},
 		mail:    mc,
-		cluster: cc, verdictToken: *verdictToken,
+		cluster: cc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}
 	if err := c.cluster.validate(); err != nil {
 		return c, err
@@ -191,8 +195,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if watchdog != nil {
 		hook.OnEvent(watchdog.Event)
 	}
+	uiFS, err := fs.Sub(templates.UI, "ui")
+	if err != nil {
+		return err
+	}
+	pages, err := ui.New(eng, uiFS, ui.Options{
+		Token: verdictToken, TrustHeader: c.trustHeader, Warning: warning, Log: log,
+		Outbox: func() (int, int, error) { return outboxCounts(db) },
+	})
+	if err != nil {
+		return err
+	}
 	srv := &http.Server{
-		Handler:           api.Routes(eng, hook, reg, log, api.Options{Checks: checks, Warning: warning, VerdictToken: verdictToken}),
+		Handler:           api.Routes(eng, hook, reg, log, api.Options{Checks: checks, Warning: warning, VerdictToken: verdictToken, UI: pages}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -294,4 +309,15 @@ func loadToken(path string, generate bool, stdout io.Writer) ([]byte, error) {
 		return nil, fmt.Errorf("token file %s is empty", path)
 	}
 	return tok, nil
+}
+
+// outboxCounts is how many mails wait in the outbox and how many were
+// dead-lettered, for the status page.
+func outboxCounts(db *store.DB) (int, int, error) {
+	pending, err := db.Pending()
+	if err != nil {
+		return 0, 0, err
+	}
+	dead, err := db.Dead()
+	return len(pending), len(dead), err
 }

@@ -55,6 +55,8 @@ type Options struct {
 	// VerdictToken, when set, is required as "Authorization: Bearer" on
 	// /verdict and /rollouts.
 	VerdictToken []byte
+	// UI, when set, serves the status pages under /ui/; / leads there.
+	UI http.Handler
 }
 
 // Routes builds the service's one router. webhook receives Flux events.
@@ -73,6 +75,10 @@ func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	r.Get("/readyz", s.readyz)
+	if opts.UI != nil {
+		r.Mount("/ui", opts.UI)
+		r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) })
+	}
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return r
 }

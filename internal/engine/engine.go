@@ -37,6 +37,9 @@ type Archive interface {
 	// ListSettled returns at least limit settled rollouts, when there are,
 	// newest first by first evidence, and all that began with the last.
 	ListSettled(cluster string, limit int) ([]*rollout.View, error)
+	// ScanSettled calls fn with settled rollouts newest first, from those
+	// that began at until or before (all when zero), until fn returns false.
+	ScanSettled(cluster string, until time.Time, fn func(*rollout.View) bool) error
 }
 
 // ErrStore is returned by Submit when the observation could not be stored;

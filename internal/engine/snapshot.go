@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -289,4 +290,117 @@ func (e *Engine) Live() map[rollout.Verdict]int {
 		out[v.Verdict]++
 	}
 	return out
+}
+
+// Cursor is a place in the list of rollouts, which is newest first by
+// first evidence, then by key.
+type Cursor struct {
+	First time.Time
+	Key   rollout.Key
+}
+
+// CursorOf is v's place in the list.
+func CursorOf(v *rollout.View) Cursor { return Cursor{v.FirstSeen, v.Key()} }
+
+// before reports whether v comes before c in the list.
+func (c Cursor) before(v *rollout.View) bool {
+	if !v.FirstSeen.Equal(c.First) {
+		return v.FirstSeen.After(c.First)
+	}
+	return compareKeys(v.Key(), c.Key) <= 0
+}
+
+// Page is one page of the list of rollouts. Next, when set, is where the
+// next page starts.
+type Page struct {
+	Views []*rollout.View
+	Next  *Cursor
+}
+
+// maxScan bounds the settled rollouts one page reads: a filter that few
+// match ends a page early, with Next where it stopped.
+const maxScan = 5000
+
+// Page lists up to limit rollouts after the cursor (from the newest when
+// nil), of one cluster or all, that keep accepts (all when nil): the live
+// ones and the settled ones, merged in the list's order. It reads the
+// settled ones from the cursor on, so a page costs the same at any depth.
+func (e *Engine) Page(cluster string, after *Cursor, limit int, keep func(*rollout.View) bool) (Page, error) {
+	ok := func(v *rollout.View) bool {
+		return (cluster == "" || v.Cluster == cluster) && (after == nil || !after.before(v)) && (keep == nil || keep(v))
+	}
+	e.snap.mu.RLock()
+	var live []*rollout.View
+	for _, v := range e.snap.views {
+		if ok(v) {
+			live = append(live, v)
+		}
+	}
+	e.snap.mu.RUnlock()
+	inLive := make(map[rollout.Key]bool, len(live))
+	for _, v := range live {
+		inLive[v.Key()] = true
+	}
+	var (
+		settled []*rollout.View
+		stop    *Cursor // where the scan stopped before the end of the list
+		scanned int
+		until   time.Time
+	)
+	if after != nil {
+		until = after.First
+	}
+	err := e.store.ScanSettled(cluster, until, func(v *rollout.View) bool {
+		if len(settled) > limit && !v.FirstSeen.Equal(settled[len(settled)-1].FirstSeen) {
+			return false // enough, and past the ties of the last one
+		}
+		if scanned++; scanned > maxScan {
+			c := CursorOf(v)
+			stop = &c
+			return false
+		}
+		if ok(v) && !inLive[v.Key()] {
+			settled = append(settled, v)
+		}
+		return true
+	})
+	if err != nil {
+		return Page{}, err
+	}
+	all := append(live, settled...)
+	slices.SortFunc(all, compareListed)
+	if stop != nil {
+		// Live rollouts older than where the scan stopped belong to a
+		// later page, after the settled ones not read yet.
+		all = slices.DeleteFunc(all, func(v *rollout.View) bool { return !stop.before(v) })
+	}
+	var p Page
+	switch {
+	case len(all) > limit:
+		p.Views = all[:limit]
+		c := CursorOf(all[limit-1])
+		p.Next = &c
+	case stop != nil:
+		p.Views = all
+		if len(all) > 0 {
+			c := CursorOf(all[len(all)-1])
+			p.Next = &c
+		} else {
+			// Nothing matched in this stretch: go on just before where it stopped.
+			c := *stop
+			c.First = c.First.Add(time.Nanosecond)
+			p.Next = &c
+		}
+	default:
+		p.Views = all
+	}
+	return p, nil
+}
+
+// compareListed orders the list: newest first, then by key.
+func compareListed(a, b *rollout.View) int {
+	if c := b.FirstSeen.Compare(a.FirstSeen); c != 0 {
+		return c
+	}
+	return compareKeys(a.Key(), b.Key())
 }

@@ -139,7 +139,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 			d.Since, d.Warning, d.LayerCount = s.Since.UTC().Format(time.RFC3339), s.Warning, s.Layers
 		}
 		if r.externalURL != "" {
-			d.URL = r.externalURL + "/rollouts"
+			d.URL = r.externalURL + "/ui/"
 		}
 		return d
 	}
@@ -179,7 +179,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		}
 	}
 	if r.externalURL != "" {
-		d.URL = r.externalURL + "/verdict?" + url.Values{"rev": {v.Hash}, "cluster": {v.Cluster}}.Encode()
+		d.URL = r.externalURL + "/ui/" + url.PathEscape(v.Cluster) + "/" + url.PathEscape(v.Hash)
 	}
 	return d
 }

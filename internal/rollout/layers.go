@@ -3,6 +3,7 @@ package rollout
 import (
 	"encoding/json"
 	"iter"
+	"time"
 )
 
 // layerChunk is how many layers a chunk of Layers holds.
@@ -54,11 +55,15 @@ func (l Layers) with(n int, at func(int) LayerView) Layers {
 }
 
 func sameLayer(a, b LayerView) bool {
-	if a.At != b.At && (a.At == nil || b.At == nil || !a.At.Equal(*b.At)) {
+	if !sameTime(a.At, b.At) || !sameTime(a.Since, b.Since) {
 		return false
 	}
-	a.At, b.At = nil, nil
+	a.At, b.At, a.Since, b.Since = nil, nil, nil, nil
 	return a == b
+}
+
+func sameTime(a, b *time.Time) bool {
+	return a == b || a != nil && b != nil && a.Equal(*b)
 }
 
 // Len is the number of layers.

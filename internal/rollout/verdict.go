@@ -96,7 +96,8 @@ type LayerView struct {
 	Revision string     `json:"revision"` // this rollout's, or when pending the replaced one it was at
 	Reason   string     `json:"reason"`
 	Message  string     `json:"message"`
-	At       *time.Time `json:"at"`
+	At       *time.Time `json:"at"`              // of the state shown
+	Since    *time.Time `json:"since,omitempty"` // the layer's first evidence of the revision
 }
 
 // FailureView is one failure of one layer.
@@ -487,6 +488,8 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 		return lv
 	}
 	lv.Revision = ev.Revision
+	first := ev.First
+	lv.Since = &first
 	var m *Mark
 	switch {
 	case len(ev.Failures) > 0:
@@ -506,7 +509,7 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 		lv.State, m = LayerApplied, ev.Succeeded
 	case ev.Progress == nil:
 		// Only the cluster's membership mark: the layer reported nothing.
-		lv.Revision = ""
+		lv.Revision, lv.Since = "", nil
 		return lv
 	default:
 		m = ev.Progress

@@ -21,8 +21,10 @@ import (
 // engine would fold again. It is read on every /verdict for an old
 // revision, so it is a binary encoding (a tenth of the time JSON takes to
 // decode 85 layers), deflated: the layers of a rollout repeat the same
-// names, reasons and messages. The first byte is the record's version.
-const settledVersion = 1
+// names, reasons and messages. The first byte is the record's version: 2
+// added each layer's first evidence (Since); version 1 records decode
+// without it.
+const settledVersion = 2
 
 func encodeSettled(v *rollout.View) ([]byte, error) {
 	w := &recordWriter{}
@@ -55,6 +57,7 @@ func encodeSettled(v *rollout.View) ([]byte, error) {
 			w.string(s)
 		}
 		w.optTime(l.At)
+		w.optTime(l.Since)
 	}
 	w.count(len(v.Failures), v.Failures == nil)
 	for _, f := range v.Failures {
@@ -112,8 +115,9 @@ func (p *inflaters) decodeSettled(b []byte) (*rollout.View, error) {
 	}
 	// Every string field is a substring of raw: one allocation.
 	r := &recordReader{b: raw}
-	if ver := r.byte(); ver != settledVersion {
-		return nil, fmt.Errorf("settled rollout of record version %d, this binary reads %d", ver, settledVersion)
+	ver := r.byte()
+	if ver < 1 || ver > settledVersion {
+		return nil, fmt.Errorf("settled rollout of record version %d, this binary reads 1 to %d", ver, settledVersion)
 	}
 	v := &rollout.View{}
 	var verdict string
@@ -141,6 +145,9 @@ func (p *inflaters) decodeSettled(b []byte) (*rollout.View, error) {
 			l := &layers[i]
 			l.Name, l.State, l.Revision, l.Reason, l.Message = r.string(), rollout.LayerState(r.string()), r.string(), r.string(), r.string()
 			l.At = r.optTime()
+			if ver >= 2 {
+				l.Since = r.optTime()
+			}
 		}
 		v.Layers = rollout.MakeLayers(layers)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func sampleBatch() *rollout.Batch {
 		SupersedeKey: &rollout.Key{Cluster: "prod", Hash: strings.Repeat("cd", 20)},
 		Behind:       []string{"flux-system/apps"},
 		Layers: rollout.MakeLayers([]rollout.LayerView{{Name: "flux-system/apps", State: rollout.LayerProgressing, Revision: ev.Revision,
-			Reason: "Progressing", Message: "Deployment/apps/web configured", At: &at}}),
+			Reason: "Progressing", Message: "Deployment/apps/web configured", At: &at, Since: &at}}),
 		Failures: []rollout.FailureView{},
 	}
 	return &rollout.Batch{
@@ -183,5 +184,36 @@ func TestTruncatedSettledRecords(t *testing.T) {
 		if v, err := decodeSettled(buf.Bytes()); err == nil {
 			t.Fatalf("record cut at %d of %d bytes decoded as %+v", n, len(raw), v)
 		}
+	}
+}
+
+// TestSettledVersion1Decodes: a settled record of version 1 (before the
+// layers' first evidence), as the release before wrote it, still decodes
+// to the view it held.
+func TestSettledVersion1Decodes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "settled-v1.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	fields := strings.SplitN(lines[0], " ", 3)
+	raw, err := strconv.Unquote(fields[2])
+	if err != nil || raw[0] != 1 {
+		t.Fatalf("the v1 record: %v", err)
+	}
+	var z bytes.Buffer
+	fw, _ := flate.NewWriter(&z, flate.BestSpeed)
+	fw.Write([]byte(raw))
+	fw.Close()
+	v, err := decodeSettled(z.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(v)
+	want := strings.TrimPrefix(strings.TrimSpace(lines[1]), "decoded: ")
+	want = want[:strings.LastIndex(want, "}")+1]
+	want = want[:strings.Index(want, "} origin_hash=")+1]
+	if string(got) != want {
+		t.Fatalf("v1 record decodes to\n%s\nwant\n%s", got, want)
 	}
 }

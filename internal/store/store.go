@@ -668,6 +668,45 @@ func (d *DB) ListSettled(cluster string, limit int) ([]*rollout.View, error) {
 	return out, err
 }
 
+// ScanSettled calls fn with settled rollouts newest first (by first
+// evidence), of one cluster or all, starting with those that began at
+// until or before (all, when until is zero), until fn returns false.
+func (d *DB) ScanSettled(cluster string, until time.Time, fn func(*rollout.View) bool) error {
+	return d.db.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(bucketSettled)
+		c := tx.Bucket(bucketTime).Cursor()
+		var k []byte
+		if until.IsZero() {
+			k, _ = c.Last()
+		} else if k, _ = c.Seek(binary.BigEndian.AppendUint64(nil, uint64(until.UnixNano()+1))); k == nil {
+			k, _ = c.Last()
+		} else {
+			k, _ = c.Prev()
+		}
+		for ; k != nil; k, _ = c.Prev() {
+			_, key, err := parseTimeKey(k)
+			if err != nil {
+				return err
+			}
+			if cluster != "" && key.Cluster != cluster {
+				continue
+			}
+			rec := sb.Get(settledKey(key))
+			if rec == nil {
+				continue
+			}
+			v, err := d.records.decodeSettled(rec)
+			if err != nil {
+				return err
+			}
+			if !fn(v) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
 // SettledCount is how many settled rollouts are kept.
 func (d *DB) SettledCount() (int, error) {
 	var n int

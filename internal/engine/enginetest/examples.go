@@ -32,7 +32,7 @@ func ExampleMails(dir string, now time.Time) ([]rollout.Queued, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs := exampleObservations(now.Add(-time.Hour))
+	obs := ExampleObservations(now.Add(-time.Hour))
 	// Last, a heartbeat once the clock reads now: the stuck rollout is
 	// evaluated past its deadline.
 	last := obs[len(obs)-1]
@@ -47,7 +47,10 @@ func ExampleMails(dir string, now time.Time) ([]rollout.Queued, error) {
 	return db.Pending()
 }
 
-func exampleObservations(t0 time.Time) []rollout.Observation {
+// ExampleObservations are the example rollouts, from t0 on, on cluster
+// prod: R1 applied, R2 failed (prune), R3 failed (health check), R4 stuck
+// on apps once the clock passes its deadline.
+func ExampleObservations(t0 time.Time) []rollout.Observation {
 	rev := func(label string) (string, string) {
 		s := sha1.Sum([]byte("example-" + label))
 		h := hex.EncodeToString(s[:])

@@ -1,0 +1,75 @@
+package engine_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// TestPageBoundsItsScan: a filter that matches only the oldest of many
+// settled rollouts ends a page early, with where to go on, instead of
+// reading the whole archive for one page; following the pages finds it.
+func TestPageBoundsItsScan(t *testing.T) {
+	e := enginetest.Start(t, t.TempDir(), defaultConfig(), fixedClock(t0), true)
+	const n = 6000
+	var views []*rollout.View
+	for i := range n {
+		first := t0.Add(-time.Duration(i+1) * time.Minute)
+		views = append(views, &rollout.View{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Verdict: rollout.VerdictApplied,
+			Terminal: true, FirstSeen: first, LastSeen: first})
+	}
+	if err := e.DB.Commit(&rollout.Batch{Settle: views, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	oldest := views[n-1].Hash
+	keep := func(v *rollout.View) bool { return v.Hash == oldest }
+	var after *engine.Cursor
+	var found []string
+	pages := 0
+	for {
+		p, err := e.Page("", after, 50, keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, v := range p.Views {
+			found = append(found, v.Hash)
+		}
+		if p.Next == nil {
+			break
+		}
+		if pages > 3 {
+			t.Fatal("the pages do not end")
+		}
+		after = p.Next
+	}
+	if pages != 2 || len(found) != 1 || found[0] != oldest {
+		t.Fatalf("found %v over %d pages, want the oldest over 2 (the first stops after 5,000)", found, pages)
+	}
+	// Unfiltered, the list goes through every one once.
+	seen := map[string]bool{}
+	after = nil
+	for {
+		p, err := e.Page("prod", after, 1000, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range p.Views {
+			if seen[v.Hash] {
+				t.Fatalf("%s twice", v.Hash)
+			}
+			seen[v.Hash] = true
+		}
+		if p.Next == nil {
+			break
+		}
+		after = p.Next
+	}
+	if len(seen) != n {
+		t.Fatalf("%d rollouts listed, want %d", len(seen), n)
+	}
+}

@@ -1,0 +1,155 @@
+package ui
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// timeline is a rollout drawn as rows of bars, one per expected layer,
+// computed here so that the template only places what it is given.
+type timeline struct {
+	Width, Height int
+	Left          int // where time starts, after the layer names
+	Rows          []timelineRow
+	Ticks         []timelineTick
+	Now           *float64 // the "now" line while the rollout is live
+}
+
+type timelineRow struct {
+	Y      int
+	Name   string
+	State  string
+	Bar    bool // false: the layer has not reported (pending)
+	X, W   float64
+	Marks  []timelineMark
+	Detail string // the bar's tooltip
+}
+
+type timelineMark struct {
+	X, Y  float64
+	Kind  string // failed, health
+	Title string
+}
+
+type timelineTick struct {
+	X     float64
+	Label string
+}
+
+const (
+	tlWidth  = 960
+	tlLeft   = 260
+	tlRow    = 22
+	tlTop    = 24
+	tlMinBar = 3
+)
+
+// newTimeline lays out v's layers in the order Flux took them, which
+// follows dependsOn: those that finished by when they finished, then those
+// still at it by when they began (a dependent reports DependencyNotReady
+// before its dependency starts, so beginnings alone would put it first),
+// then those that have not reported. Time runs from the rollout's first
+// evidence to its completion, or to now while it is live.
+func newTimeline(v *rollout.View, now time.Time) timeline {
+	layers := v.Layers.Slice()
+	rank := func(l rollout.LayerView) (int, time.Time) {
+		switch {
+		case l.Since == nil:
+			return 2, time.Time{}
+		case finished(l):
+			return 0, *l.At
+		}
+		return 1, *l.Since
+	}
+	slices.SortStableFunc(layers, func(a, b rollout.LayerView) int {
+		ra, ta := rank(a)
+		rb, tb := rank(b)
+		if c := cmp.Compare(ra, rb); c != 0 {
+			return c
+		}
+		if c := ta.Compare(tb); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	start, end := v.FirstSeen, v.LastSeen
+	if v.CompletedAt != nil && v.CompletedAt.After(end) {
+		end = *v.CompletedAt
+	}
+	live := !v.Terminal
+	if live && now.After(end) {
+		end = now
+	}
+	for _, l := range layers {
+		for _, t := range []*time.Time{l.Since, l.At} {
+			if t != nil && t.Before(start) {
+				start = *t
+			}
+			if t != nil && t.After(end) {
+				end = *t
+			}
+		}
+	}
+	span := end.Sub(start)
+	if span <= 0 {
+		span = time.Second
+	}
+	x := func(t time.Time) float64 {
+		return tlLeft + float64(t.Sub(start))/float64(span)*(tlWidth-tlLeft-8)
+	}
+	tl := timeline{Width: tlWidth, Left: tlLeft, Height: tlTop + len(layers)*tlRow + 8}
+	failures := map[string][]rollout.FailureView{}
+	for _, f := range v.Failures {
+		failures[f.Layer] = append(failures[f.Layer], f)
+	}
+	for i, l := range layers {
+		row := timelineRow{Y: tlTop + i*tlRow, Name: l.Name, State: string(l.State)}
+		if l.Since != nil {
+			row.Bar = true
+			to := end // still at it: up to now, or to the end of a final rollout
+			if finished(l) {
+				to = *l.At
+			}
+			row.X, row.W = x(*l.Since), max(x(to)-x(*l.Since), tlMinBar)
+			row.Detail = l.Name + ": " + string(l.State) + " " + l.Reason + " " + since(to.Sub(*l.Since))
+		}
+		for _, f := range failures[l.Name] {
+			kind := "failed"
+			if f.Reason == "HealthCheckFailed" {
+				kind = "health"
+			}
+			row.Marks = append(row.Marks, timelineMark{X: x(f.At), Y: float64(row.Y) + 8, Kind: kind, Title: f.Reason + ": " + f.Message})
+		}
+		tl.Rows = append(tl.Rows, row)
+	}
+	for i := range 5 {
+		t := start.Add(span * time.Duration(i) / 4)
+		tl.Ticks = append(tl.Ticks, timelineTick{X: x(t), Label: "+" + since(t.Sub(start))})
+	}
+	if live {
+		n := x(now)
+		tl.Now = &n
+	}
+	return tl
+}
+
+// since prints a duration the way people read one on a page.
+func since(d time.Duration) string {
+	switch {
+	case d < time.Hour:
+		return max(d, 0).Round(time.Second).String()
+	case d < 48*time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+}
+
+// finished reports whether a layer is done with the revision: applied,
+// failed or left for a newer one.
+func finished(l rollout.LayerView) bool {
+	return l.At != nil && l.State != rollout.LayerProgressing && l.State != rollout.LayerWaiting && l.State != rollout.LayerPending
+}

@@ -1,0 +1,346 @@
+// Package ui serves the status page people open from a mail: the recent
+// rollouts, one rollout with its layers on a timeline, one layer's
+// history. The pages are rendered on the server from embedded templates
+// and read without JavaScript; one small script only refreshes a live
+// rollout's page. Everything shown from Flux is text from any tenant's
+// repository, so it is escaped by html/template, and a strict
+// Content-Security-Policy runs no script but the embedded one.
+package ui
+
+import (
+	"context"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Rollouts is what the pages read: the engine's read side.
+type Rollouts interface {
+	Get(k rollout.Key) *rollout.View
+	Page(cluster string, after *engine.Cursor, limit int, keep func(*rollout.View) bool) (engine.Page, error)
+	Wait(ctx context.Context, q engine.Query) (*rollout.View, error)
+}
+
+// Options are the pages' optional parts.
+type Options struct {
+	// Token is the verdict token. When set, a page shows data only to a
+	// request that carries it (Authorization: Bearer), a session made by
+	// the login form, or TrustHeader.
+	Token []byte
+	// TrustHeader names a header an authenticating proxy in front of the
+	// service sets (oauth2-proxy's X-Auth-Request-Email); a request with
+	// it is let in. Empty: no header is trusted.
+	TrustHeader string
+	// Warning is the silent-pipe warning, "" when all is well.
+	Warning func() string
+	// Outbox counts the mails waiting and the dead letters.
+	Outbox func() (pending, dead int, err error)
+	Now    func() time.Time
+	Log    *slog.Logger
+}
+
+// PageSize is how many rollouts a page of the list shows.
+const PageSize = 50
+
+// maxLivePoll bounds one long poll of a live rollout's page.
+const maxLivePoll = 25 * time.Second
+
+type server struct {
+	rs     Rollouts
+	opts   Options
+	pages  map[string]*template.Template
+	static fs.FS
+	auth   *auth
+}
+
+// New returns the pages' handler, to be mounted at /ui. fsys holds the
+// templates and the static files (templates.UI).
+func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	s := &server{rs: rs, opts: opts, pages: map[string]*template.Template{}, auth: newAuth(opts.Token, opts.TrustHeader, opts.Now)}
+	funcs := template.FuncMap{
+		"age":   func(t time.Time) string { return since(opts.Now().Sub(t)) },
+		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
+		"short": shortHash,
+		"rolloutURL": func(cluster, hash string) string {
+			return "/ui/" + url.PathEscape(cluster) + "/" + url.PathEscape(hash)
+		},
+		"layerURL": func(name string) string {
+			ns, n, _ := strings.Cut(name, "/")
+			return "/ui/layers/" + url.PathEscape(ns) + "/" + url.PathEscape(n)
+		},
+	}
+	for _, name := range []string{"list", "rollout", "layer", "login", "notfound"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(fsys, "layout.html", name+".html")
+		if err != nil {
+			return nil, err
+		}
+		s.pages[name] = t
+	}
+	static, err := fs.Sub(fsys, "static")
+	if err != nil {
+		return nil, err
+	}
+	s.static = static
+	r := chi.NewRouter()
+	r.Use(secure)
+	// Static files hold no data: they load on the login page too.
+	r.Get("/static/*", http.StripPrefix("/ui/static/", http.FileServerFS(s.static)).ServeHTTP)
+	r.Get("/login", s.loginForm)
+	r.Post("/login", s.login)
+	r.Post("/logout", s.logout)
+	r.Group(func(r chi.Router) {
+		r.Use(s.auth.require)
+		r.Get("/", s.list)
+		r.Get("/layers/{namespace}/{name}", s.layer)
+		r.Get("/{cluster}/{hash}", s.rollout)
+		r.Get("/{cluster}/{hash}/wait", s.wait)
+	})
+	return r, nil
+}
+
+// secure sets the headers every page carries: no script but the service's
+// own, no framing, no sniffing, nothing cached.
+func secure(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "+
+			"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Auth     bool // a session can be ended (logout shown)
+	Warning  string
+	Outbox   int
+	Dead     int
+	Data     any
+	Now      time.Time
+	LiveWait string // set on a live rollout's page: where the script long-polls
+}
+
+func (s *server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.Now = s.opts.Now()
+	p.Auth = s.auth.enabled()
+	if s.opts.Warning != nil {
+		p.Warning = s.opts.Warning()
+	}
+	if s.opts.Outbox != nil {
+		if pending, dead, err := s.opts.Outbox(); err == nil {
+			p.Outbox, p.Dead = pending, dead
+		}
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	if err := s.pages[name].Execute(w, p); err != nil {
+		s.opts.Log.Error("render page", "page", name, "path", r.URL.Path, "err", err)
+	}
+}
+
+// listData is the list page.
+type listData struct {
+	Filter   listFilter
+	Views    []*rollout.View
+	Next     string // the next page's URL, "" on the last
+	Verdicts []string
+}
+
+type listFilter struct {
+	Cluster, Verdict, Layer, Q string
+}
+
+func (f listFilter) keep() func(*rollout.View) bool {
+	if f.Verdict == "" && f.Layer == "" && f.Q == "" {
+		return nil
+	}
+	q := strings.ToLower(f.Q)
+	return func(v *rollout.View) bool {
+		if f.Verdict != "" && v.Verdict.String() != f.Verdict {
+			return false
+		}
+		if f.Layer != "" && !hasLayer(v, f.Layer) {
+			return false
+		}
+		return q == "" || strings.HasPrefix(v.Hash, q) || strings.HasPrefix(v.OriginHash, q) ||
+			strings.Contains(strings.ToLower(v.Subject), q)
+	}
+}
+
+func hasLayer(v *rollout.View, name string) bool {
+	for _, l := range v.Layers.All() {
+		if l.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *server) list(w http.ResponseWriter, r *http.Request) {
+	qs := r.URL.Query()
+	f := listFilter{Cluster: qs.Get("cluster"), Verdict: qs.Get("verdict"), Layer: qs.Get("layer"), Q: strings.TrimSpace(qs.Get("q"))}
+	var after *engine.Cursor
+	if a := qs.Get("after"); a != "" {
+		c, err := parseCursor(a)
+		if err != nil {
+			http.Error(w, "after: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		after = &c
+	}
+	if f.Verdict != "" && !slices.Contains(verdictNames(), f.Verdict) {
+		http.Error(w, "verdict: not one of "+strings.Join(verdictNames(), ", "), http.StatusBadRequest)
+		return
+	}
+	pg, err := s.rs.Page(f.Cluster, after, PageSize, f.keep())
+	if err != nil {
+		s.opts.Log.Error("list rollouts", "err", err)
+		http.Error(w, "reading the rollouts failed", http.StatusServiceUnavailable)
+		return
+	}
+	d := listData{Filter: f, Views: pg.Views, Verdicts: verdictNames()}
+	if pg.Next != nil {
+		next := url.Values{}
+		for k, v := range map[string]string{"cluster": f.Cluster, "verdict": f.Verdict, "layer": f.Layer, "q": f.Q} {
+			if v != "" {
+				next.Set(k, v)
+			}
+		}
+		next.Set("after", formatCursor(*pg.Next))
+		d.Next = "/ui/?" + next.Encode()
+	}
+	s.render(w, r, http.StatusOK, "list", page{Title: "Rollouts", Data: d})
+}
+
+func verdictNames() []string {
+	return []string{"applying", "applied", "failed", "stuck", "superseded"}
+}
+
+// A cursor in a URL: Unix nanoseconds, hash, cluster (last: it may hold
+// any character).
+func formatCursor(c engine.Cursor) string {
+	return strconv.FormatInt(c.First.UnixNano(), 10) + ":" + c.Key.Hash + ":" + c.Key.Cluster
+}
+
+func parseCursor(s string) (engine.Cursor, error) {
+	ns, rest, ok := strings.Cut(s, ":")
+	hash, cluster, ok2 := strings.Cut(rest, ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || !ok2 || err != nil || hash == "" || cluster == "" {
+		return engine.Cursor{}, errors.New("malformed cursor")
+	}
+	return engine.Cursor{First: time.Unix(0, n).UTC(), Key: rollout.Key{Cluster: cluster, Hash: hash}}, nil
+}
+
+// rolloutData is one rollout's page.
+type rolloutData struct {
+	V            *rollout.View
+	Timeline     timeline
+	SupersededBy *rollout.Key
+	Duration     string
+	SoFar        bool // not done: the duration up to now
+}
+
+func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
+	k := rollout.Key{Cluster: chi.URLParam(r, "cluster"), Hash: strings.ToLower(chi.URLParam(r, "hash"))}
+	v := s.rs.Get(k)
+	if v == nil {
+		s.render(w, r, http.StatusNotFound, "notfound", page{Title: "Not found", Data: k})
+		return
+	}
+	now := s.opts.Now()
+	d := rolloutData{V: v, Timeline: newTimeline(v, now), SupersededBy: v.SupersedeKey}
+	end := now
+	switch {
+	case v.CompletedAt != nil:
+		end = *v.CompletedAt
+	case v.Verdict == rollout.VerdictApplying || v.Verdict == rollout.VerdictStuck:
+		d.SoFar = true
+	default: // failed or superseded: over with its last evidence
+		end = v.LastSeen
+	}
+	d.Duration = since(end.Sub(v.FirstSeen))
+	p := page{Title: shortHash(v.Hash) + " on " + v.Cluster, Data: d}
+	if !v.Terminal {
+		p.LiveWait = r.URL.Path + "/wait"
+	}
+	s.render(w, r, http.StatusOK, "rollout", p)
+}
+
+// wait long-polls for a live rollout's page: it answers when the rollout
+// turned terminal or changed, or after maxLivePoll, with its verdict; the
+// script then fetches the page again.
+func (s *server) wait(w http.ResponseWriter, r *http.Request) {
+	k := rollout.Key{Cluster: chi.URLParam(r, "cluster"), Hash: strings.ToLower(chi.URLParam(r, "hash"))}
+	ctx, cancel := context.WithTimeout(r.Context(), maxLivePoll)
+	defer cancel()
+	v, err := s.rs.Wait(ctx, engine.Query{Cluster: k.Cluster, Hash: k.Hash})
+	if err != nil || v == nil {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte(v.Verdict.String()))
+}
+
+// layerData is one layer's page: its recent rollouts.
+type layerData struct {
+	Name string
+	Rows []layerRow
+}
+
+type layerRow struct {
+	V     *rollout.View
+	Layer rollout.LayerView
+}
+
+func (s *server) layer(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "namespace") + "/" + chi.URLParam(r, "name")
+	pg, err := s.rs.Page("", nil, PageSize, func(v *rollout.View) bool { return hasLayer(v, name) })
+	if err != nil {
+		s.opts.Log.Error("list rollouts", "err", err)
+		http.Error(w, "reading the rollouts failed", http.StatusServiceUnavailable)
+		return
+	}
+	d := layerData{Name: name}
+	for _, v := range pg.Views {
+		for _, l := range v.Layers.All() {
+			if l.Name == name {
+				d.Rows = append(d.Rows, layerRow{V: v, Layer: l})
+			}
+		}
+	}
+	s.render(w, r, http.StatusOK, "layer", page{Title: name, Data: d})
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

@@ -1,0 +1,331 @@
+package ui_test
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+type env struct {
+	t     *testing.T
+	e     *enginetest.Engine
+	url   string
+	clock *enginetest.Clock
+}
+
+// start runs an engine with the example rollouts (or obs) and the pages
+// on a real HTTP server over loopback.
+func start(t *testing.T, opts ui.Options, obs ...rollout.Observation) *env {
+	t.Helper()
+	clock := enginetest.NewClock(t0.Add(time.Hour))
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}
+	e := enginetest.Start(t, t.TempDir(), cfg, clock.Now, true)
+	if obs == nil {
+		obs = enginetest.ExampleObservations(t0)
+	}
+	for _, o := range obs {
+		if err := e.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts.Now = clock.Now
+	h, err := ui.New(e.Engine, uiFS(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Mount("/ui", h)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return &env{t: t, e: e, url: srv.URL, clock: clock}
+}
+
+func uiFS(t testing.TB) fs.FS {
+	sub, err := fs.Sub(templates.UI, "ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// get fetches a page as a browser would, and returns its status and body.
+func (v *env) get(c *http.Client, path string, header ...string) (int, string, http.Header) {
+	v.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, v.url+path, nil)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	req.Header.Set("Accept", "text/html")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	if c == nil {
+		c = noRedirects()
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func noRedirects() *http.Client {
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// example is the hash of an example rollout by the subject it starts with.
+func example(t *testing.T, subject string) string {
+	t.Helper()
+	for _, o := range enginetest.ExampleObservations(t0) {
+		if strings.HasPrefix(o.Subject, subject) {
+			return o.Hash
+		}
+	}
+	t.Fatalf("no example rollout %q", subject)
+	return ""
+}
+
+func TestListShowsTheRollouts(t *testing.T) {
+	v := start(t, ui.Options{})
+	code, body, hdr := v.get(nil, "/ui/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /ui/: %d\n%s", code, body)
+	}
+	for _, want := range []string{
+		example(t, "Bump web")[:12], "Bump web to v1.4.2 (#412)", "Remove the legacy settings (#413)",
+		`class="badge applied"`, `class="badge failed"`, `class="badge stuck"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the list does not show %q", want)
+		}
+	}
+	// Newest first.
+	if strings.Index(body, "#415") > strings.Index(body, "#412") {
+		t.Error("the list is not newest first")
+	}
+	if csp := hdr.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") ||
+		hdr.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("security headers: %v", hdr)
+	}
+	_, failed, _ := v.get(nil, "/ui/?verdict=failed")
+	if !strings.Contains(failed, "#413") || strings.Contains(failed, "#412") {
+		t.Errorf("verdict filter: %s", failed)
+	}
+	_, found, _ := v.get(nil, "/ui/?q="+example(t, "Raise web")[:8])
+	if !strings.Contains(found, "#414") || strings.Contains(found, "#413") {
+		t.Errorf("hash search")
+	}
+	_, bySubject, _ := v.get(nil, "/ui/?q=LEGACY")
+	if !strings.Contains(bySubject, "#413") || strings.Contains(bySubject, "#414") {
+		t.Errorf("subject search")
+	}
+	if code, _, _ := v.get(nil, "/ui/?verdict=green"); code != http.StatusBadRequest {
+		t.Errorf("an unknown verdict filter: %d, want 400", code)
+	}
+	if code, _, _ := v.get(nil, "/ui/?after=nonsense"); code != http.StatusBadRequest {
+		t.Errorf("a malformed cursor: %d, want 400", code)
+	}
+}
+
+var rowRE = regexp.MustCompile(`<g class="row ([a-z]+)">\s*<text class="name" x="4" y="\d+" dy="14">([^<]+)</text>`)
+
+func TestRolloutPage(t *testing.T) {
+	v := start(t, ui.Options{})
+	prune := example(t, "Remove the legacy")
+	code, body, _ := v.get(nil, "/ui/prod/"+prune)
+	if code != http.StatusOK {
+		t.Fatalf("%d\n%s", code, body)
+	}
+	for _, want := range []string{"PruneFailed", "ConfigMap apps/old-config", "ValidatingAdmissionPolicy", `href="/ui/layers/flux-system/apps"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the failed rollout's page does not show %q", want)
+		}
+	}
+	rows := rowRE.FindAllStringSubmatch(body, -1)
+	var names []string
+	for _, r := range rows {
+		names = append(names, r[2]+" "+r[1])
+	}
+	// One bar per expected layer, in the order they began (dependsOn).
+	want := []string{"flux-system/infra applied", "flux-system/platform applied", "flux-system/apps failed"}
+	if strings.Join(names, ", ") != strings.Join(want, ", ") {
+		t.Errorf("timeline rows %v, want %v", names, want)
+	}
+	if strings.Contains(body, `class="now"`) || strings.Contains(body, "live.js") {
+		t.Error("a final rollout's page is live")
+	}
+	_, stuck, _ := v.get(nil, "/ui/prod/"+example(t, "Recovered"))
+	if !strings.Contains(stuck, "Holding it") || !strings.Contains(stuck, `class="now"`) && !strings.Contains(stuck, "stuck") {
+		t.Errorf("the stuck rollout's page does not say what holds it")
+	}
+	if code, body, _ := v.get(nil, "/ui/prod/"+strings.Repeat("0", 40)); code != http.StatusNotFound || !strings.Contains(body, "Not found") {
+		t.Errorf("an unknown rollout: %d", code)
+	}
+	code, layer, _ := v.get(nil, "/ui/layers/flux-system/apps")
+	if code != http.StatusOK || !strings.Contains(layer, "#413") || !strings.Contains(layer, "PruneFailed") {
+		t.Errorf("the layer page: %d\n%s", code, layer)
+	}
+}
+
+// TestLivePageAsksToBeRefreshed: a live rollout's page carries the wait
+// URL, which answers once the rollout's verdict is final.
+func TestLivePageAsksToBeRefreshed(t *testing.T) {
+	v := start(t, ui.Options{})
+	// A revision after the examples, applying on two of the three layers.
+	hash := strings.Repeat("5e", 20)
+	step := func(layer string, sec int) {
+		o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
+			Revision: "main@sha1:" + hash, Hash: hash, At: t0.Add(50*time.Minute + time.Duration(sec)*time.Second),
+			Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished"}
+		if err := v.e.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step("infra", 0)
+	step("platform", 30)
+	_, body, _ := v.get(nil, "/ui/prod/"+hash)
+	if !strings.Contains(body, `data-wait="/ui/prod/`+hash+`/wait"`) || !strings.Contains(body, `src="/ui/static/live.js"`) ||
+		!strings.Contains(body, `class="now"`) {
+		t.Fatalf("the live page does not refresh itself:\n%s", body)
+	}
+	code, js, hdr := v.get(nil, "/ui/static/live.js")
+	if code != http.StatusOK || !strings.Contains(js, "DOMParser") || !strings.Contains(hdr.Get("Content-Type"), "javascript") {
+		t.Fatalf("live.js: %d %s", code, hdr.Get("Content-Type"))
+	}
+	done := make(chan string, 1)
+	go func() {
+		_, verdict, _ := v.get(nil, "/ui/prod/"+hash+"/wait")
+		done <- verdict
+	}()
+	step("apps", 60)
+	if got := <-done; got != "applied" {
+		t.Fatalf("wait answered %q, want applied", got)
+	}
+	if _, body, _ := v.get(nil, "/ui/prod/"+hash); strings.Contains(body, "data-wait") {
+		t.Fatal("the applied rollout's page still refreshes itself")
+	}
+}
+
+func TestPagesNeedTheTokenWhenSet(t *testing.T) {
+	v := start(t, ui.Options{Token: []byte("s3cret"), TrustHeader: "X-Auth-Request-Email"})
+	hash := example(t, "Bump web")
+	code, body, hdr := v.get(nil, "/ui/prod/"+hash)
+	if code != http.StatusSeeOther || !strings.HasPrefix(hdr.Get("Location"), "/ui/login?next=") || strings.Contains(body, "Bump web") {
+		t.Fatalf("without a session: %d %s", code, hdr.Get("Location"))
+	}
+	req, _ := http.NewRequest(http.MethodGet, v.url+"/ui/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a client that is not a browser: %d, want 401", resp.StatusCode)
+	}
+	if code, body, _ := v.get(nil, "/ui/", "Authorization", "Bearer s3cret"); code != http.StatusOK || !strings.Contains(body, "#412") {
+		t.Fatalf("with the bearer token: %d", code)
+	}
+	if code, _, _ := v.get(nil, "/ui/", "Authorization", "Bearer wrong"); code != http.StatusUnauthorized {
+		t.Fatalf("with a wrong bearer token: %d", code)
+	}
+	if code, _, _ := v.get(nil, "/ui/", "X-Auth-Request-Email", "dev@example.com"); code != http.StatusOK {
+		t.Fatalf("through the auth proxy: %d", code)
+	}
+	_, login, _ := v.get(nil, "/ui/login?next=/ui/prod/"+hash)
+	if strings.Contains(login, "Bump web") || !strings.Contains(login, `name="next" value="/ui/prod/`+hash) {
+		t.Fatal("the login page shows data, or forgets where to go")
+	}
+
+	jar, _ := cookiejar.New(nil)
+	browser := &http.Client{Jar: jar}
+	post := func(token, next string) (*http.Response, string) {
+		resp, err := browser.PostForm(v.url+"/ui/login", url.Values{"token": {token}, "next": {next}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	if resp, body := post("guess", "/ui/"); resp.StatusCode != http.StatusUnauthorized || strings.Contains(body, "#412") {
+		t.Fatalf("a wrong token logs in: %d", resp.StatusCode)
+	}
+	resp, body = post("s3cret", "/ui/prod/"+hash)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Bump web to v1.4.2") {
+		t.Fatalf("after logging in, the page asked for: %d\n%s", resp.StatusCode, body)
+	}
+	raw := resp.Request.Response.Header.Get("Set-Cookie")
+	for _, attr := range []string{"HttpOnly", "SameSite=Strict", "Path=/ui/", "Max-Age="} {
+		if !strings.Contains(raw, attr) {
+			t.Errorf("session cookie %q lacks %s", raw, attr)
+		}
+	}
+	if strings.Contains(raw, "Secure") {
+		t.Errorf("session cookie %q is Secure over plain http", raw)
+	}
+	if code, _, _ := v.get(browser, "/ui/"); code != http.StatusOK {
+		t.Fatalf("with the session: %d", code)
+	}
+	// A forged or expired session is no session.
+	u, _ := url.Parse(v.url + "/ui/")
+	cookie := jar.Cookies(u)[0]
+	if code, _, _ := v.get(nil, "/ui/", "Cookie", cookie.Name+"="+cookie.Value+"x"); code != http.StatusSeeOther {
+		t.Fatalf("a tampered session: %d", code)
+	}
+	v.clock.Add(13 * time.Hour)
+	if code, _, _ := v.get(nil, "/ui/", "Cookie", cookie.Name+"="+cookie.Value); code != http.StatusSeeOther {
+		t.Fatalf("an expired session: %d", code)
+	}
+	// Logging in never sends the browser to another site.
+	if resp, _ := post("s3cret", "//evil.example/ui/"); resp.Request.URL.Host != u.Host || resp.Request.URL.Path != "/ui/" {
+		t.Fatalf("next led to %s", resp.Request.URL)
+	}
+}
+
+// TestFluxTextIsEscaped: what notification-controller relays is text from
+// any tenant's repository; on the pages it stays text.
+func TestFluxTextIsEscaped(t *testing.T) {
+	hostile := `<script>alert(1)</script><img src=x onerror=alert(2)><a href="javascript:alert(3)">x</a><svg onload=alert(4)>`
+	obs := enginetest.ExampleObservations(t0)
+	for i := range obs {
+		obs[i].Message += hostile
+		if obs[i].Subject != "" {
+			obs[i].Subject += hostile
+		}
+		obs[i].Reason += "<b>"
+	}
+	named := obs[len(obs)-1]
+	named.Emitter.Name = `evil<script>alert(5)</script>`
+	obs = append(obs, named)
+	v := start(t, ui.Options{}, obs...)
+	for _, path := range []string{"/ui/", "/ui/prod/" + example(t, "Remove the legacy"), "/ui/prod/" + named.Hash, "/ui/layers/flux-system/apps"} {
+		_, body, _ := v.get(nil, path)
+		for _, raw := range []string{"<script>alert", "<img src=x", `href="javascript:`, "<svg onload", "<b>"} {
+			if strings.Contains(body, raw) {
+				t.Errorf("%s carries %q unescaped", path, raw)
+			}
+		}
+		if !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+			t.Errorf("%s does not show the hostile text as text", path)
+		}
+	}
+}
