@@ -201,7 +201,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	pages, err := ui.New(eng, uiFS, ui.Options{
 		Token: verdictToken, TrustHeader: c.trustHeader, Warning: warning, Log: log,
-		Outbox: func() (int, int, error) { return outboxCounts(db) },
+		Outbox: func() (int, int, error) { return outboxCounts(db) }, Mails: db.MailLog,
 	})
 	if err != nil {
 		return err

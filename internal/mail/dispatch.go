@@ -13,7 +13,7 @@ import (
 // Outbox is the durable queue the engine writes mails to.
 type Outbox interface {
 	Pending() ([]rollout.Queued, error)
-	Sent(seq uint64) error
+	Sent(seq uint64, at time.Time) error
 	Reschedule(q rollout.Queued) error
 	DeadLetter(q rollout.Queued) error
 }
@@ -121,7 +121,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		log := d.log.With(mailAttrs(q)...).With("message_id", msgs[i].MessageID)
 		switch {
 		case res.Err == nil:
-			if err := d.outbox.Sent(q.Seq); err != nil {
+			if err := d.outbox.Sent(q.Seq, now); err != nil {
 				// Sent but not recorded: it goes again, with the same Message-ID.
 				d.warn("record sent mail", err)
 			}

@@ -38,10 +38,11 @@ var (
 // schema is bumped when the records change incompatibly; an old binary then
 // refuses a newer file instead of misreading it. 2 added the settled
 // rollouts and the floors; 3 the write-ahead log, which a schema 2 binary
-// would not replay. Older files are upgraded in place (their evidence
-// records are unchanged), and the engine settles what it can at its first
-// start.
-const schema = "3"
+// would not replay; 4 settled records of version 2 (each layer's first
+// evidence), which a schema 3 binary cannot read, and the mail log. Older
+// files are upgraded in place (their evidence and settled records are read
+// as they are), and the engine settles what it can at its first start.
+const schema = "4"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
@@ -93,14 +94,14 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return err
 		}
 		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1", string(v) == "2":
+		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3":
 			if err := meta.Put(keySchema, []byte(schema)); err != nil {
 				return err
 			}
 		case string(v) != schema:
 			return fmt.Errorf("schema %q, this binary reads %q", v, schema)
 		}
-		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors} {
+		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -363,6 +364,11 @@ func (d *DB) Commit(b *rollout.Batch) error {
 		if err := forgetMails(tx, b.Forget); err != nil {
 			return err
 		}
+		// A settled rollout keeps its mail log until retention purges it; a
+		// collected one is gone for good.
+		if err := dropMailLog(tx, collected(b)); err != nil {
+			return err
+		}
 		if err := settle(tx, b.Settle, settled, b.Floors); err != nil {
 			return err
 		}
@@ -378,6 +384,24 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	}
 	d.wal.checkpointed()
 	return nil
+}
+
+// collected are the rollouts b forgets without settling them.
+func collected(b *rollout.Batch) []rollout.Key {
+	if len(b.Forget) == 0 {
+		return nil
+	}
+	settled := make(map[rollout.Key]bool, len(b.Settle))
+	for _, v := range b.Settle {
+		settled[v.Key()] = true
+	}
+	var out []rollout.Key
+	for _, k := range b.Forget {
+		if !settled[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rollout.FloorKey]rollout.Floor) error {
@@ -441,6 +465,9 @@ func purge(tx *bolt.Tx, records *inflaters, cutoff time.Time) error {
 			if err := sb.Delete(settledKey(key)); err != nil {
 				return err
 			}
+			if err := dropMailLog(tx, []rollout.Key{key}); err != nil {
+				return err
+			}
 			removed++
 		}
 		// k lives in the page the delete rewrites.
@@ -476,11 +503,15 @@ func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
 		if err != nil {
 			return err
 		}
-		v, err := json.Marshal(rollout.Queued{Mail: m, Enqueued: at, NextAttempt: at})
+		q := rollout.Queued{Seq: seq, Mail: m, Enqueued: at, NextAttempt: at}
+		v, err := json.Marshal(q)
 		if err != nil {
 			return fmt.Errorf("encode mail: %w", err)
 		}
 		if err := out.Put(seqKey(seq), v); err != nil {
+			return err
+		}
+		if err := logMail(tx, q, MailWaiting, nil); err != nil {
 			return err
 		}
 		if err := keys.Put([]byte(m.Key), seqKey(seq)); err != nil {
@@ -536,25 +567,35 @@ func (d *DB) list(bucket []byte) ([]rollout.Queued, error) {
 	return out, err
 }
 
-// Sent removes a delivered mail from the outbox; its key stays, so it is
-// never enqueued again.
-func (d *DB) Sent(seq uint64) error {
+// Sent removes a mail delivered at at from the outbox; its key stays, so
+// it is never enqueued again, and the mail log says when it went.
+func (d *DB) Sent(seq uint64, at time.Time) error {
 	return d.db.Update(func(tx *bolt.Tx) error {
+		q, err := outboxMail(tx, seq)
+		if err != nil {
+			return err
+		}
+		if q != nil {
+			at := at.UTC()
+			if err := logMail(tx, *q, MailSent, &at); err != nil {
+				return err
+			}
+		}
 		return tx.Bucket(bucketOutbox).Delete(seqKey(seq))
 	})
 }
 
 // Reschedule stores a mail's new delivery state after a transient failure.
 func (d *DB) Reschedule(q rollout.Queued) error {
-	return d.put(bucketOutbox, q, false)
+	return d.put(bucketOutbox, q, false, MailRetrying)
 }
 
 // DeadLetter moves a mail that failed for good out of the outbox.
 func (d *DB) DeadLetter(q rollout.Queued) error {
-	return d.put(bucketDead, q, true)
+	return d.put(bucketDead, q, true, MailDead)
 }
 
-func (d *DB) put(bucket []byte, q rollout.Queued, remove bool) error {
+func (d *DB) put(bucket []byte, q rollout.Queued, remove bool, state string) error {
 	v, err := json.Marshal(q)
 	if err != nil {
 		return fmt.Errorf("encode mail: %w", err)
@@ -564,6 +605,9 @@ func (d *DB) put(bucket []byte, q rollout.Queued, remove bool) error {
 			if err := tx.Bucket(bucketOutbox).Delete(seqKey(q.Seq)); err != nil {
 				return err
 			}
+		}
+		if err := logMail(tx, q, state, nil); err != nil {
+			return err
 		}
 		return tx.Bucket(bucket).Put(seqKey(q.Seq), v)
 	})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
 // Rollouts is what the pages read: the engine's read side.
@@ -47,8 +48,10 @@ type Options struct {
 	Warning func() string
 	// Outbox counts the mails waiting and the dead letters.
 	Outbox func() (pending, dead int, err error)
-	Now    func() time.Time
-	Log    *slog.Logger
+	// Mails tells what became of a rollout's mails.
+	Mails func(rollout.Key) ([]store.MailRecord, error)
+	Now   func() time.Time
+	Log   *slog.Logger
 }
 
 // PageSize is how many rollouts a page of the list shows.
@@ -264,6 +267,7 @@ type rolloutData struct {
 	SupersededBy *rollout.Key
 	Duration     string
 	SoFar        bool // not done: the duration up to now
+	Mails        []store.MailRecord
 }
 
 func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
@@ -285,6 +289,12 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 		end = v.LastSeen
 	}
 	d.Duration = since(end.Sub(v.FirstSeen))
+	if s.opts.Mails != nil {
+		var err error
+		if d.Mails, err = s.opts.Mails(k); err != nil {
+			s.opts.Log.Error("read the mail log", "cluster", k.Cluster, "hash", k.Hash, "err", err)
+		}
+	}
 	p := page{Title: shortHash(v.Hash) + " on " + v.Cluster, Data: d}
 	if !v.Terminal {
 		p.LiveWait = r.URL.Path + "/wait"

@@ -329,3 +329,44 @@ func TestFluxTextIsEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestRolloutPageSaysWhoWasTold: the mails of a rollout, with what became
+// of each.
+func TestRolloutPageSaysWhoWasTold(t *testing.T) {
+	clock := enginetest.NewClock(t0.Add(time.Hour))
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"team@example.com"}}
+	e := enginetest.Start(t, t.TempDir(), cfg, clock.Now, true)
+	for _, o := range enginetest.ExampleObservations(t0) {
+		if err := e.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := ui.New(e.Engine, uiFS(t), ui.Options{Now: clock.Now, Mails: e.DB.MailLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Mount("/ui", h)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	v := &env{t: t, url: srv.URL}
+	prune := example(t, "Remove the legacy")
+	qs, err := e.DB.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Mail.View != nil && q.Mail.View.Hash == prune && q.Mail.Kind == rollout.MailApplying {
+			if err := e.DB.Sent(q.Seq, t0.Add(10*time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, body, _ := v.get(nil, "/ui/prod/"+prune)
+	for _, want := range []string{"prune-failed flux-system/apps ConfigMap apps/old-config", "team@example.com",
+		"delivered 2026-11-30 12:10:00 UTC", "waiting"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page's mails do not say %q", want)
+		}
+	}
+}

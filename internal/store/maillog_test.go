@@ -1,0 +1,73 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// TestMailLog: every state of a rollout's mails is in its log, which
+// outlives settling and goes with retention or collection.
+func TestMailLog(t *testing.T) {
+	d := openT(t, t.TempDir())
+	k := rollout.Key{Cluster: "prod", Hash: "abababababababababababababababababababab"}
+	other := rollout.Key{Cluster: "prod", Hash: "abababababababababababababababababababab00"} // a longer hash with k's as prefix
+	mail := func(k rollout.Key, kind rollout.MailKind, to string) rollout.Mail {
+		return rollout.Mail{Key: rollout.MailKey{Rollout: k, Kind: kind, To: to}.String(), Kind: kind, To: to}
+	}
+	silence := rollout.Mail{Key: rollout.MailKey{Kind: rollout.MailSilence, Episode: walT0, To: "ops@x"}.String(), Kind: rollout.MailSilence, To: "ops@x"}
+	b := &rollout.Batch{Mails: []rollout.Mail{mail(k, rollout.MailApplying, "a@x"), mail(k, rollout.MailApplied, "a@x"),
+		mail(k, rollout.MailStuck, "b@x"), mail(other, rollout.MailApplying, "a@x"), silence}, At: walT0}
+	if err := d.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := d.Pending()
+	if err != nil || len(qs) != 5 {
+		t.Fatalf("%d mails pending (%v)", len(qs), err)
+	}
+	sentAt := walT0.Add(time.Minute)
+	if err := d.Sent(qs[0].Seq, sentAt); err != nil {
+		t.Fatal(err)
+	}
+	qs[1].Attempts, qs[1].LastError, qs[1].NextAttempt = 1, "421 try later", walT0.Add(2*time.Minute)
+	if err := d.Reschedule(qs[1]); err != nil {
+		t.Fatal(err)
+	}
+	qs[2].Attempts, qs[2].LastError = 3, "550 no such user"
+	if err := d.DeadLetter(qs[2]); err != nil {
+		t.Fatal(err)
+	}
+	log, err := d.MailLog(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := ""
+	for _, r := range log {
+		got += string(r.Kind) + " " + r.To + " " + r.State + " " + r.Error + ";"
+	}
+	if want := "applying a@x sent ;applied a@x retrying 421 try later;stuck b@x dead 550 no such user;"; got != want {
+		t.Fatalf("mail log %q, want %q", got, want)
+	}
+	if log[0].Sent == nil || !log[0].Sent.Equal(sentAt) || log[1].Next == nil || !log[1].Next.Equal(qs[1].NextAttempt) {
+		t.Fatalf("times: %+v", log)
+	}
+	// Settled: the log stays. Collected: it goes.
+	view := &rollout.View{Cluster: k.Cluster, Hash: k.Hash, Verdict: rollout.VerdictApplied, Terminal: true, FirstSeen: walT0, LastSeen: walT0}
+	if err := d.Commit(&rollout.Batch{Forget: []rollout.Key{k, other}, Settle: []*rollout.View{view}, At: walT0}); err != nil {
+		t.Fatal(err)
+	}
+	if log, _ := d.MailLog(k); len(log) != 3 {
+		t.Fatalf("after settling: %d mails logged, want 3", len(log))
+	}
+	if log, _ := d.MailLog(other); len(log) != 0 {
+		t.Fatalf("after collection: %d mails logged, want none", len(log))
+	}
+	// Retention purges the settled rollout and its log.
+	if err := d.Commit(&rollout.Batch{PurgeBefore: walT0.Add(time.Hour), At: walT0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if log, _ := d.MailLog(k); len(log) != 0 {
+		t.Fatalf("after retention: %d mails logged, want none", len(log))
+	}
+}
