@@ -56,7 +56,8 @@ func run(out string) error {
 	// The example rollouts happened in the last hour; the clock reads now.
 	now := time.Now().UTC().Truncate(time.Minute)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := engine.New(db, rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}, log, func() time.Time { return now })
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}}
+	e, err := engine.New(db, cfg, log, func() time.Time { return now })
 	if err != nil {
 		return err
 	}
@@ -64,12 +65,27 @@ func run(out string) error {
 	if err := e.SubmitAll(context.Background(), obs); err != nil {
 		return err
 	}
+	// Some mails went out, one waits for a retry.
+	qs, err := db.Pending()
+	if err != nil {
+		return err
+	}
+	for i, q := range qs {
+		if i == len(qs)-1 {
+			q.Attempts, q.LastError, q.NextAttempt = 1, "421 4.7.0 try again later", now.Add(time.Minute)
+			if err := db.Reschedule(q); err != nil {
+				return err
+			}
+		} else if err := db.Sent(q.Seq, q.Enqueued.Add(2*time.Second)); err != nil {
+			return err
+		}
+	}
 	sub, err := fs.Sub(templates.UI, "ui")
 	if err != nil {
 		return err
 	}
 	pages, err := ui.New(e, sub, ui.Options{Now: func() time.Time { return now }, Log: log,
-		Outbox: func() (int, int, error) { return 2, 0, nil }})
+		Outbox: func() (int, int, error) { return 1, 0, nil }, Mails: db.MailLog})
 	if err != nil {
 		return err
 	}

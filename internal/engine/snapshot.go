@@ -404,3 +404,33 @@ func compareListed(a, b *rollout.View) int {
 	}
 	return compareKeys(a.Key(), b.Key())
 }
+
+// Changed waits until the live view of k is no longer seen (the one the
+// caller has), or ctx ends, and returns the view then: nil once k is not
+// live (settled, collected, or never seen). A status page long-polls with
+// it, to show every change of a live rollout as it happens.
+func (e *Engine) Changed(ctx context.Context, k rollout.Key, seen *rollout.View) *rollout.View {
+	s := e.snap
+	for {
+		s.mu.Lock()
+		v := s.views[k]
+		if v == nil || v != seen {
+			s.mu.Unlock()
+			if v == nil {
+				return e.Get(k)
+			}
+			return v
+		}
+		ch := s.watch[k]
+		if ch == nil {
+			ch = make(chan struct{})
+			s.watch[k] = ch
+		}
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return seen
+		}
+	}
+}

@@ -36,8 +36,9 @@ type timelineMark struct {
 }
 
 type timelineTick struct {
-	X     float64
-	Label string
+	X      float64
+	Label  string
+	Anchor string // text-anchor: the first and last labels stay inside
 }
 
 const (
@@ -128,7 +129,14 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 	}
 	for i := range 5 {
 		t := start.Add(span * time.Duration(i) / 4)
-		tl.Ticks = append(tl.Ticks, timelineTick{X: x(t), Label: "+" + since(t.Sub(start))})
+		anchor := "middle"
+		switch i {
+		case 0:
+			anchor = "start"
+		case 4:
+			anchor = "end"
+		}
+		tl.Ticks = append(tl.Ticks, timelineTick{X: x(t), Label: "+" + since(t.Sub(start)), Anchor: anchor})
 	}
 	if live {
 		n := x(now)

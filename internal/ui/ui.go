@@ -31,7 +31,7 @@ import (
 type Rollouts interface {
 	Get(k rollout.Key) *rollout.View
 	Page(cluster string, after *engine.Cursor, limit int, keep func(*rollout.View) bool) (engine.Page, error)
-	Wait(ctx context.Context, q engine.Query) (*rollout.View, error)
+	Changed(ctx context.Context, k rollout.Key, seen *rollout.View) *rollout.View
 }
 
 // Options are the pages' optional parts.
@@ -302,17 +302,24 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "rollout", p)
 }
 
-// wait long-polls for a live rollout's page: it answers when the rollout
-// turned terminal or changed, or after maxLivePoll, with its verdict; the
-// script then fetches the page again.
+// wait long-polls for a live rollout's page: it answers with the verdict
+// as soon as the rollout's view changes, or after maxLivePoll; the script
+// then fetches the page again. It starts from the view as it is now, so a
+// change between the page and the poll shows at the next one.
 func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	k := rollout.Key{Cluster: chi.URLParam(r, "cluster"), Hash: strings.ToLower(chi.URLParam(r, "hash"))}
-	ctx, cancel := context.WithTimeout(r.Context(), maxLivePoll)
-	defer cancel()
-	v, err := s.rs.Wait(ctx, engine.Query{Cluster: k.Cluster, Hash: k.Hash})
-	if err != nil || v == nil {
+	seen := s.rs.Get(k)
+	if seen == nil {
 		http.Error(w, "not found", http.StatusNotFound)
 		return
+	}
+	v := seen
+	if !seen.Terminal {
+		ctx, cancel := context.WithTimeout(r.Context(), maxLivePoll)
+		defer cancel()
+		if v = s.rs.Changed(ctx, k, seen); v == nil {
+			v = seen
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte(v.Verdict.String()))
