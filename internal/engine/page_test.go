@@ -73,3 +73,36 @@ func TestPageBoundsItsScan(t *testing.T) {
 		t.Fatalf("%d rollouts listed, want %d", len(seen), n)
 	}
 }
+
+// TestSupersedes: what a rollout superseded, live or settled, read back
+// from its start for one deadline's length only.
+func TestSupersedes(t *testing.T) {
+	e := enginetest.Start(t, t.TempDir(), defaultConfig(), fixedClock(t0), true)
+	by := rollout.Key{Cluster: "prod", Hash: fmt.Sprintf("%040x", 999)}
+	v := &rollout.View{Cluster: "prod", Hash: by.Hash, FirstSeen: t0, Deadline: t0.Add(30 * time.Minute)}
+	settled := func(i int, first time.Time, superseder *rollout.Key) *rollout.View {
+		return &rollout.View{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Verdict: rollout.VerdictSuperseded, Terminal: true,
+			FirstSeen: first, LastSeen: first, SupersedeKey: superseder}
+	}
+	other := rollout.Key{Cluster: "prod", Hash: fmt.Sprintf("%040x", 998)}
+	b := &rollout.Batch{Settle: []*rollout.View{
+		settled(1, t0.Add(-time.Minute), &by),      // superseded by v
+		settled(2, t0.Add(-2*time.Minute), &other), // by another
+		settled(3, t0.Add(-29*time.Minute), &by),   // by v, just inside the window
+		settled(4, t0.Add(-31*time.Minute), &by),   // outside: cannot have been
+	}, At: t0}
+	if err := e.DB.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.Supersedes(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hashes []string
+	for _, o := range got {
+		hashes = append(hashes, o.Hash[36:])
+	}
+	if fmt.Sprint(hashes) != "[0001 0003]" {
+		t.Fatalf("supersedes %v, want [0001 0003]", hashes)
+	}
+}

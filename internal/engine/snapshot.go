@@ -434,3 +434,35 @@ func (e *Engine) Changed(ctx context.Context, k rollout.Key, seen *rollout.View)
 		}
 	}
 }
+
+// Supersedes lists the rollouts v superseded, newest first. Only a rollout
+// that was still inside its deadline when v began can have been superseded
+// by it (after the deadline it is stuck, not superseded), so the archive is
+// read back from v's start for one deadline's length, no further.
+func (e *Engine) Supersedes(v *rollout.View) ([]*rollout.View, error) {
+	k, from := v.Key(), v.FirstSeen.Add(-v.Deadline.Sub(v.FirstSeen))
+	by := func(o *rollout.View) bool { return o.SupersedeKey != nil && *o.SupersedeKey == k }
+	var out []*rollout.View
+	e.snap.mu.RLock()
+	for _, o := range e.snap.views {
+		if o.Cluster == k.Cluster && by(o) {
+			out = append(out, o)
+		}
+	}
+	e.snap.mu.RUnlock()
+	live := make(map[rollout.Key]bool, len(out))
+	for _, o := range out {
+		live[o.Key()] = true
+	}
+	err := e.store.ScanSettled(k.Cluster, v.FirstSeen, func(o *rollout.View) bool {
+		if o.FirstSeen.Before(from) {
+			return false
+		}
+		if by(o) && !live[o.Key()] {
+			out = append(out, o)
+		}
+		return true
+	})
+	slices.SortFunc(out, compareListed)
+	return out, err
+}

@@ -219,6 +219,13 @@ func KnownReason(reason string) bool {
 	return FailureReason(reason)
 }
 
+// HealthCheckPassed reports whether a Kustomization event says its health
+// checks passed: kustomize-controller's Progressing "Health check passed
+// in 2.1s", sent before the success.
+func HealthCheckPassed(reason, msg string) bool {
+	return reason == ReasonProgressing && strings.HasPrefix(msg, "Health check passed")
+}
+
 // CommitSubject extracts the commit subject from source-controller's
 // NewArtifact message: "stored artifact for commit '<subject>'".
 func CommitSubject(reason, msg string) string {

@@ -63,6 +63,7 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 		o.Subject = flux.CommitSubject(d.Reason, d.Message)
 	}
 	o.Objects = pruneObjects(d.Reason, d.Message)
+	o.Healthy = sig == rollout.SignalProgressing && flux.HealthCheckPassed(d.Reason, d.Message)
 	return o, true
 }
 

@@ -1,8 +1,10 @@
 package ingest
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -34,5 +36,34 @@ func TestSignal(t *testing.T) {
 		if got := Signal(tt.kind, tt.reason, tt.severity); got != tt.want {
 			t.Errorf("Signal(%s, %s, %s) = %v, want %v", tt.kind, tt.reason, tt.severity, got, tt.want)
 		}
+	}
+}
+
+// TestHealthCheckPassed: of the clean scenario's events, exactly the ones
+// kustomize-controller sent for passed health checks say so.
+func TestHealthCheckPassed(t *testing.T) {
+	reqs, err := fixture.Received("clean")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthy := 0
+	for _, r := range reqs {
+		d, err := flux.Decode([]byte(r.Body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := Event(d)
+		if !ok {
+			continue
+		}
+		if want := strings.HasPrefix(d.Message, "Health check passed"); o.Healthy != want {
+			t.Errorf("seq %d %s %q: healthy %v", r.Seq, d.Reason, d.Message, o.Healthy)
+		}
+		if o.Healthy {
+			healthy++
+		}
+	}
+	if healthy == 0 {
+		t.Fatal("no health check passed in the clean scenario")
 	}
 }

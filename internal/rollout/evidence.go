@@ -112,6 +112,7 @@ type Observation struct {
 	Subject    string   // commit subject, when a source told it
 	MailTo     []string // recipients the event's Alert routes it to (eventMetadata mail_to)
 	DependsOn  []string // with SignalExpected/Suspended: the layers this one depends on (ns/name)
+	Healthy    bool     // a progress event saying the health checks passed
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters
@@ -165,7 +166,8 @@ type Evidence struct {
 	Progress      *Mark     `json:"progress,omitempty"`  // latest attempting mark
 	Succeeded     *Mark     `json:"succeeded,omitempty"` // earliest success
 	LastSucceeded time.Time `json:"last_succeeded,omitzero"`
-	Failures      []Failure `json:"failures,omitempty"` // one per reason, sorted by reason
+	Failures      []Failure `json:"failures,omitempty"`     // one per reason, sorted by reason
+	HealthPassed  time.Time `json:"health_passed,omitzero"` // earliest "health checks passed"
 	// Member is the cluster's latest word on whether this layer must apply
 	// this revision (SignalExpected or SignalSuspended), with its dependsOn.
 	Member *Member `json:"member,omitempty"`
@@ -250,6 +252,9 @@ func (ev *Evidence) merge(o Observation) bool {
 	case SignalProgressing, SignalWaiting, SignalCanceled:
 		if ev.Progress == nil || m.after(*ev.Progress) {
 			ev.Progress, changed = &m, true
+		}
+		if o.Healthy && (ev.HealthPassed.IsZero() || o.At.Before(ev.HealthPassed)) {
+			ev.HealthPassed, changed = o.At, true
 		}
 	case SignalExpected, SignalSuspended:
 		mm := Member{Mark: Mark{At: o.At, Signal: o.Signal}, DependsOn: slices.Sorted(slices.Values(o.DependsOn))}

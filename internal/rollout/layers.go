@@ -3,6 +3,7 @@ package rollout
 import (
 	"encoding/json"
 	"iter"
+	"slices"
 	"time"
 )
 
@@ -55,11 +56,8 @@ func (l Layers) with(n int, at func(int) LayerView) Layers {
 }
 
 func sameLayer(a, b LayerView) bool {
-	if !sameTime(a.At, b.At) || !sameTime(a.Since, b.Since) {
-		return false
-	}
-	a.At, b.At, a.Since, b.Since = nil, nil, nil, nil
-	return a == b
+	return a.Name == b.Name && a.State == b.State && a.Revision == b.Revision && a.Reason == b.Reason && a.Message == b.Message &&
+		sameTime(a.At, b.At) && sameTime(a.Since, b.Since) && sameTime(a.Healthy, b.Healthy) && slices.Equal(a.DependsOn, b.DependsOn)
 }
 
 func sameTime(a, b *time.Time) bool {

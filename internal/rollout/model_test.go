@@ -34,6 +34,7 @@ func TestMergeIsAFold(t *testing.T) {
 	legacy.Revision = "main/abc"
 	mailTo := obsAt(3, SignalProgressing, "Progressing", "Health check passed")
 	mailTo.MailTo = []string{"b@x", "a@x"}
+	mailTo.Healthy = true
 	member := obsAt(0, SignalExpected, "", "")
 	member.DependsOn = []string{"flux-system/platform", "flux-system/infra"}
 	all := []Observation{
@@ -50,7 +51,8 @@ func TestMergeIsAFold(t *testing.T) {
 		!slices.Equal(want.MailTo, []string{"a@x", "b@x"}) || want.Succeeded.At != mt0.Add(30*time.Second) ||
 		want.LastSucceeded != mt0.Add(330*time.Second) || len(want.Failures) != 2 ||
 		want.Failures[1].Objects[0].Error != "forbidden" || want.Failures[1].Last != mt0.Add(300*time.Second) ||
-		!slices.Equal(want.Member.DependsOn, []string{"flux-system/infra", "flux-system/platform"}) {
+		!slices.Equal(want.Member.DependsOn, []string{"flux-system/infra", "flux-system/platform"}) ||
+		want.HealthPassed != mt0.Add(3*time.Second) {
 		t.Fatalf("fold of every observation: %+v", want)
 	}
 	r := rand.New(rand.NewPCG(1, 2))

@@ -96,8 +96,12 @@ type LayerView struct {
 	Revision string     `json:"revision"` // this rollout's, or when pending the replaced one it was at
 	Reason   string     `json:"reason"`
 	Message  string     `json:"message"`
-	At       *time.Time `json:"at"`              // of the state shown
-	Since    *time.Time `json:"since,omitempty"` // the layer's first evidence of the revision
+	At       *time.Time `json:"at"`                   // of the state shown
+	Since    *time.Time `json:"since,omitempty"`      // the layer's first evidence of the revision
+	Healthy  *time.Time `json:"healthy_at,omitempty"` // when its health checks passed
+	// DependsOn are the layers it depends on (namespace/name), when the
+	// cluster told them.
+	DependsOn []string `json:"depends_on,omitempty"`
 }
 
 // FailureView is one failure of one layer.
@@ -488,8 +492,15 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 		return lv
 	}
 	lv.Revision = ev.Revision
+	if ev.Member != nil {
+		lv.DependsOn = ev.Member.DependsOn // never changed in place: shared
+	}
 	first := ev.First
 	lv.Since = &first
+	if !ev.HealthPassed.IsZero() {
+		h := ev.HealthPassed
+		lv.Healthy = &h
+	}
 	var m *Mark
 	switch {
 	case len(ev.Failures) > 0:

@@ -46,7 +46,8 @@ func sampleBatch() *rollout.Batch {
 		SupersedeKey: &rollout.Key{Cluster: "prod", Hash: strings.Repeat("cd", 20)},
 		Behind:       []string{"flux-system/apps"},
 		Layers: rollout.MakeLayers([]rollout.LayerView{{Name: "flux-system/apps", State: rollout.LayerProgressing, Revision: ev.Revision,
-			Reason: "Progressing", Message: "Deployment/apps/web configured", At: &at, Since: &at}}),
+			Reason: "Progressing", Message: "Deployment/apps/web configured", At: &at, Since: &at, Healthy: &at,
+			DependsOn: []string{"flux-system/infra"}}}),
 		Failures: []rollout.FailureView{},
 	}
 	return &rollout.Batch{

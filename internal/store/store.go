@@ -682,32 +682,12 @@ func (d *DB) SettledKeys(hash string, prefix, origin bool, cluster string, limit
 // breaks ties the way it does for live ones.
 func (d *DB) ListSettled(cluster string, limit int) ([]*rollout.View, error) {
 	var out []*rollout.View
-	err := d.db.View(func(tx *bolt.Tx) error {
-		sb := tx.Bucket(bucketSettled)
-		c := tx.Bucket(bucketTime).Cursor()
-		var last time.Time
-		for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
-			first, key, err := parseTimeKey(k)
-			if err != nil {
-				return err
-			}
-			if len(out) >= limit && !first.Equal(last) {
-				break
-			}
-			if cluster != "" && key.Cluster != cluster {
-				continue
-			}
-			rec := sb.Get(settledKey(key))
-			if rec == nil {
-				continue
-			}
-			v, err := d.records.decodeSettled(rec)
-			if err != nil {
-				return err
-			}
-			out, last = append(out, v), first
+	err := d.ScanSettled(cluster, time.Time{}, func(v *rollout.View) bool {
+		if len(out) >= limit && (len(out) == 0 || !v.FirstSeen.Equal(out[len(out)-1].FirstSeen)) {
+			return false
 		}
-		return nil
+		out = append(out, v)
+		return true
 	})
 	return out, err
 }

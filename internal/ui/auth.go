@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -25,6 +26,32 @@ type auth struct {
 	key         []byte
 	trustHeader string
 	now         func() time.Time
+
+	// Wrong tokens at the login form, per minute: guessing is slowed for
+	// everyone (a bound per client would be a map an attacker can grow).
+	mu       sync.Mutex
+	window   time.Time
+	failures int
+}
+
+// maxFailures is how many wrong tokens the login form takes a minute;
+// the ones after are refused without being compared until it passes.
+const maxFailures = 10
+
+// allow reports whether a login attempt may be checked now.
+func (a *auth) allow() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if now := a.now(); now.Sub(a.window) >= time.Minute {
+		a.window, a.failures = now, 0
+	}
+	return a.failures < maxFailures
+}
+
+func (a *auth) failed() {
+	a.mu.Lock()
+	a.failures++
+	a.mu.Unlock()
 }
 
 func newAuth(token []byte, trustHeader string, now func() time.Time) *auth {
@@ -97,9 +124,10 @@ func localNext(next string) string {
 }
 
 type loginData struct {
-	Next   string
-	Failed bool
-	Open   bool // no token configured: nothing to log in to
+	Next      string
+	Failed    bool
+	Throttled bool // too many wrong tokens this minute
+	Open      bool // no token configured: nothing to log in to
 }
 
 func (s *server) loginForm(w http.ResponseWriter, r *http.Request) {
@@ -117,7 +145,13 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	if !s.auth.allow() {
+		w.Header().Set("Retry-After", "60")
+		s.render(w, r, http.StatusTooManyRequests, "login", page{Title: "Log in", Data: loginData{Next: next, Throttled: true}})
+		return
+	}
 	if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(r.PostForm.Get("token"))), s.auth.token) != 1 {
+		s.auth.failed()
 		s.render(w, r, http.StatusUnauthorized, "login", page{Title: "Log in", Data: loginData{Next: next, Failed: true}})
 		return
 	}

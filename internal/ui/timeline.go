@@ -31,7 +31,7 @@ type timelineRow struct {
 
 type timelineMark struct {
 	X, Y  float64
-	Kind  string // failed, health
+	Kind  string // failed, health (a failed health check), passed (health checks passed)
 	Title string
 }
 
@@ -49,12 +49,15 @@ const (
 	tlMinBar = 3
 )
 
-// newTimeline lays out v's layers in the order Flux took them, which
-// follows dependsOn: those that finished by when they finished, then those
-// still at it by when they began (a dependent reports DependencyNotReady
-// before its dependency starts, so beginnings alone would put it first),
-// then those that have not reported. Time runs from the rollout's first
-// evidence to its completion, or to now while it is live.
+// newTimeline lays out v's layers in dependsOn order: when the cluster
+// told what each depends on, no layer comes before one it depends on;
+// otherwise, and among layers free to go, in the order Flux took them,
+// which follows dependsOn: those that finished by when they finished, then
+// those still at it by when they began (a dependent reports
+// DependencyNotReady before its dependency starts, so beginnings alone
+// would put it first), then those that have not reported. Time runs from
+// the rollout's first evidence to its completion, or to now while it is
+// live.
 func newTimeline(v *rollout.View, now time.Time) timeline {
 	layers := v.Layers.Slice()
 	rank := func(l rollout.LayerView) (int, time.Time) {
@@ -77,6 +80,7 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 		}
 		return cmp.Compare(a.Name, b.Name)
 	})
+	layers = dependsOnOrder(layers)
 	start, end := v.FirstSeen, v.LastSeen
 	if v.CompletedAt != nil && v.CompletedAt.After(end) {
 		end = *v.CompletedAt
@@ -86,7 +90,7 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 		end = now
 	}
 	for _, l := range layers {
-		for _, t := range []*time.Time{l.Since, l.At} {
+		for _, t := range []*time.Time{l.Since, l.At, l.Healthy} {
 			if t != nil && t.Before(start) {
 				start = *t
 			}
@@ -117,6 +121,9 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 			}
 			row.X, row.W = x(*l.Since), max(x(to)-x(*l.Since), tlMinBar)
 			row.Detail = l.Name + ": " + string(l.State) + " " + l.Reason + " " + since(to.Sub(*l.Since))
+		}
+		if l.Healthy != nil {
+			row.Marks = append(row.Marks, timelineMark{X: x(*l.Healthy), Y: float64(row.Y) + 8, Kind: "passed", Title: "health checks passed"})
 		}
 		for _, f := range failures[l.Name] {
 			kind := "failed"
@@ -160,4 +167,35 @@ func since(d time.Duration) string {
 // failed or left for a newer one.
 func finished(l rollout.LayerView) bool {
 	return l.At != nil && l.State != rollout.LayerProgressing && l.State != rollout.LayerWaiting && l.State != rollout.LayerPending
+}
+
+// dependsOnOrder reorders layers so that none comes before a layer of the
+// list it depends on, keeping the given order wherever dependsOn allows
+// (and for a cycle, which Flux would refuse anyway).
+func dependsOnOrder(layers []rollout.LayerView) []rollout.LayerView {
+	in := map[string]bool{}
+	known := false
+	for _, l := range layers {
+		in[l.Name] = true
+		known = known || len(l.DependsOn) > 0
+	}
+	if !known {
+		return layers
+	}
+	placed := map[string]bool{}
+	out := make([]rollout.LayerView, 0, len(layers))
+	rest := slices.Clone(layers)
+	for len(rest) > 0 {
+		next := 0 // a cycle: take the first
+		for i, l := range rest {
+			if !slices.ContainsFunc(l.DependsOn, func(d string) bool { return in[d] && !placed[d] }) {
+				next = i
+				break
+			}
+		}
+		placed[rest[next].Name] = true
+		out = append(out, rest[next])
+		rest = slices.Delete(rest, next, next+1)
+	}
+	return out
 }

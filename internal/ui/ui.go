@@ -32,6 +32,7 @@ type Rollouts interface {
 	Get(k rollout.Key) *rollout.View
 	Page(cluster string, after *engine.Cursor, limit int, keep func(*rollout.View) bool) (engine.Page, error)
 	Changed(ctx context.Context, k rollout.Key, seen *rollout.View) *rollout.View
+	Supersedes(v *rollout.View) ([]*rollout.View, error)
 }
 
 // Options are the pages' optional parts.
@@ -61,11 +62,10 @@ const PageSize = 50
 const maxLivePoll = 25 * time.Second
 
 type server struct {
-	rs     Rollouts
-	opts   Options
-	pages  map[string]*template.Template
-	static fs.FS
-	auth   *auth
+	rs    Rollouts
+	opts  Options
+	pages map[string]*template.Template
+	auth  *auth
 }
 
 // New returns the pages' handler, to be mounted at /ui. fsys holds the
@@ -82,6 +82,13 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 		"age":   func(t time.Time) string { return since(opts.Now().Sub(t)) },
 		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
 		"short": shortHash,
+		"took": func(v *rollout.View) string {
+			d, soFar := took(v, opts.Now())
+			if soFar {
+				return d + " so far"
+			}
+			return d
+		},
 		"rolloutURL": func(cluster, hash string) string {
 			return "/ui/" + url.PathEscape(cluster) + "/" + url.PathEscape(hash)
 		},
@@ -101,11 +108,10 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.static = static
 	r := chi.NewRouter()
 	r.Use(secure)
 	// Static files hold no data: they load on the login page too.
-	r.Get("/static/*", http.StripPrefix("/ui/static/", http.FileServerFS(s.static)).ServeHTTP)
+	r.Get("/static/*", http.StripPrefix("/ui/static/", http.FileServerFS(static)).ServeHTTP)
 	r.Get("/login", s.loginForm)
 	r.Post("/login", s.login)
 	r.Post("/logout", s.logout)
@@ -267,6 +273,7 @@ type rolloutData struct {
 	SupersededBy *rollout.Key
 	Duration     string
 	SoFar        bool // not done: the duration up to now
+	Supersedes   []*rollout.View
 	Mails        []store.MailRecord
 }
 
@@ -279,18 +286,12 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.opts.Now()
 	d := rolloutData{V: v, Timeline: newTimeline(v, now), SupersededBy: v.SupersedeKey}
-	end := now
-	switch {
-	case v.CompletedAt != nil:
-		end = *v.CompletedAt
-	case v.Verdict == rollout.VerdictApplying || v.Verdict == rollout.VerdictStuck:
-		d.SoFar = true
-	default: // failed or superseded: over with its last evidence
-		end = v.LastSeen
+	d.Duration, d.SoFar = took(v, now)
+	var err error
+	if d.Supersedes, err = s.rs.Supersedes(v); err != nil {
+		s.opts.Log.Error("read the rollouts superseded", "cluster", k.Cluster, "hash", k.Hash, "err", err)
 	}
-	d.Duration = since(end.Sub(v.FirstSeen))
 	if s.opts.Mails != nil {
-		var err error
 		if d.Mails, err = s.opts.Mails(k); err != nil {
 			s.opts.Log.Error("read the mail log", "cluster", k.Cluster, "hash", k.Hash, "err", err)
 		}
@@ -329,6 +330,7 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 type layerData struct {
 	Name string
 	Rows []layerRow
+	Next string // the next page's URL, "" on the last
 }
 
 type layerRow struct {
@@ -338,13 +340,25 @@ type layerRow struct {
 
 func (s *server) layer(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "namespace") + "/" + chi.URLParam(r, "name")
-	pg, err := s.rs.Page("", nil, PageSize, func(v *rollout.View) bool { return hasLayer(v, name) })
+	var after *engine.Cursor
+	if a := r.URL.Query().Get("after"); a != "" {
+		c, err := parseCursor(a)
+		if err != nil {
+			http.Error(w, "after: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		after = &c
+	}
+	pg, err := s.rs.Page("", after, PageSize, func(v *rollout.View) bool { return hasLayer(v, name) })
 	if err != nil {
 		s.opts.Log.Error("list rollouts", "err", err)
 		http.Error(w, "reading the rollouts failed", http.StatusServiceUnavailable)
 		return
 	}
 	d := layerData{Name: name}
+	if pg.Next != nil {
+		d.Next = r.URL.Path + "?" + url.Values{"after": {formatCursor(*pg.Next)}}.Encode()
+	}
 	for _, v := range pg.Views {
 		for _, l := range v.Layers.All() {
 			if l.Name == name {
@@ -353,6 +367,18 @@ func (s *server) layer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, http.StatusOK, "layer", page{Title: name, Data: d})
+}
+
+// took is how long a rollout took, or has taken so far when it is not
+// done (applying or stuck).
+func took(v *rollout.View, now time.Time) (string, bool) {
+	switch {
+	case v.CompletedAt != nil:
+		return since(v.CompletedAt.Sub(v.FirstSeen)), false
+	case v.Verdict == rollout.VerdictApplying || v.Verdict == rollout.VerdictStuck:
+		return since(now.Sub(v.FirstSeen)), true
+	}
+	return since(v.LastSeen.Sub(v.FirstSeen)), false // failed or superseded: over with its last evidence
 }
 
 func shortHash(h string) string {

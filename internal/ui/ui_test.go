@@ -177,6 +177,14 @@ func TestRolloutPage(t *testing.T) {
 	if !strings.Contains(stuck, "Holding it") || !strings.Contains(stuck, `class="now"`) && !strings.Contains(stuck, "stuck") {
 		t.Errorf("the stuck rollout's page does not say what holds it")
 	}
+	// Supersession both ways: R2 was superseded by R3.
+	health := example(t, "Raise web")
+	if !strings.Contains(body, `<dt>Superseded by</dt><dd><a class="hash" href="/ui/prod/`+health+`">`) {
+		t.Error("the superseded rollout does not link its superseder")
+	}
+	if _, r3, _ := v.get(nil, "/ui/prod/"+health); !strings.Contains(r3, `<dt>Supersedes</dt><dd><a class="hash" href="/ui/prod/`+prune+`">`) {
+		t.Error("the superseding rollout does not link what it superseded")
+	}
 	if code, body, _ := v.get(nil, "/ui/prod/"+strings.Repeat("0", 40)); code != http.StatusNotFound || !strings.Contains(body, "Not found") {
 		t.Errorf("an unknown rollout: %d", code)
 	}
@@ -295,6 +303,17 @@ func TestPagesNeedTheTokenWhenSet(t *testing.T) {
 	if code, _, _ := v.get(nil, "/ui/", "Cookie", cookie.Name+"="+cookie.Value); code != http.StatusSeeOther {
 		t.Fatalf("an expired session: %d", code)
 	}
+	// Guessing is slowed: after ten wrong tokens in a minute, even the right
+	// one waits for the next minute.
+	v.clock.Add(time.Minute)
+	for range 9 { // one wrong token was tried above, this minute's are new
+		post("guess", "/ui/")
+	}
+	post("guess", "/ui/")
+	if resp, _ := post("s3cret", "/ui/"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the eleventh attempt in a minute: %d", resp.StatusCode)
+	}
+	v.clock.Add(time.Minute)
 	// Logging in never sends the browser to another site.
 	if resp, _ := post("s3cret", "//evil.example/ui/"); resp.Request.URL.Host != u.Host || resp.Request.URL.Path != "/ui/" {
 		t.Fatalf("next led to %s", resp.Request.URL)

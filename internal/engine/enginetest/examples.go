@@ -80,6 +80,7 @@ func ExampleObservations(t0 time.Time) []rollout.Observation {
 	rollout1("R1", "Bump web to v1.4.2 (#412)", 0)
 	for i, l := range layers {
 		add("R1", ks, l, 2+30*i, rollout.SignalProgressing, "Progressing", "Deployment/"+l+"/web configured")
+		add("R1", ks, l, 3+30*i, rollout.SignalProgressing, "Progressing", "Health check passed in 2.04s").Healthy = true
 		add("R1", ks, l, 4+30*i, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
 	}
 	// Flux could not delete a removed ConfigMap.
