@@ -89,16 +89,7 @@ func (d *DB) MailLog(k rollout.Key) ([]MailRecord, error) {
 
 // dropMailLog deletes the log of rollouts that are gone for good.
 func dropMailLog(tx *bolt.Tx, gone []rollout.Key) error {
-	c := tx.Bucket(bucketMailLog).Cursor()
-	for _, k := range gone {
-		prefix := []byte(rollout.MailKeyPrefix(k))
-		for key, _ := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, _ = c.Seek(prefix) {
-			if err := c.Delete(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return deleteByRollout(tx.Bucket(bucketMailLog), gone)
 }
 
 // outboxMail reads the queued mail of seq from the outbox, or nil.

@@ -521,9 +521,16 @@ func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
 	return nil
 }
 
-// forgetMails drops the sent-mail log of collected rollouts.
+// forgetMails drops the de-duplication keys of the mails of rollouts no
+// longer live.
 func forgetMails(tx *bolt.Tx, gone []rollout.Key) error {
-	c := tx.Bucket(bucketMailKeys).Cursor()
+	return deleteByRollout(tx.Bucket(bucketMailKeys), gone)
+}
+
+// deleteByRollout deletes the keys of bucket that start with a gone
+// rollout's mail key prefix.
+func deleteByRollout(bucket *bolt.Bucket, gone []rollout.Key) error {
+	c := bucket.Cursor()
 	for _, k := range gone {
 		prefix := []byte(rollout.MailKeyPrefix(k))
 		for key, _ := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, _ = c.Seek(prefix) {

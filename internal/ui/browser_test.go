@@ -13,7 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
 )
 
@@ -126,15 +125,8 @@ func TestInBrowser(t *testing.T) {
 		}
 	})
 	t.Run("live rollout turns applied without a reload", func(t *testing.T) {
-		hash := strings.Repeat("5e", 20)
-		step := func(layer string, sec int) {
-			o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
-				Revision: "main@sha1:" + hash, Hash: hash, At: t0.Add(50*time.Minute + time.Duration(sec)*time.Second),
-				Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished"}
-			if err := v.e.Submit(context.Background(), o); err != nil {
-				t.Fatal(err)
-			}
-		}
+		hash := liveHash
+		step := func(layer string, sec int) { v.succeed(layer, sec) }
 		step("infra", 0)
 		step("platform", 30)
 		step("evil<img src=x onerror=\"window.pwned=5\">", 40)

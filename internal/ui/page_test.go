@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"html"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"testing"
 	"time"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -52,15 +49,7 @@ func archive(t testing.TB, e *enginetest.Engine, n int) {
 }
 
 func serve(t testing.TB, e *enginetest.Engine) string {
-	h, err := ui.New(e.Engine, uiFS(t), ui.Options{Now: func() time.Time { return t0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	r.Mount("/ui", h)
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	return srv.URL
+	return serveUI(t, e, ui.Options{Now: func() time.Time { return t0 }})
 }
 
 var (

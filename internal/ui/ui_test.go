@@ -34,8 +34,14 @@ type env struct {
 // on a real HTTP server over loopback.
 func start(t *testing.T, opts ui.Options, obs ...rollout.Observation) *env {
 	t.Helper()
+	return startWith(t, rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}, func(*enginetest.Engine) ui.Options { return opts }, obs...)
+}
+
+// startWith is start with the engine's configuration and options made
+// from the engine under test.
+func startWith(t *testing.T, cfg rollout.Config, options func(*enginetest.Engine) ui.Options, obs ...rollout.Observation) *env {
+	t.Helper()
 	clock := enginetest.NewClock(t0.Add(time.Hour))
-	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}
 	e := enginetest.Start(t, t.TempDir(), cfg, clock.Now, true)
 	if obs == nil {
 		obs = enginetest.ExampleObservations(t0)
@@ -45,7 +51,14 @@ func start(t *testing.T, opts ui.Options, obs ...rollout.Observation) *env {
 			t.Fatal(err)
 		}
 	}
+	opts := options(e)
 	opts.Now = clock.Now
+	return &env{t: t, e: e, url: serveUI(t, e, opts), clock: clock}
+}
+
+// serveUI serves the pages of e on a real HTTP server over loopback.
+func serveUI(t testing.TB, e *enginetest.Engine, opts ui.Options) string {
+	t.Helper()
 	h, err := ui.New(e.Engine, uiFS(t), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +67,7 @@ func start(t *testing.T, opts ui.Options, obs ...rollout.Observation) *env {
 	r.Mount("/ui", h)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
-	return &env{t: t, e: e, url: srv.URL, clock: clock}
+	return srv.URL
 }
 
 func uiFS(t testing.TB) fs.FS {
@@ -86,6 +99,20 @@ func (v *env) get(c *http.Client, path string, header ...string) (int, string, h
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), resp.Header
+}
+
+// liveHash is a revision after the examples, which tests roll out.
+var liveHash = strings.Repeat("5e", 20)
+
+// succeed submits that layer's success on liveHash, sec seconds into it.
+func (v *env) succeed(layer string, sec int) {
+	v.t.Helper()
+	o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
+		Revision: "main@sha1:" + liveHash, Hash: liveHash, At: t0.Add(50*time.Minute + time.Duration(sec)*time.Second),
+		Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished"}
+	if err := v.e.Submit(context.Background(), o); err != nil {
+		v.t.Fatal(err)
+	}
 }
 
 func noRedirects() *http.Client {
@@ -199,15 +226,8 @@ func TestRolloutPage(t *testing.T) {
 func TestLivePageAsksToBeRefreshed(t *testing.T) {
 	v := start(t, ui.Options{})
 	// A revision after the examples, applying on two of the three layers.
-	hash := strings.Repeat("5e", 20)
-	step := func(layer string, sec int) {
-		o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
-			Revision: "main@sha1:" + hash, Hash: hash, At: t0.Add(50*time.Minute + time.Duration(sec)*time.Second),
-			Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished"}
-		if err := v.e.Submit(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
+	hash := liveHash
+	step := func(layer string, sec int) { v.succeed(layer, sec) }
 	step("infra", 0)
 	step("platform", 30)
 	_, body, _ := v.get(nil, "/ui/prod/"+hash)
@@ -352,23 +372,9 @@ func TestFluxTextIsEscaped(t *testing.T) {
 // TestRolloutPageSaysWhoWasTold: the mails of a rollout, with what became
 // of each.
 func TestRolloutPageSaysWhoWasTold(t *testing.T) {
-	clock := enginetest.NewClock(t0.Add(time.Hour))
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"team@example.com"}}
-	e := enginetest.Start(t, t.TempDir(), cfg, clock.Now, true)
-	for _, o := range enginetest.ExampleObservations(t0) {
-		if err := e.Submit(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h, err := ui.New(e.Engine, uiFS(t), ui.Options{Now: clock.Now, Mails: e.DB.MailLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	r.Mount("/ui", h)
-	srv := httptest.NewServer(r)
-	t.Cleanup(srv.Close)
-	v := &env{t: t, url: srv.URL}
+	v := startWith(t, cfg, func(e *enginetest.Engine) ui.Options { return ui.Options{Mails: e.DB.MailLog} })
+	e := v.e
 	prune := example(t, "Remove the legacy")
 	qs, err := e.DB.Pending()
 	if err != nil {
