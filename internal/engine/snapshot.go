@@ -302,7 +302,8 @@ type Cursor struct {
 // CursorOf is v's place in the list.
 func CursorOf(v *rollout.View) Cursor { return Cursor{v.FirstSeen, v.Key()} }
 
-// before reports whether v comes before c in the list.
+// before reports whether v comes at or before c in the list: on a page
+// already shown.
 func (c Cursor) before(v *rollout.View) bool {
 	if !v.FirstSeen.Equal(c.First) {
 		return v.FirstSeen.After(c.First)
