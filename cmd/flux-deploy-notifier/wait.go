@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
@@ -39,7 +42,7 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 	rev := f.String("rev", "FDN_REV", "", "the commit: a full revision, a hash or a prefix of 7+ hex digits")
 	tokenFile := f.String("token-file", "FDN_VERDICT_TOKEN_FILE", "", "file holding the verdict token, when the service requires one")
 	timeout := f.Duration("timeout", "FDN_TIMEOUT", 15*time.Minute, "how long to wait for a terminal verdict")
-	cluster := f.String("cluster", "FDN_WAIT_CLUSTER", "", "the cluster, when the commit deploys to several")
+	cluster := f.String("cluster", "FDN_WAIT_CLUSTER", "", "the cluster, when the commit deploys to several; a comma list waits on each")
 	follow := f.Bool("follow-superseded", "FDN_FOLLOW_SUPERSEDED", false, "when superseded, wait for the newer revision and take its verdict")
 	attempts := f.Int("attempts", "FDN_ATTEMPTS", 5, "tries in a row when the service cannot be reached, 1 s apart, doubling")
 	if err := f.parse(args); err != nil {
@@ -66,27 +69,84 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 		fmt.Fprintln(stderr, "wait: --attempts must be at least 1")
 		return exitTrouble
 	}
-	w := &waiter{base: strings.TrimRight(*base, "/"), token: token, cluster: *cluster, stderr: stderr, attempts: *attempts,
-		client: &http.Client{Timeout: maxPoll + 30*time.Second}}
 	deadline := time.Now().Add(*timeout)
-	query := *rev
+	clusters := strings.Split(*cluster, ",")
+	for i := range clusters {
+		clusters[i] = strings.TrimSpace(clusters[i])
+	}
+	if len(clusters) > 1 && slices.Contains(clusters, "") {
+		fmt.Fprintln(stderr, "wait: --cluster: an empty name in the list")
+		return exitTrouble
+	}
+	newWaiter := func(cluster string) *waiter {
+		return &waiter{base: strings.TrimRight(*base, "/"), token: token, cluster: cluster, stderr: stderr, attempts: *attempts,
+			client: &http.Client{Timeout: maxPoll + 30*time.Second}}
+	}
+	if len(clusters) == 1 {
+		return newWaiter(clusters[0]).until(ctx, *rev, deadline, *timeout, *follow, stdout)
+	}
+	// Several clusters: each waited on at once, its block printed whole,
+	// in the order given.
+	outs := make([]bytes.Buffer, len(clusters))
+	codes := make([]error, len(clusters))
+	var wg sync.WaitGroup
+	for i, c := range clusters {
+		wg.Go(func() { codes[i] = newWaiter(c).until(ctx, *rev, deadline, *timeout, *follow, &outs[i]) })
+	}
+	wg.Wait()
+	for i, c := range clusters {
+		fmt.Fprintf(stdout, "== %s\n", c)
+		_, _ = outs[i].WriteTo(stdout)
+	}
+	return worst(codes)
+}
+
+// worst is the exit of a wait on several clusters: 0 when all applied;
+// otherwise a failure (failed, stuck, superseded) anywhere, then a timeout
+// or an unknown commit, then trouble asking.
+func worst(codes []error) error {
+	var out error
+	rank := func(err error) int {
+		var c exitCode
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &c) && c == exitFailed:
+			return 3
+		case errors.As(err, &c) && c == exitTimeout:
+			return 2
+		}
+		return 1
+	}
+	for _, err := range codes {
+		if rank(err) > rank(out) {
+			out = err
+		}
+	}
+	return out
+}
+
+// until waits for the commit's verdict on w's cluster until it is terminal
+// or the deadline passes, prints it to out, and returns the exit code.
+func (w *waiter) until(ctx context.Context, rev string, deadline time.Time, timeout time.Duration, follow bool, out io.Writer) error {
+	query := rev
 	for {
 		v, err := w.poll(ctx, query, deadline)
 		if err != nil {
-			fmt.Fprintln(stderr, "wait:", err)
+			fmt.Fprintln(w.stderr, "wait:", err)
 			return exitTrouble
 		}
 		switch {
 		case v == nil || !v.Terminal:
-			printVerdict(stdout, v, query)
-			fmt.Fprintf(stdout, "timed out after %s\n", *timeout)
+			printVerdict(out, v, query)
+			fmt.Fprintf(out, "timed out after %s\n", timeout)
 			return exitTimeout
-		case v.Verdict == rollout.VerdictSuperseded && *follow && v.SupersededBy != nil:
-			fmt.Fprintf(stdout, "%s was superseded by %s: following it\n", v.Revision, *v.SupersededBy)
+		case v.Verdict == rollout.VerdictSuperseded && follow && v.SupersededBy != nil:
+			fmt.Fprintf(out, "%s was superseded by %s: following it\n", v.Revision, *v.SupersededBy)
 			query = *v.SupersededBy
 			continue
 		}
-		printVerdict(stdout, v, query)
+		printVerdict(out, v, query)
 		if v.Verdict == rollout.VerdictApplied {
 			return nil
 		}

@@ -114,6 +114,47 @@ func TestWait(t *testing.T) {
 		}
 	})
 
+	t.Run("several clusters", func(t *testing.T) {
+		c := "main@sha1:" + strings.Repeat("c3", 20)
+		ev := func(cluster, layer, reason, severity string, sec int) flux.Event {
+			return flux.Event{
+				InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: layer},
+				Severity:       severity, Timestamp: now.Add(time.Duration(sec) * time.Second).Format(time.RFC3339),
+				Reason: reason, Message: reason, Metadata: map[string]string{"revision": c, "cluster": cluster},
+			}
+		}
+		events := []flux.Event{
+			ev("staging", "infra", "ReconciliationSucceeded", "info", 300), ev("staging", "platform", "ReconciliationSucceeded", "info", 310),
+			ev("prod", "infra", "ReconciliationSucceeded", "info", 320), ev("prod", "platform", "HealthCheckFailed", "error", 330),
+		}
+		if err := postEvents(context.Background(), client, url, token, events); err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct {
+			clusters string
+			want     int
+			says     []string
+		}{
+			{"staging", 0, []string{c + " on staging: applied"}},
+			{"staging,prod", 1, []string{"== staging\n" + c + " on staging: applied", "== prod\n" + c + " on prod: failed", "failure: flux-system/platform HealthCheckFailed"}},
+			{"prod,nowhere", 1, []string{"== prod\n" + c + " on prod: failed", "== nowhere\n"}}, // a failure outranks a timeout
+			{"staging, nowhere", 2, []string{"== staging\n" + c + " on staging: applied", "== nowhere\n", "unknown", "timed out"}},
+		} {
+			out, err := waitFor("--rev", c, "--token-file", verdictToken, "--cluster", tt.clusters, "--timeout", "2s")
+			if code(err) != tt.want {
+				t.Fatalf("--cluster %s: exit %d, want %d\n%s", tt.clusters, code(err), tt.want, out)
+			}
+			for _, s := range tt.says {
+				if !strings.Contains(out, s) {
+					t.Fatalf("--cluster %s: output lacks %q:\n%s", tt.clusters, s, out)
+				}
+			}
+		}
+		if out, err := waitFor("--rev", c, "--token-file", verdictToken, "--cluster", "staging,"); code(err) != 3 {
+			t.Fatalf("an empty cluster in the list: exit %d\n%s", code(err), out)
+		}
+	})
+
 	t.Run("service unreachable", func(t *testing.T) {
 		var out bytes.Buffer
 		err := run(context.Background(), []string{"wait", "--url", "http://127.0.0.1:1", "--rev", strings.Repeat("ab", 20), "--timeout", "40s", "--attempts", "2"},

@@ -26,6 +26,7 @@ import (
 // Rollouts is the engine's read side.
 type Rollouts interface {
 	Lookup(q engine.Query) (*rollout.View, error)
+	LookupAll(q engine.Query) ([]*rollout.View, error)
 	Wait(ctx context.Context, q engine.Query) (*rollout.View, error)
 	Get(k rollout.Key) *rollout.View
 	List(cluster string, limit int) []*rollout.View
@@ -69,6 +70,7 @@ func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log
 			r.Use(bearer(opts.VerdictToken))
 		}
 		r.Get("/verdict", s.verdict)
+		r.Get("/commits/{rev}", s.commit)
 		r.Get("/rollouts", s.rollouts)
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -196,13 +198,53 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "internal error")
 		return
 	}
+	writeJSON(w, http.StatusOK, s.verdictOf(v))
+}
+
+// CommitResponse is the body of GET /commits/{rev}: one commit's verdict
+// on every cluster that has it, sorted by cluster (none: 404).
+type CommitResponse struct {
+	Hash     string            `json:"hash"`
+	Clusters []VerdictResponse `json:"clusters"`
+}
+
+func (s *server) commit(w http.ResponseWriter, r *http.Request) {
+	rev := chi.URLParam(r, "rev")
+	hash, prefix, err := flux.ParseQuery(rev)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "rev", err.Error())
+		return
+	}
+	views, err := s.rs.LookupAll(engine.Query{Hash: hash, Prefix: prefix})
+	var amb *engine.AmbiguousError
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, CommitResponse{Hash: hash, Clusters: []VerdictResponse{}})
+		return
+	case errors.As(err, &amb):
+		writeJSON(w, http.StatusConflict, ErrorResponse{Error: amb.Error(), Field: "rev", Matches: amb.Matches})
+		return
+	case err != nil:
+		s.log.Error("look up commit", "err", err)
+		writeError(w, http.StatusInternalServerError, "", "internal error")
+		return
+	}
+	resp := CommitResponse{Hash: hash, Clusters: make([]VerdictResponse, len(views))}
+	for i, v := range views {
+		resp.Clusters[i] = s.verdictOf(v)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// verdictOf is v as /verdict answers it.
+func (s *server) verdictOf(v *rollout.View) VerdictResponse {
 	resp := VerdictResponse{View: v}
 	if v.SupersedeKey != nil {
 		if sv := s.rs.Get(*v.SupersedeKey); sv != nil {
 			resp.SupersededByVerdict = &sv.Verdict
 		}
 	}
-	writeJSON(w, http.StatusOK, resp)
+	return resp
 }
 
 func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {

@@ -270,3 +270,35 @@ func TestLongPollOutlivesServerTimeouts(t *testing.T) {
 		t.Fatalf("long poll returned after %v, before its wait of %v", el, wait)
 	}
 }
+
+// TestCommitOnEveryCluster: GET /commits/{rev} gives one commit's verdict
+// on each cluster that has it, where /verdict without a cluster answers 409.
+func TestCommitOnEveryCluster(t *testing.T) {
+	e := newEnv(t)
+	e.run()
+	e.observe(t, "apps", "C", rollout.SignalSucceeded, "staging")
+	e.observe(t, "apps", "C", rollout.SignalProgressing, "prod")
+	e.observe(t, "apps", "D", rollout.SignalSucceeded, "prod")
+	if code, _ := get(t, e.url+"/verdict?rev="+hashOf("C")); code != http.StatusConflict {
+		t.Fatalf("/verdict on two clusters: %d, want 409", code)
+	}
+	code, body := get(t, e.url+"/commits/"+hashOf("C")[:10])
+	if code != http.StatusOK || body["hash"] != hashOf("C")[:10] {
+		t.Fatalf("%d %v", code, body)
+	}
+	clusters := body["clusters"].([]any)
+	var got []string
+	for _, c := range clusters {
+		m := c.(map[string]any)
+		got = append(got, m["cluster"].(string)+" "+m["verdict"].(string))
+	}
+	if strings.Join(got, ", ") != "prod superseded, staging applied" { // D replaced C on prod
+		t.Fatalf("clusters %v", got)
+	}
+	if code, body := get(t, e.url+"/commits/"+hashOf("never")); code != http.StatusNotFound || len(body["clusters"].([]any)) != 0 {
+		t.Fatalf("a commit never seen: %d %v", code, body)
+	}
+	if code, _ := get(t, e.url+"/commits/xyz"); code != http.StatusBadRequest {
+		t.Fatalf("a malformed revision: %d", code)
+	}
+}

@@ -111,6 +111,64 @@ const maxMatches = 16
 
 // Lookup finds the one rollout a query names, live or settled.
 func (e *Engine) Lookup(q Query) (*rollout.View, error) {
+	found, err := e.matching(q, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) > 1 {
+		return nil, ambiguous(found)
+	}
+	return e.one(found)
+}
+
+// LookupAll finds the rollouts of the one commit a query names, on every
+// cluster that has it (the query's cluster is ignored), sorted by
+// cluster. A prefix that names several commits is ambiguous.
+func (e *Engine) LookupAll(q Query) ([]*rollout.View, error) {
+	q.Cluster = ""
+	// On one cluster the commit may be a git rollout, on another an OCI
+	// rollout whose origin revision it is: both count.
+	found, err := e.matching(q, true)
+	if err != nil {
+		return nil, err
+	}
+	// One commit: one rollout hash per cluster, or the OCI rollouts whose
+	// origin revision is the commit.
+	commits := map[string]bool{}
+	for k, v := range found {
+		if v == nil {
+			v = e.Get(k)
+		}
+		if v == nil {
+			continue
+		}
+		found[k] = v
+		c := v.Hash
+		if !strings.HasPrefix(c, q.Hash) {
+			c = v.OriginHash // matched by its origin revision
+		}
+		commits[c] = true
+	}
+	if len(commits) > 1 {
+		return nil, ambiguous(found)
+	}
+	var out []*rollout.View
+	for _, v := range found {
+		if v != nil {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, ErrNotFound
+	}
+	slices.SortFunc(out, func(a, b *rollout.View) int { return compareKeys(a.Key(), b.Key()) })
+	return out, nil
+}
+
+// matching are the rollouts a query names, live (with their view) or
+// settled (nil: read with Get). The rollout's own hash wins over an origin
+// revision that has it, unless withOrigin.
+func (e *Engine) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.View, error) {
 	e.snap.mu.RLock()
 	own, origin := e.snap.candidates(q)
 	e.snap.mu.RUnlock()
@@ -127,8 +185,7 @@ func (e *Engine) Lookup(q Query) (*rollout.View, error) {
 			found[k] = nil
 		}
 	}
-	// The rollout's own hash wins over an origin revision that has it.
-	if q.Prefix || len(found) == 0 {
+	if withOrigin || q.Prefix || len(found) == 0 {
 		originKeys, err := e.store.SettledKeys(q.Hash, q.Prefix, true, q.Cluster, maxMatches)
 		if err != nil {
 			return nil, err
@@ -142,25 +199,29 @@ func (e *Engine) Lookup(q Query) (*rollout.View, error) {
 			}
 		}
 	}
-	switch len(found) {
-	case 0:
-		return nil, ErrNotFound
-	case 1:
-		for k, v := range found {
-			if v == nil {
-				if v = e.Get(k); v == nil {
-					return nil, ErrNotFound
-				}
+	return found, nil
+}
+
+// one is the view of the single match, or ErrNotFound.
+func (e *Engine) one(found map[rollout.Key]*rollout.View) (*rollout.View, error) {
+	for k, v := range found {
+		if v == nil {
+			if v = e.Get(k); v == nil {
+				return nil, ErrNotFound
 			}
-			return v, nil
 		}
+		return v, nil
 	}
+	return nil, ErrNotFound
+}
+
+func ambiguous(found map[rollout.Key]*rollout.View) error {
 	keys := make([]rollout.Key, 0, len(found))
 	for k := range found {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, compareKeys)
-	return nil, &AmbiguousError{Matches: keys}
+	return &AmbiguousError{Matches: keys}
 }
 
 func compareKeys(a, b rollout.Key) int {
