@@ -45,6 +45,7 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 	cluster := f.String("cluster", "FDN_WAIT_CLUSTER", "", "the cluster, when the commit deploys to several; a comma list waits on each")
 	follow := f.Bool("follow-superseded", "FDN_FOLLOW_SUPERSEDED", false, "when superseded, wait for the newer revision and take its verdict")
 	attempts := f.Int("attempts", "FDN_ATTEMPTS", 5, "tries in a row when the service cannot be reached, 1 s apart, doubling")
+	output := f.String("output", "FDN_OUTPUT", "text", "text, or json: the final verdicts as JSON on stdout (the rest on stderr)")
 	if err := f.parse(args); err != nil {
 		fmt.Fprintln(stderr, "wait:", err)
 		return exitTrouble
@@ -69,6 +70,14 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 		fmt.Fprintln(stderr, "wait: --attempts must be at least 1")
 		return exitTrouble
 	}
+	if *output != "text" && *output != "json" {
+		fmt.Fprintln(stderr, "wait: --output must be text or json")
+		return exitTrouble
+	}
+	human := stdout
+	if *output == "json" {
+		human = stderr
+	}
 	deadline := time.Now().Add(*timeout)
 	clusters := strings.Split(*cluster, ",")
 	for i := range clusters {
@@ -78,27 +87,131 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 		fmt.Fprintln(stderr, "wait: --cluster: an empty name in the list")
 		return exitTrouble
 	}
-	newWaiter := func(cluster string) *waiter {
-		return &waiter{base: strings.TrimRight(*base, "/"), token: token, cluster: cluster, stderr: stderr, attempts: *attempts,
-			client: &http.Client{Timeout: maxPoll + 30*time.Second}}
+	progress := &lines{w: human}
+	waiters := make([]*waiter, len(clusters))
+	for i, c := range clusters {
+		waiters[i] = &waiter{base: strings.TrimRight(*base, "/"), token: token, cluster: c, stderr: stderr, attempts: *attempts,
+			client: &http.Client{Timeout: maxPoll + 30*time.Second}, progress: progress}
 	}
-	if len(clusters) == 1 {
-		return newWaiter(clusters[0]).until(ctx, *rev, deadline, *timeout, *follow, stdout)
-	}
-	// Several clusters: each waited on at once, its block printed whole,
-	// in the order given.
+	// Each cluster is waited on at once; its changes are printed as they
+	// come, its block whole at the end, in the order given.
 	outs := make([]bytes.Buffer, len(clusters))
 	codes := make([]error, len(clusters))
 	var wg sync.WaitGroup
-	for i, c := range clusters {
-		wg.Go(func() { codes[i] = newWaiter(c).until(ctx, *rev, deadline, *timeout, *follow, &outs[i]) })
+	for i, w := range waiters {
+		wg.Go(func() { codes[i] = w.until(ctx, *rev, deadline, *timeout, *follow, &outs[i]) })
 	}
 	wg.Wait()
 	for i, c := range clusters {
-		fmt.Fprintf(stdout, "== %s\n", c)
-		_, _ = outs[i].WriteTo(stdout)
+		if len(clusters) > 1 {
+			fmt.Fprintf(human, "== %s\n", c)
+		}
+		_, _ = outs[i].WriteTo(human)
 	}
-	return worst(codes)
+	code := worst(codes)
+	if *output == "json" {
+		writeResult(stdout, *rev, code, waiters, codes)
+	}
+	return code
+}
+
+// waitResult is what --output json prints: the exit code and each
+// cluster's outcome with its last verdict (null when never seen).
+type waitResult struct {
+	Rev      string          `json:"rev"`
+	Exit     int             `json:"exit"`
+	Clusters []clusterResult `json:"clusters"`
+}
+
+type clusterResult struct {
+	Cluster string               `json:"cluster,omitempty"`
+	Outcome string               `json:"outcome"` // the verdict, or timeout, unknown, trouble
+	Verdict *api.VerdictResponse `json:"verdict"`
+}
+
+func writeResult(out io.Writer, rev string, code error, waiters []*waiter, codes []error) {
+	res := waitResult{Rev: rev, Exit: exitOf(code)}
+	for i, w := range waiters {
+		cr := clusterResult{Cluster: w.cluster}
+		var c exitCode
+		switch {
+		case errors.As(codes[i], &c) && c == exitTrouble:
+			cr.Outcome = "trouble"
+		case w.last == nil:
+			cr.Outcome = "unknown"
+		case !w.last.Terminal:
+			cr.Outcome = "timeout"
+		default:
+			cr.Outcome = w.last.Verdict.String()
+		}
+		if w.last != nil {
+			cr.Verdict = &w.last.VerdictResponse
+		}
+		res.Clusters = append(res.Clusters, cr)
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	fmt.Fprintln(out, string(b))
+}
+
+func exitOf(err error) int {
+	var c exitCode
+	if errors.As(err, &c) {
+		return int(c)
+	}
+	return 0
+}
+
+// lines writes whole lines from several goroutines.
+type lines struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lines) printf(format string, a ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, format+"\n", a...)
+}
+
+// report prints what changed since the last answer: one line for the
+// verdict, one per layer that moved.
+func (w *waiter) report(v *verdictBody) {
+	where := v.Revision
+	if len(v.Hash) >= 7 {
+		where = v.Hash[:7]
+	}
+	where += " on " + v.Cluster
+	prev := w.last
+	switch {
+	case prev == nil:
+		w.progress.printf("%s: %s (%s)", where, v.Verdict, v.Summary)
+	case prev.Verdict != v.Verdict:
+		w.progress.printf("%s: %s -> %s (%s)", where, prev.Verdict, v.Verdict, v.Summary)
+	}
+	before := map[string]rollout.LayerView{}
+	if prev != nil && prev.Hash == v.Hash {
+		for _, l := range prev.Layers.All() {
+			before[l.Name] = l
+		}
+	}
+	for _, l := range v.Layers.All() {
+		b, seen := before[l.Name]
+		if seen && b.State == l.State {
+			continue
+		}
+		if !seen && prev == nil && l.State == rollout.LayerPending {
+			continue // nothing to tell yet
+		}
+		from := ""
+		if seen {
+			from = string(b.State) + " -> "
+		}
+		line := fmt.Sprintf("%s: %s %s%s", where, l.Name, from, l.State)
+		if l.Reason != "" {
+			line += " (" + l.Reason + ")"
+		}
+		w.progress.printf("%s", line)
+	}
 }
 
 // worst is the exit of a wait on several clusters: 0 when all applied;
@@ -159,19 +272,30 @@ type waiter struct {
 	attempts             int
 	client               *http.Client
 	stderr               io.Writer
+	progress             *lines
+	last                 *verdictBody // the last verdict seen
 }
+
+// pollEvery bounds one long poll, so that changes before the verdict is
+// final (a layer moving) are reported as they come.
+const pollEvery = 10 * time.Second
 
 // poll asks until the verdict is terminal or the deadline passes; nil
 // means never seen. Connection errors and 5xx are retried, a few times.
 func (w *waiter) poll(ctx context.Context, query string, deadline time.Time) (*verdictBody, error) {
 	var last *verdictBody
-	failures := 0
+	failures, asked := 0, false
 	for {
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
 			return last, nil
 		}
-		q := url.Values{"rev": {query}, "wait": {min(remaining, maxPoll).Round(time.Second).String()}}
+		q := url.Values{"rev": {query}}
+		if asked {
+			q.Set("wait", min(remaining, pollEvery).Round(time.Second).String())
+		}
+		// The first answer comes at once: the state to start reporting from.
+		asked = true
 		if w.cluster != "" {
 			q.Set("cluster", w.cluster)
 		}
@@ -198,6 +322,8 @@ func (w *waiter) poll(ctx context.Context, query string, deadline time.Time) (*v
 			last = nil
 		case status == http.StatusOK:
 			last = v
+			w.report(v)
+			w.last = v
 		default:
 			return nil, fmt.Errorf("%d from the service: %s", status, v.Error)
 		}

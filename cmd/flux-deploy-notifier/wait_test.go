@@ -3,15 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // TestWait is the pipeline gate: exit 0 on applied, 1 on failed naming the
@@ -155,6 +159,60 @@ func TestWait(t *testing.T) {
 		}
 	})
 
+	t.Run("a line per change, and JSON", func(t *testing.T) {
+		d := "main@sha1:" + strings.Repeat("d4", 20)
+		ev := func(layer, reason string, sec int) flux.Event {
+			return flux.Event{
+				InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: layer},
+				Severity:       "info", Timestamp: now.Add(time.Duration(sec) * time.Second).Format(time.RFC3339),
+				Reason: reason, Message: reason, Metadata: map[string]string{"revision": d, "cluster": "qa"},
+			}
+		}
+		if err := postEvents(context.Background(), client, url, token, []flux.Event{ev("infra", "Progressing", 400), ev("platform", "DependencyNotReady", 401)}); err != nil {
+			t.Fatal(err)
+		}
+		var out syncBuffer
+		done := make(chan error, 1)
+		go func() {
+			done <- run(context.Background(), []string{"wait", "--url", url, "--rev", d, "--token-file", verdictToken, "--timeout", "60s"},
+				func(string) string { return "" }, &out, &out)
+		}()
+		// Once the gate has seen the rollout applying, the layers finish.
+		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(out.String(), "applying"); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the gate never reported the rollout applying:\n%s", out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := postEvents(context.Background(), client, url, token, []flux.Event{ev("infra", "ReconciliationSucceeded", 402), ev("platform", "ReconciliationSucceeded", 403)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; code(err) != 0 {
+			t.Fatalf("exit %d\n%s", code(err), out.String())
+		}
+		for _, line := range []string{"d4d4d4d on qa: applying -> applied", "d4d4d4d on qa: flux-system/infra progressing -> applied (ReconciliationSucceeded)",
+			"d4d4d4d on qa: flux-system/platform waiting -> applied (ReconciliationSucceeded)"} {
+			if n := strings.Count(out.String(), line); n != 1 {
+				t.Errorf("%q printed %d times, want once:\n%s", line, n, out.String())
+			}
+		}
+
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), []string{"wait", "--url", url, "--rev", d, "--token-file", verdictToken, "--cluster", "qa,nowhere", "--timeout", "1s", "--output", "json"},
+			func(string) string { return "" }, &stdout, &stderr)
+		var res waitResult
+		if jerr := json.Unmarshal(stdout.Bytes(), &res); jerr != nil {
+			t.Fatalf("stdout is not JSON (%v):\n%s", jerr, stdout.String())
+		}
+		if code(err) != 2 || res.Exit != 2 || len(res.Clusters) != 2 || res.Clusters[0].Outcome != "applied" || res.Clusters[0].Verdict == nil ||
+			res.Clusters[0].Verdict.Layers.Len() != 2 || res.Clusters[1].Outcome != "unknown" || res.Clusters[1].Verdict != nil {
+			t.Fatalf("exit %d, result %+v", code(err), res)
+		}
+		if !strings.Contains(stderr.String(), "== qa") {
+			t.Fatalf("the human blocks are not on stderr:\n%s", stderr.String())
+		}
+	})
+
 	t.Run("service unreachable", func(t *testing.T) {
 		var out bytes.Buffer
 		err := run(context.Background(), []string{"wait", "--url", "http://127.0.0.1:1", "--rev", strings.Repeat("ab", 20), "--timeout", "40s", "--attempts", "2"},
@@ -163,4 +221,57 @@ func TestWait(t *testing.T) {
 			t.Fatalf("exit %d: %s", code(err), out.String())
 		}
 	})
+}
+
+// syncBuffer is a bytes.Buffer the gate writes from its goroutines while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestReportPrintsChangesOnly: an answer that changes nothing prints
+// nothing; a verdict or a layer that moved prints one line.
+func TestReportPrintsChangesOnly(t *testing.T) {
+	var out bytes.Buffer
+	w := &waiter{progress: &lines{w: &out}}
+	view := func(verdict rollout.Verdict, apps rollout.LayerState) *verdictBody {
+		v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{Cluster: "prod", Hash: strings.Repeat("e5", 20),
+			Verdict: verdict, Summary: "s", Layers: rollout.MakeLayers([]rollout.LayerView{
+				{Name: "flux-system/apps", State: apps}, {Name: "flux-system/infra", State: rollout.LayerApplied}})}}}
+		return v
+	}
+	steps := []struct {
+		v    *verdictBody
+		want []string
+	}{
+		{view(rollout.VerdictApplying, rollout.LayerPending), []string{"e5e5e5e on prod: applying (s)", "e5e5e5e on prod: flux-system/infra applied"}},
+		{view(rollout.VerdictApplying, rollout.LayerPending), nil},
+		{view(rollout.VerdictApplying, rollout.LayerProgressing), []string{"e5e5e5e on prod: flux-system/apps pending -> progressing"}},
+		{view(rollout.VerdictApplied, rollout.LayerApplied), []string{"e5e5e5e on prod: applying -> applied (s)", "e5e5e5e on prod: flux-system/apps progressing -> applied"}},
+	}
+	for i, s := range steps {
+		out.Reset()
+		w.report(s.v)
+		w.last = s.v
+		got := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if out.Len() == 0 {
+			got = nil
+		}
+		if strings.Join(got, "|") != strings.Join(s.want, "|") {
+			t.Errorf("answer %d printed %q, want %q", i, got, s.want)
+		}
+	}
 }
