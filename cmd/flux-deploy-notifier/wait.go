@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -46,6 +47,7 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 	follow := f.Bool("follow-superseded", "FDN_FOLLOW_SUPERSEDED", false, "when superseded, wait for the newer revision and take its verdict")
 	attempts := f.Int("attempts", "FDN_ATTEMPTS", 5, "tries in a row when the service cannot be reached, 1 s apart, doubling")
 	output := f.String("output", "FDN_OUTPUT", "text", "text, or json: the final verdicts as JSON on stdout (the rest on stderr)")
+	externalURL := f.String("external-url", "FDN_EXTERNAL_URL", "", "the service's URL as people reach it: the CI summary links each rollout's status page")
 	if err := f.parse(args); err != nil {
 		fmt.Fprintln(stderr, "wait:", err)
 		return exitTrouble
@@ -102,13 +104,28 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 		wg.Go(func() { codes[i] = w.until(ctx, *rev, deadline, *timeout, *follow, &outs[i]) })
 	}
 	wg.Wait()
+	ci := ciOf(getenv)
 	for i, c := range clusters {
-		if len(clusters) > 1 {
+		if ci == gitlab {
+			// A collapsible section per cluster, its verdict in the header.
+			fmt.Fprintf(human, "\x1b[0Ksection_start:%d:fdn_%s[collapsed=%t]\r\x1b[0K%s\n", time.Now().Unix(), sectionName(c), codes[i] == nil, headline(c, waiters[i].last))
+		} else if len(clusters) > 1 {
 			fmt.Fprintf(human, "== %s\n", c)
 		}
 		_, _ = outs[i].WriteTo(human)
+		if ci == gitlab {
+			fmt.Fprintf(human, "\x1b[0Ksection_end:%d:fdn_%s\r\x1b[0K\n", time.Now().Unix(), sectionName(c))
+		}
 	}
 	code := worst(codes)
+	if ci == github {
+		annotate(human, waiters)
+		if path := getenv("GITHUB_STEP_SUMMARY"); path != "" {
+			if err := appendSummary(path, *rev, strings.TrimRight(*externalURL, "/"), waiters); err != nil {
+				fmt.Fprintln(stderr, "wait: step summary:", err)
+			}
+		}
+	}
 	if *output == "json" {
 		writeResult(stdout, *rev, code, waiters, codes)
 	}
@@ -391,4 +408,137 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 	if v.RootCause != "" && v.Verdict == rollout.VerdictStuck {
 		fmt.Fprintf(out, "root cause: %s\n", v.RootCause)
 	}
+}
+
+// The CI systems whose own output wait speaks.
+type ciKind int
+
+const (
+	plainCI ciKind = iota
+	github
+	gitlab
+)
+
+func ciOf(getenv func(string) string) ciKind {
+	switch {
+	case getenv("GITHUB_ACTIONS") == "true":
+		return github
+	case getenv("GITLAB_CI") == "true":
+		return gitlab
+	}
+	return plainCI
+}
+
+// headline is one cluster's outcome in a line.
+func headline(cluster string, v *verdictBody) string {
+	if cluster == "" {
+		cluster = "the service's cluster"
+	}
+	switch {
+	case v == nil:
+		return cluster + ": unknown"
+	case !v.Terminal:
+		return cluster + ": " + v.Verdict.String() + " (timed out)"
+	}
+	return cluster + ": " + v.Verdict.String() + " (" + v.Summary + ")"
+}
+
+// sectionName is a cluster's name as GitLab takes one in a section marker.
+func sectionName(cluster string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-' {
+			return r
+		}
+		return '_'
+	}, cluster)
+}
+
+// annotate writes GitHub Actions error annotations: one per failure of a
+// layer (naming its reason and objects), and one for a stuck or superseded
+// rollout.
+func annotate(out io.Writer, waiters []*waiter) {
+	for _, w := range waiters {
+		v := w.last
+		if v == nil || !v.Terminal || v.Verdict == rollout.VerdictApplied {
+			continue
+		}
+		where := v.Cluster
+		for _, f := range v.Failures {
+			if f.AfterApplied {
+				continue
+			}
+			msg := f.Message
+			for _, o := range f.Objects {
+				msg += "\n" + o.Kind + " " + o.Namespace + "/" + o.Name + ": " + o.Error
+			}
+			fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": "+f.Layer+" "+f.Reason), ghData(msg))
+		}
+		switch v.Verdict {
+		case rollout.VerdictStuck:
+			fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": stuck on "+v.RootCause), ghData(v.Summary))
+		case rollout.VerdictSuperseded:
+			fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": superseded"), ghData(v.Summary))
+		}
+	}
+}
+
+// ghData and ghProperty escape text for a GitHub Actions workflow command.
+func ghData(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+}
+
+func ghProperty(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+}
+
+// appendSummary adds a Markdown summary to the job's step summary: each
+// cluster's verdict, its layers with their times, and a link to the
+// rollout's status page when the service's external URL is known.
+func appendSummary(path, rev, externalURL string, waiters []*waiter) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Deploy of `%s`\n\n| cluster | verdict | summary |\n|---|---|---|\n", mdCell(rev))
+	for _, w := range waiters {
+		v := w.last
+		if v == nil {
+			fmt.Fprintf(&b, "| %s | unknown | no evidence of this commit |\n", mdCell(w.cluster))
+			continue
+		}
+		verdict := v.Verdict.String()
+		if !v.Terminal {
+			verdict += " (timed out)"
+		}
+		if externalURL != "" {
+			verdict = "[" + verdict + "](" + externalURL + "/ui/" + url.PathEscape(v.Cluster) + "/" + url.PathEscape(v.Hash) + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(v.Cluster), verdict, mdCell(v.Summary))
+	}
+	for _, w := range waiters {
+		v := w.last
+		if v == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "\n#### %s\n\n| layer | state | reason | at |\n|---|---|---|---|\n", mdCell(v.Cluster))
+		for _, l := range v.Layers.All() {
+			at := ""
+			if l.At != nil {
+				at = l.At.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mdCell(l.Name), l.State, mdCell(l.Reason), at)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(b.String() + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// mdCell makes text safe in a Markdown table cell: no pipes or line
+// breaks, no markup.
+func mdCell(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;", "`", "'", "[", "\\[", "]", "\\]").Replace(s)
 }

@@ -157,6 +157,36 @@ func TestWait(t *testing.T) {
 		if out, err := waitFor("--rev", c, "--token-file", verdictToken, "--cluster", "staging,"); code(err) != 3 {
 			t.Fatalf("an empty cluster in the list: exit %d\n%s", code(err), out)
 		}
+
+		// In GitHub Actions: annotations and a step summary; in GitLab CI:
+		// a collapsible section per cluster.
+		summary := filepath.Join(t.TempDir(), "summary.md")
+		ciRun := func(env map[string]string) (string, error) {
+			var out bytes.Buffer
+			err := run(context.Background(), []string{"wait", "--url", url, "--rev", c, "--token-file", verdictToken,
+				"--cluster", "staging,prod", "--external-url", "https://fdn.example.com/"}, func(k string) string { return env[k] }, &out, &out)
+			return out.String(), err
+		}
+		out, err := ciRun(map[string]string{"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": summary})
+		if code(err) != 1 || !strings.Contains(out, "::error title=prod%3A flux-system/platform HealthCheckFailed::HealthCheckFailed") ||
+			strings.Contains(out, "::error title=staging") {
+			t.Fatalf("GitHub annotations: exit %d\n%s", code(err), out)
+		}
+		md, err := os.ReadFile(summary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"### Deploy of `" + c + "`", "| staging | [applied](https://fdn.example.com/ui/staging/" + hash(c) + ") |",
+			"| prod | [failed](https://fdn.example.com/ui/prod/" + hash(c) + ") |", "#### prod", "| flux-system/platform | failed | HealthCheckFailed |"} {
+			if !strings.Contains(string(md), want) {
+				t.Errorf("step summary lacks %q:\n%s", want, md)
+			}
+		}
+		out, err = ciRun(map[string]string{"GITLAB_CI": "true"})
+		if code(err) != 1 || !strings.Contains(out, "section_start:") || !strings.Contains(out, ":fdn_staging[collapsed=true]\r\x1b[0Kstaging: applied") ||
+			!strings.Contains(out, ":fdn_prod[collapsed=false]\r\x1b[0Kprod: failed") || strings.Count(out, "section_end:") != 2 {
+			t.Fatalf("GitLab sections: exit %d\n%q", code(err), out)
+		}
 	})
 
 	t.Run("a line per change, and JSON", func(t *testing.T) {
