@@ -47,14 +47,23 @@ func withoutSince(t *testing.T, b []byte) string {
 	return string(out)
 }
 
-// TestUpgradeFromSchema1 opens a data dir written by the release before
-// schema 2 (testdata/v1: every fixture scenario, with mail, at the clock
-// below) and checks that the upgraded engine gives the same views it gave,
-// with the settled ones now read from the archive.
-func TestUpgradeFromSchema1(t *testing.T) {
+// TestUpgrade opens data dirs written by earlier releases (every fixture
+// scenario, with mail, at the clock below) and checks that the upgraded
+// engine gives the same views they gave, with the settled ones read from
+// the archive, and the same mails: testdata/v1, by the release before
+// schema 2; testdata/v3, by the last release of schema 3 (bcd3250; closed
+// cleanly, so its write-ahead log was empty and is left out; the file
+// compacted with bbolt's Compact to keep it small).
+func TestUpgrade(t *testing.T) {
+	for _, from := range []string{"v1", "v3"} {
+		t.Run(from, func(t *testing.T) { testUpgrade(t, from) })
+	}
+}
+
+func testUpgrade(t *testing.T, from string) {
 	dir := t.TempDir()
-	copyFile(t, filepath.Join("testdata", "v1", store.FileName), filepath.Join(dir, store.FileName))
-	want, err := os.ReadFile(filepath.Join("testdata", "v1", "views.json"))
+	copyFile(t, filepath.Join("testdata", from, store.FileName), filepath.Join(dir, store.FileName))
+	want, err := os.ReadFile(filepath.Join("testdata", from, "views.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,10 +92,10 @@ func TestUpgradeFromSchema1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Layers gained their first evidence ("since") after v1: the rest
+		// Layers gained their first evidence ("since") after them: the rest
 		// must be as it was.
 		if g, w := withoutSince(t, got), withoutSince(t, want); g != w {
-			t.Fatalf("run %d: views after the upgrade differ from v1's:\n%s", run, g)
+			t.Fatalf("run %d: views after the upgrade differ from %s's:\n%s", run, from, g)
 		}
 		n, err := db.SettledCount()
 		if err != nil || n == 0 {
@@ -99,11 +108,11 @@ func TestUpgradeFromSchema1(t *testing.T) {
 		if live >= len(e.List("", 1<<20)) {
 			t.Fatalf("run %d: %d live rollouts of %d", run, live, len(e.List("", 1<<20)))
 		}
-		// The mails v1 made due are all there, and none again: its
-		// de-duplication keys still match.
+		// The mails the old release made due are all there, and none
+		// again: its de-duplication keys still match.
 		pending, err := db.Pending()
 		if err != nil || len(pending) == 0 || len(pending) != outbox {
-			t.Fatalf("run %d: %d mails in the outbox (%v), v1 left %d", run, len(pending), err, outbox)
+			t.Fatalf("run %d: %d mails in the outbox (%v), %s left %d", run, len(pending), err, from, outbox)
 		}
 		db.Close()
 	}
