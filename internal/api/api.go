@@ -30,6 +30,7 @@ type Rollouts interface {
 	Wait(ctx context.Context, q engine.Query) (*rollout.View, error)
 	Get(k rollout.Key) *rollout.View
 	List(cluster string, limit int) []*rollout.View
+	Page(cluster string, after *engine.Cursor, limit int, keep func(*rollout.View) bool) (engine.Page, error)
 	Live() map[rollout.Verdict]int
 	Stats() *engine.Stats
 	Ready() bool
@@ -257,7 +258,36 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rollouts": s.rs.List(r.URL.Query().Get("cluster"), limit), "warnings": s.warnings()})
+	qs := r.URL.Query()
+	cluster, source := qs.Get("cluster"), qs.Get("source")
+	var since time.Time
+	if ss := qs.Get("since"); ss != "" {
+		var err error
+		if since, err = time.Parse(time.RFC3339, ss); err != nil {
+			writeError(w, http.StatusBadRequest, "since", "since must be an RFC 3339 time, such as 2026-12-01T10:00:00Z")
+			return
+		}
+	}
+	if source == "" && since.IsZero() {
+		writeJSON(w, http.StatusOK, map[string]any{"rollouts": s.rs.List(cluster, limit), "warnings": s.warnings()})
+		return
+	}
+	// Filtered: the rollouts of one source, or that began at since or
+	// later (what a pipeline looks through for a commit deployed inside a
+	// later one).
+	page, err := s.rs.Page(cluster, nil, limit, func(v *rollout.View) bool {
+		return (source == "" || v.Source == source) && !v.FirstSeen.Before(since)
+	})
+	if err != nil {
+		s.log.Error("list rollouts", "err", err)
+		writeError(w, http.StatusInternalServerError, "", "internal error")
+		return
+	}
+	views := page.Views
+	if views == nil {
+		views = []*rollout.View{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rollouts": views, "warnings": s.warnings()})
 }
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -300,5 +301,43 @@ func TestCommitOnEveryCluster(t *testing.T) {
 	}
 	if code, _ := get(t, e.url+"/commits/xyz"); code != http.StatusBadRequest {
 		t.Fatalf("a malformed revision: %d", code)
+	}
+}
+
+// TestRolloutsSinceAndSource: /rollouts filtered by the time a rollout
+// began and by its source.
+func TestRolloutsSinceAndSource(t *testing.T) {
+	e := newEnv(t)
+	e.run()
+	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	e.observeAt(t, "apps", "early", rollout.SignalSucceeded, "", t0)
+	e.observeAt(t, "apps", "late", rollout.SignalSucceeded, "", t0.Add(30*time.Minute))
+	err := e.engine.Submit(context.Background(), rollout.Observation{
+		Emitter:  rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: "tenant"},
+		Revision: "main@sha1:" + hashOf("other"), Hash: hashOf("other"), At: t0.Add(40 * time.Minute), Signal: rollout.SignalArtifact, Reason: "NewArtifact",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := func(query string) []string {
+		status, body := get(t, e.url+"/rollouts?"+query)
+		if status != 200 {
+			t.Fatalf("%s: %d %v", query, status, body)
+		}
+		var out []string
+		for _, r := range body["rollouts"].([]any) {
+			out = append(out, r.(map[string]any)["hash"].(string))
+		}
+		return out
+	}
+	since := url.Values{"since": {t0.Add(10 * time.Minute).Format(time.RFC3339)}}.Encode()
+	if got := hashes(since); len(got) != 2 || got[0] != hashOf("other") || got[1] != hashOf("late") {
+		t.Fatalf("since: %v", got)
+	}
+	if got := hashes(since + "&source=GitRepository/flux-system/tenant"); len(got) != 1 || got[0] != hashOf("other") {
+		t.Fatalf("since and source: %v", got)
+	}
+	if status, _ := get(t, e.url+"/rollouts?since=yesterday"); status != 400 {
+		t.Fatalf("a malformed since: %d", status)
 	}
 }
