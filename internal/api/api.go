@@ -183,7 +183,6 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 	} else {
 		v, err = s.rs.Lookup(q)
 	}
-	var amb *engine.AmbiguousError
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, unknownResponse{
@@ -191,12 +190,7 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 			Summary: "no evidence of this revision yet", Layers: []any{}, Failures: []any{},
 		})
 		return
-	case errors.As(err, &amb):
-		writeJSON(w, http.StatusConflict, ErrorResponse{Error: amb.Error(), Field: "rev", Matches: amb.Matches})
-		return
-	case err != nil:
-		s.log.Error("look up verdict", "err", err)
-		writeError(w, http.StatusInternalServerError, "", "internal error")
+	case s.lookupFailed(w, err, "look up verdict"):
 		return
 	}
 	writeJSON(w, http.StatusOK, s.verdictOf(v))
@@ -217,17 +211,11 @@ func (s *server) commit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	views, err := s.rs.LookupAll(engine.Query{Hash: hash, Prefix: prefix})
-	var amb *engine.AmbiguousError
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
 		writeJSON(w, http.StatusNotFound, CommitResponse{Hash: hash, Clusters: []VerdictResponse{}})
 		return
-	case errors.As(err, &amb):
-		writeJSON(w, http.StatusConflict, ErrorResponse{Error: amb.Error(), Field: "rev", Matches: amb.Matches})
-		return
-	case err != nil:
-		s.log.Error("look up commit", "err", err)
-		writeError(w, http.StatusInternalServerError, "", "internal error")
+	case s.lookupFailed(w, err, "look up commit"):
 		return
 	}
 	resp := CommitResponse{Hash: hash, Clusters: make([]VerdictResponse, len(views))}
@@ -235,6 +223,23 @@ func (s *server) commit(w http.ResponseWriter, r *http.Request) {
 		resp.Clusters[i] = s.verdictOf(v)
 	}
 	writeJSON(w, http.StatusOK, resp)
+}
+
+// lookupFailed answers a lookup's error other than not found, 409 for a
+// revision that names several rollouts and 500 for the rest, and reports
+// whether there was one.
+func (s *server) lookupFailed(w http.ResponseWriter, err error, what string) bool {
+	var amb *engine.AmbiguousError
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &amb):
+		writeJSON(w, http.StatusConflict, ErrorResponse{Error: amb.Error(), Field: "rev", Matches: amb.Matches})
+	default:
+		s.log.Error(what, "err", err)
+		writeError(w, http.StatusInternalServerError, "", "internal error")
+	}
+	return true
 }
 
 // verdictOf is v as /verdict answers it.

@@ -34,9 +34,6 @@ type Archive interface {
 	// origin: whose origin revision's hash) is hash, or with prefix starts
 	// with it, on cluster unless it is "".
 	SettledKeys(hash string, prefix, origin bool, cluster string, limit int) ([]rollout.Key, error)
-	// ListSettled returns at least limit settled rollouts, when there are,
-	// newest first by first evidence, and all that began with the last.
-	ListSettled(cluster string, limit int) ([]*rollout.View, error)
 	// ScanSettled calls fn with settled rollouts newest first, from those
 	// that began at until or before (all when zero), until fn returns false.
 	ScanSettled(cluster string, until time.Time, fn func(*rollout.View) bool) error
@@ -345,9 +342,7 @@ func (e *Engine) process(batch []*request) {
 			req.tick(c, now)
 		}
 	}
-	if e.model.Verifying() {
-		e.model.Verify()
-	}
+	e.model.Verify()
 	e.answer(batch, e.write(c))
 }
 
@@ -419,9 +414,7 @@ func (e *Engine) load() error {
 		return err
 	}
 	e.broken = false
-	if e.model.Verifying() {
-		e.model.Verify()
-	}
+	e.model.Verify()
 	e.snap.publish(c.Views, nil, true)
 	e.armDeadline()
 	if len(c.Mails) > 0 {

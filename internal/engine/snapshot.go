@@ -51,6 +51,16 @@ func newSnapshot() *snapshot {
 
 func (s *snapshot) setReady(b bool) { s.ready.Store(b) }
 
+// watching is the channel closed when k's view next changes; s.mu held.
+func (s *snapshot) watching(k rollout.Key) chan struct{} {
+	ch := s.watch[k]
+	if ch == nil {
+		ch = make(chan struct{})
+		s.watch[k] = ch
+	}
+	return ch
+}
+
 func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace bool) {
 	if len(views) == 0 && len(removed) == 0 && !replace {
 		return
@@ -283,10 +293,7 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*rollout.View, error) {
 				s.mu.Unlock()
 				continue // changed between the lookup and now
 			}
-			if ch = s.watch[k]; ch == nil {
-				ch = make(chan struct{})
-				s.watch[k] = ch
-			}
+			ch = s.watching(k)
 		case errors.Is(err, ErrNotFound):
 			if own, origin := s.candidates(q); len(own)+len(origin) > 0 {
 				s.mu.Unlock()
@@ -307,39 +314,16 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*rollout.View, error) {
 }
 
 // List returns up to limit rollouts, newest first, of one cluster or all:
-// the live ones and, after them in time, the settled ones.
+// the first page of the list (a limit above maxScan is cut there).
 func (e *Engine) List(cluster string, limit int) []*rollout.View {
-	e.snap.mu.RLock()
-	out := make([]*rollout.View, 0, min(limit, len(e.snap.views)))
-	for k, v := range e.snap.views {
-		if cluster == "" || k.Cluster == cluster {
-			out = append(out, v)
-		}
-	}
-	e.snap.mu.RUnlock()
-	settled, err := e.store.ListSettled(cluster, limit)
+	p, err := e.Page(cluster, nil, limit, nil)
 	if err != nil {
 		e.log.Error("list settled rollouts", "err", err)
 	}
-	live := make(map[rollout.Key]bool, len(out))
-	for _, v := range out {
-		live[v.Key()] = true
+	if p.Views == nil {
+		return []*rollout.View{}
 	}
-	for _, v := range settled {
-		if !live[v.Key()] {
-			out = append(out, v)
-		}
-	}
-	slices.SortFunc(out, func(a, b *rollout.View) int {
-		if c := b.FirstSeen.Compare(a.FirstSeen); c != 0 {
-			return c
-		}
-		return compareKeys(a.Key(), b.Key())
-	})
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out
+	return p.Views
 }
 
 // Live counts the rollouts in memory, by verdict.
@@ -483,11 +467,7 @@ func (e *Engine) Changed(ctx context.Context, k rollout.Key, seen *rollout.View)
 			}
 			return v
 		}
-		ch := s.watch[k]
-		if ch == nil {
-			ch = make(chan struct{})
-			s.watch[k] = ch
-		}
+		ch := s.watching(k)
 		s.mu.Unlock()
 		select {
 		case <-ch:

@@ -244,10 +244,13 @@ func compareEmitters(a, b Emitter) int {
 	return 0
 }
 
-// Verify checks every live view against the reference evaluation at the
-// time it was made, and the folds against the evidence; it panics on a
-// difference, which is a bug (Config.Verify).
+// Verify checks, when Config.Verify is on, every live view against the
+// reference evaluation at the time it was made, and the folds against the
+// evidence; it panics on a difference, which is a bug.
 func (m *Model) Verify() {
+	if !m.cfg.Verify {
+		return
+	}
 	for _, c := range m.clusters {
 		for _, r := range c.rollouts {
 			if r.view == nil {

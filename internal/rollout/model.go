@@ -135,9 +135,6 @@ func (m *Model) reset() {
 	m.stuckMailed = map[Key]bool{}
 }
 
-// Verifying reports whether Config.Verify is on.
-func (m *Model) Verifying() bool { return m.cfg.Verify }
-
 // Normalise checks an observation before it is queued and bounds its
 // sizes, so that what is stored is what is judged.
 func (m *Model) Normalise(o *Observation) error {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -94,14 +93,11 @@ func dropMailLog(tx *bolt.Tx, gone []rollout.Key) error {
 
 // outboxMail reads the queued mail of seq from the outbox, or nil.
 func outboxMail(tx *bolt.Tx, seq uint64) (*rollout.Queued, error) {
-	v := tx.Bucket(bucketOutbox).Get(seqKey(seq))
+	k := seqKey(seq)
+	v := tx.Bucket(bucketOutbox).Get(k)
 	if v == nil {
 		return nil, nil
 	}
-	var q rollout.Queued
-	if err := json.Unmarshal(v, &q); err != nil {
-		return nil, fmt.Errorf("decode mail %d: %w", seq, err)
-	}
-	q.Seq = binary.BigEndian.Uint64(seqKey(seq))
-	return &q, nil
+	q, err := decodeQueued(k, v)
+	return &q, err
 }

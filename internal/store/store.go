@@ -558,17 +558,25 @@ func (d *DB) Dead() ([]rollout.Queued, error) {
 	return d.list(bucketDead)
 }
 
+// decodeQueued reads an outbox or dead-letter record under its sequence.
+func decodeQueued(k, v []byte) (rollout.Queued, error) {
+	var q rollout.Queued
+	if err := json.Unmarshal(v, &q); err != nil {
+		return q, fmt.Errorf("decode mail %x: %w", k, err)
+	}
+	q.Seq = binary.BigEndian.Uint64(k)
+	return q, nil
+}
+
 func (d *DB) list(bucket []byte) ([]rollout.Queued, error) {
 	var out []rollout.Queued
 	err := d.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
-			var q rollout.Queued
-			if err := json.Unmarshal(v, &q); err != nil {
-				return fmt.Errorf("decode mail %x: %w", k, err)
+			q, err := decodeQueued(k, v)
+			if err == nil {
+				out = append(out, q)
 			}
-			q.Seq = binary.BigEndian.Uint64(k)
-			out = append(out, q)
-			return nil
+			return err
 		})
 	})
 	return out, err
@@ -679,22 +687,6 @@ func (d *DB) SettledKeys(hash string, prefix, origin bool, cluster string, limit
 			}
 		}
 		return nil
-	})
-	return out, err
-}
-
-// ListSettled returns settled rollouts newest first (by first evidence), of
-// one cluster or all: at least limit when there are, and every rollout
-// that began in the same nanosecond as the last, so that the caller's sort
-// breaks ties the way it does for live ones.
-func (d *DB) ListSettled(cluster string, limit int) ([]*rollout.View, error) {
-	var out []*rollout.View
-	err := d.ScanSettled(cluster, time.Time{}, func(v *rollout.View) bool {
-		if len(out) >= limit && (len(out) == 0 || !v.FirstSeen.Equal(out[len(out)-1].FirstSeen)) {
-			return false
-		}
-		out = append(out, v)
-		return true
 	})
 	return out, err
 }

@@ -167,8 +167,10 @@ func TestRetentionReturnsSpace(t *testing.T) {
 	if v, _ := db.Settled(rollout.Key{Cluster: "default", Hash: fmt.Sprintf("%040x", 1900)}); v == nil {
 		t.Fatal("a rollout within the retention was purged")
 	}
-	if got, _ := db.ListSettled("", 1000); len(got) != 100 || got[0].Hash != fmt.Sprintf("%040x", 1999) {
-		t.Fatalf("ListSettled after the purge: %d", len(got))
+	var got []*rollout.View
+	if err := db.ScanSettled("", time.Time{}, func(v *rollout.View) bool { got = append(got, v); return true }); err != nil ||
+		len(got) != 100 || got[0].Hash != fmt.Sprintf("%040x", 1999) {
+		t.Fatalf("ScanSettled after the purge: %d (%v)", len(got), err)
 	}
 	// The bbolt file: the log beside it keeps its preallocated size.
 	fileSize := func() int64 {

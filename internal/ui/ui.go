@@ -213,37 +213,43 @@ func hasLayer(v *rollout.View, name string) bool {
 func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
 	f := listFilter{Cluster: qs.Get("cluster"), Verdict: qs.Get("verdict"), Layer: qs.Get("layer"), Q: strings.TrimSpace(qs.Get("q"))}
+	if f.Verdict != "" && !slices.Contains(verdictNames(), f.Verdict) {
+		http.Error(w, "verdict: not one of "+strings.Join(verdictNames(), ", "), http.StatusBadRequest)
+		return
+	}
+	pg, next, ok := s.page(w, r, f.Cluster, f.keep())
+	if !ok {
+		return
+	}
+	s.render(w, r, http.StatusOK, "list", page{Title: "Rollouts", Data: listData{Filter: f, Views: pg.Views, Next: next, Verdicts: verdictNames()}})
+}
+
+// page reads the page of rollouts the request's "after" cursor asks for,
+// and the URL of the next one: the same query, the cursor moved ("" on
+// the last). It answers the request itself when it cannot.
+func (s *server) page(w http.ResponseWriter, r *http.Request, cluster string, keep func(*rollout.View) bool) (engine.Page, string, bool) {
+	qs := r.URL.Query()
 	var after *engine.Cursor
 	if a := qs.Get("after"); a != "" {
 		c, err := parseCursor(a)
 		if err != nil {
 			http.Error(w, "after: "+err.Error(), http.StatusBadRequest)
-			return
+			return engine.Page{}, "", false
 		}
 		after = &c
 	}
-	if f.Verdict != "" && !slices.Contains(verdictNames(), f.Verdict) {
-		http.Error(w, "verdict: not one of "+strings.Join(verdictNames(), ", "), http.StatusBadRequest)
-		return
-	}
-	pg, err := s.rs.Page(f.Cluster, after, PageSize, f.keep())
+	pg, err := s.rs.Page(cluster, after, PageSize, keep)
 	if err != nil {
 		s.opts.Log.Error("list rollouts", "err", err)
 		http.Error(w, "reading the rollouts failed", http.StatusServiceUnavailable)
-		return
+		return engine.Page{}, "", false
 	}
-	d := listData{Filter: f, Views: pg.Views, Verdicts: verdictNames()}
+	next := ""
 	if pg.Next != nil {
-		next := url.Values{}
-		for k, v := range map[string]string{"cluster": f.Cluster, "verdict": f.Verdict, "layer": f.Layer, "q": f.Q} {
-			if v != "" {
-				next.Set(k, v)
-			}
-		}
-		next.Set("after", formatCursor(*pg.Next))
-		d.Next = "/ui/?" + next.Encode()
+		qs.Set("after", formatCursor(*pg.Next))
+		next = r.URL.Path + "?" + qs.Encode()
 	}
-	s.render(w, r, http.StatusOK, "list", page{Title: "Rollouts", Data: d})
+	return pg, next, true
 }
 
 func verdictNames() []string {
@@ -340,25 +346,11 @@ type layerRow struct {
 
 func (s *server) layer(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "namespace") + "/" + chi.URLParam(r, "name")
-	var after *engine.Cursor
-	if a := r.URL.Query().Get("after"); a != "" {
-		c, err := parseCursor(a)
-		if err != nil {
-			http.Error(w, "after: "+err.Error(), http.StatusBadRequest)
-			return
-		}
-		after = &c
-	}
-	pg, err := s.rs.Page("", after, PageSize, func(v *rollout.View) bool { return hasLayer(v, name) })
-	if err != nil {
-		s.opts.Log.Error("list rollouts", "err", err)
-		http.Error(w, "reading the rollouts failed", http.StatusServiceUnavailable)
+	pg, next, ok := s.page(w, r, "", func(v *rollout.View) bool { return hasLayer(v, name) })
+	if !ok {
 		return
 	}
-	d := layerData{Name: name}
-	if pg.Next != nil {
-		d.Next = r.URL.Path + "?" + url.Values{"after": {formatCursor(*pg.Next)}}.Encode()
-	}
+	d := layerData{Name: name, Next: next}
 	for _, v := range pg.Views {
 		for _, l := range v.Layers.All() {
 			if l.Name == name {
