@@ -296,6 +296,29 @@ func TestCommitOnEveryCluster(t *testing.T) {
 	if strings.Join(got, ", ") != "prod superseded, staging applied" { // D replaced C on prod
 		t.Fatalf("clusters %v", got)
 	}
+	// An OCI rollout on a third cluster whose origin revision is C counts.
+	oci := rollout.Observation{Cluster: "edge", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: "apps"},
+		Revision: "latest@sha256:" + strings.Repeat("0c", 32), Hash: strings.Repeat("0c", 32),
+		Origin: "main@sha1:" + hashOf("C"), OriginHash: hashOf("C"), At: time.Now().UTC().Truncate(time.Second),
+		Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded"}
+	if err := e.engine.Submit(context.Background(), oci); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, e.url+"/commits/"+hashOf("C")); len(body["clusters"].([]any)) != 3 ||
+		body["clusters"].([]any)[0].(map[string]any)["cluster"] != "edge" {
+		t.Fatalf("with the OCI rollout: %v", body["clusters"])
+	}
+	// A prefix that names two commits is ambiguous.
+	for _, h := range []string{"abcdef1" + strings.Repeat("1", 33), "abcdef1" + strings.Repeat("2", 33)} {
+		o := oci
+		o.Cluster, o.Revision, o.Hash, o.Origin, o.OriginHash = "prod", "main@sha1:"+h, h, "", ""
+		if err := e.engine.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, body := get(t, e.url+"/commits/abcdef1"); code != http.StatusConflict || len(body["matches"].([]any)) != 2 {
+		t.Fatalf("an ambiguous prefix: %d %v", code, body)
+	}
 	if code, body := get(t, e.url+"/commits/"+hashOf("never")); code != http.StatusNotFound || len(body["clusters"].([]any)) != 0 {
 		t.Fatalf("a commit never seen: %d %v", code, body)
 	}
