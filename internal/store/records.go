@@ -144,12 +144,13 @@ func (p *inflaters) decodeSettled(b []byte) (*rollout.View, error) {
 	v.Behind = r.strings()
 	if n, isNil := r.count(); !isNil {
 		layers := make([]rollout.LayerView, n)
+		times := make([]time.Time, 3*n) // each layer's At, Since and Healthy
 		for i := range layers {
 			l := &layers[i]
 			l.Name, l.State, l.Revision, l.Reason, l.Message = r.string(), rollout.LayerState(r.string()), r.string(), r.string(), r.string()
-			l.At = r.optTime()
+			l.At = r.optTimeIn(&times[3*i])
 			if ver >= 2 {
-				l.Since, l.Healthy, l.DependsOn = r.optTime(), r.optTime(), r.strings()
+				l.Since, l.Healthy, l.DependsOn = r.optTimeIn(&times[3*i+1]), r.optTimeIn(&times[3*i+2]), r.strings()
 			}
 		}
 		v.Layers = rollout.MakeLayers(layers)
@@ -310,12 +311,16 @@ func (r *recordReader) time() time.Time {
 	r.b = r.b[8:]
 	return t
 }
-func (r *recordReader) optTime() *time.Time {
+func (r *recordReader) optTime() *time.Time { return r.optTimeIn(new(time.Time)) }
+
+// optTimeIn is optTime into dst, so that a record's many times can share
+// one allocation.
+func (r *recordReader) optTimeIn(dst *time.Time) *time.Time {
 	if !r.bool() {
 		return nil
 	}
-	t := r.time()
-	return &t
+	*dst = r.time()
+	return dst
 }
 
 // Settled keys are hash, NUL, cluster: a hash prefix is one cursor seek.
