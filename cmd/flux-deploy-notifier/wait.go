@@ -48,6 +48,8 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 	attempts := f.Int("attempts", "FDN_ATTEMPTS", 5, "tries in a row when the service cannot be reached, 1 s apart, doubling")
 	output := f.String("output", "FDN_OUTPUT", "text", "text, or json: the final verdicts as JSON on stdout (the rest on stderr)")
 	externalURL := f.String("external-url", "FDN_EXTERNAL_URL", "", "the service's URL as people reach it: the CI summary links each rollout's status page")
+	gitDir := f.String("git-dir", "FDN_GIT_DIR", "", "the repository holding the commit, to find the later revision it deployed in when it did not deploy on its own (default: the working directory's)")
+	noAncestry := f.Bool("no-ancestry", "FDN_NO_ANCESTRY", false, "wait for the commit itself only, never for a later revision that contains it")
 	if err := f.parse(args); err != nil {
 		fmt.Fprintln(stderr, "wait:", err)
 		return exitTrouble
@@ -90,10 +92,17 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 		return exitTrouble
 	}
 	progress := &lines{w: human}
+	var git *gitSide
+	if !*noAncestry {
+		git = &gitSide{path: getenv("PATH"), dir: *gitDir, rev: *rev, progress: progress}
+	}
 	waiters := make([]*waiter, len(clusters))
 	for i, c := range clusters {
 		waiters[i] = &waiter{base: strings.TrimRight(*base, "/"), token: token, cluster: c, stderr: stderr, attempts: *attempts,
 			client: &http.Client{Timeout: maxPoll + 30*time.Second}, progress: progress}
+		if git != nil {
+			waiters[i].skipped = &descendants{git: git, w: waiters[i]}
+		}
 	}
 	// Each cluster is waited on at once; its changes are printed as they
 	// come, its block whole at the end, in the order given.
@@ -108,7 +117,7 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 	for i, c := range clusters {
 		if ci == gitlab {
 			// A collapsible section per cluster, its verdict in the header.
-			fmt.Fprintf(human, "\x1b[0Ksection_start:%d:fdn_%s[collapsed=%t]\r\x1b[0K%s\n", time.Now().Unix(), sectionName(c), codes[i] == nil, headline(c, waiters[i].last))
+			fmt.Fprintf(human, "\x1b[0Ksection_start:%d:fdn_%s[collapsed=%t]\r\x1b[0K%s\n", time.Now().Unix(), sectionName(c), codes[i] == nil, waiters[i].headline())
 		} else if len(clusters) > 1 {
 			fmt.Fprintf(human, "== %s\n", c)
 		}
@@ -141,21 +150,32 @@ type waitResult struct {
 }
 
 type clusterResult struct {
-	Cluster string               `json:"cluster,omitempty"`
-	Outcome string               `json:"outcome"` // the verdict, or timeout, unknown, trouble
-	Verdict *api.VerdictResponse `json:"verdict"`
+	Cluster string `json:"cluster,omitempty"`
+	Outcome string `json:"outcome"` // the verdict, or timeout, unknown, trouble
+	// DeployedIn is the later commit the commit went out in, when it did
+	// not deploy on its own; the verdict is that commit's.
+	DeployedIn string               `json:"deployed_in,omitempty"`
+	Verdict    *api.VerdictResponse `json:"verdict"`
+	// Why says why an unknown commit is unknown.
+	Why string `json:"why,omitempty"`
 }
 
 func writeResult(out io.Writer, rev string, code error, waiters []*waiter, codes []error) {
 	res := waitResult{Rev: rev, Exit: exitOf(code)}
 	for i, w := range waiters {
 		cr := clusterResult{Cluster: w.cluster}
+		if w.via != nil {
+			cr.DeployedIn = w.via.Hash
+		}
 		var c exitCode
 		switch {
 		case errors.As(codes[i], &c) && c == exitTrouble:
 			cr.Outcome = "trouble"
 		case w.last == nil:
 			cr.Outcome = "unknown"
+			if w.skipped != nil {
+				cr.Why = w.skipped.why()
+			}
 		case !w.last.Terminal:
 			cr.Outcome = "timeout"
 		default:
@@ -259,16 +279,28 @@ func worst(codes []error) error {
 // until waits for the commit's verdict on w's cluster until it is terminal
 // or the deadline passes, prints it to out, and returns the exit code.
 func (w *waiter) until(ctx context.Context, rev string, deadline time.Time, timeout time.Duration, follow bool, out io.Writer) error {
-	query := rev
+	query, skipped := rev, w.skipped
 	for {
-		v, err := w.poll(ctx, query, deadline)
+		v, in, err := w.poll(ctx, query, deadline, skipped)
 		if err != nil {
 			fmt.Fprintln(w.stderr, "wait:", err)
 			return exitTrouble
 		}
+		if in != nil {
+			// Its verdict is the commit's: it deployed inside it.
+			w.progress.printf("%s on %s: not deployed on its own; %s contains it: waiting for its verdict", short(rev), in.Cluster, short(in.Hash))
+			w.via, query, skipped = in, in.Hash, nil
+			continue
+		}
+		if w.via != nil && v != nil {
+			fmt.Fprintf(out, "%s was not deployed on its own: it went out in %s, %s\n", short(rev), short(v.Hash), v.Verdict)
+		}
 		switch {
 		case v == nil || !v.Terminal:
 			printVerdict(out, v, query)
+			if why := skipped.why(); v == nil && why != "" {
+				fmt.Fprintln(out, "  "+why)
+			}
 			fmt.Fprintf(out, "timed out after %s\n", timeout)
 			return exitTimeout
 		case v.Verdict == rollout.VerdictSuperseded && follow && v.SupersededBy != nil:
@@ -291,6 +323,10 @@ type waiter struct {
 	stderr               io.Writer
 	progress             *lines
 	last                 *verdictBody // the last verdict seen
+	// skipped finds the later rollout a commit went out in; nil with
+	// --no-ancestry.
+	skipped *descendants
+	via     *rollout.View // that rollout, once found
 }
 
 // pollEvery bounds one long poll, so that changes before the verdict is
@@ -298,14 +334,16 @@ type waiter struct {
 const pollEvery = 10 * time.Second
 
 // poll asks until the verdict is terminal or the deadline passes; nil
-// means never seen. Connection errors and 5xx are retried, a few times.
-func (w *waiter) poll(ctx context.Context, query string, deadline time.Time) (*verdictBody, error) {
+// means never seen. While the commit is unknown, skipped (when not nil)
+// looks for a later rollout that contains it, returned as in. Connection
+// errors and 5xx are retried, a few times.
+func (w *waiter) poll(ctx context.Context, query string, deadline time.Time, skipped *descendants) (*verdictBody, *rollout.View, error) {
 	var last *verdictBody
 	failures, asked := 0, false
 	for {
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			return last, nil
+			return last, nil, nil
 		}
 		q := url.Values{"rev": {query}}
 		if asked {
@@ -317,24 +355,30 @@ func (w *waiter) poll(ctx context.Context, query string, deadline time.Time) (*v
 			q.Set("cluster", w.cluster)
 		}
 		v, status, err := w.get(ctx, w.base+"/verdict?"+q.Encode())
-		switch {
-		case err != nil || status >= 500:
-			failures++
-			if err == nil {
-				err = fmt.Errorf("%d from the service", status)
+		if err == nil && status >= 500 {
+			err = fmt.Errorf("%d from the service", status)
+		}
+		if err == nil && status == http.StatusNotFound && skipped != nil {
+			var in *rollout.View
+			if in, err = skipped.find(ctx); in != nil {
+				return nil, in, nil
 			}
+		}
+		switch {
+		case err != nil:
+			failures++
 			if failures >= w.attempts {
-				return nil, fmt.Errorf("giving up after %d attempts: %w", failures, err)
+				return nil, nil, fmt.Errorf("giving up after %d attempts: %w", failures, err)
 			}
 			fmt.Fprintf(w.stderr, "wait: %v; retrying\n", err)
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, nil, ctx.Err()
 			case <-time.After(min(time.Duration(1<<(failures-1))*time.Second, time.Until(deadline))):
 			}
 			continue
 		case status == http.StatusUnauthorized:
-			return nil, errors.New("the service wants a verdict token (--token-file)")
+			return nil, nil, errors.New("the service wants a verdict token (--token-file)")
 		case status == http.StatusNotFound:
 			last = nil
 		case status == http.StatusOK:
@@ -342,11 +386,11 @@ func (w *waiter) poll(ctx context.Context, query string, deadline time.Time) (*v
 			w.report(v)
 			w.last = v
 		default:
-			return nil, fmt.Errorf("%d from the service: %s", status, v.Error)
+			return nil, nil, fmt.Errorf("%d from the service: %s", status, v.Error)
 		}
 		failures = 0
 		if last != nil && last.Terminal {
-			return last, nil
+			return last, nil, nil
 		}
 	}
 }
@@ -369,6 +413,13 @@ func (w *waiter) get(ctx context.Context, u string) (*verdictBody, int, error) {
 		return nil, 0, fmt.Errorf("read the verdict: %w", err)
 	}
 	return v, resp.StatusCode, nil
+}
+
+func short(hash string) string {
+	if len(hash) > 7 {
+		return hash[:7]
+	}
+	return hash
 }
 
 // printVerdict is the short human summary a pipeline log shows.
@@ -430,7 +481,8 @@ func ciOf(getenv func(string) string) ciKind {
 }
 
 // headline is one cluster's outcome in a line.
-func headline(cluster string, v *verdictBody) string {
+func (w *waiter) headline() string {
+	cluster, v := w.cluster, w.last
 	if cluster == "" {
 		cluster = "the service's cluster"
 	}
@@ -440,7 +492,16 @@ func headline(cluster string, v *verdictBody) string {
 	case !v.Terminal:
 		return cluster + ": " + v.Verdict.String() + " (timed out)"
 	}
-	return cluster + ": " + v.Verdict.String() + " (" + v.Summary + ")"
+	return cluster + ": " + v.Verdict.String() + " (" + w.summary() + ")"
+}
+
+// summary is the verdict's summary, saying when it is that of a later
+// commit the one waited on went out in.
+func (w *waiter) summary() string {
+	if w.via != nil {
+		return "went out in " + short(w.via.Hash) + ": " + w.last.Summary
+	}
+	return w.last.Summary
 }
 
 // sectionName is a cluster's name as GitLab takes one in a section marker.
@@ -500,7 +561,11 @@ func appendSummary(path, rev, externalURL string, waiters []*waiter) error {
 	for _, w := range waiters {
 		v := w.last
 		if v == nil {
-			fmt.Fprintf(&b, "| %s | unknown | no evidence of this commit |\n", mdCell(w.cluster))
+			why := "no evidence of this commit"
+			if s := w.skipped.why(); s != "" {
+				why += "; " + s
+			}
+			fmt.Fprintf(&b, "| %s | unknown | %s |\n", mdCell(w.cluster), mdCell(why))
 			continue
 		}
 		verdict := v.Verdict.String()
@@ -510,7 +575,7 @@ func appendSummary(path, rev, externalURL string, waiters []*waiter) error {
 		if externalURL != "" {
 			verdict = "[" + verdict + "](" + externalURL + "/ui/" + url.PathEscape(v.Cluster) + "/" + url.PathEscape(v.Hash) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(v.Cluster), verdict, mdCell(v.Summary))
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(v.Cluster), verdict, mdCell(w.summary()))
 	}
 	for _, w := range waiters {
 		v := w.last

@@ -125,6 +125,13 @@ type VerdictResponse struct {
 	SupersededByVerdict *rollout.Verdict `json:"superseded_by_verdict,omitempty"`
 }
 
+// RolloutsResponse is the body of GET /rollouts: views, newest first, as
+// clients decode them.
+type RolloutsResponse struct {
+	Rollouts []*rollout.View `json:"rollouts"`
+	Warnings []string        `json:"warnings"`
+}
+
 // ErrorResponse is the body of every 4xx and 5xx answer; Matches lists the
 // rollouts an ambiguous revision names (409).
 type ErrorResponse struct {
@@ -259,13 +266,19 @@ type (
 
 func (r VerdictResponse) wire() verdictJSON { return verdictJSON{r, r.View.Layers.Slice()} }
 
-// listed are views as /rollouts writes them.
-func listed(views []*rollout.View) []viewJSON {
+// rolloutsJSON is RolloutsResponse as the service writes it.
+type rolloutsJSON struct {
+	Rollouts []viewJSON `json:"rollouts"`
+	Warnings []string   `json:"warnings"`
+}
+
+// listed is the /rollouts answer of views.
+func (s *server) listed(views []*rollout.View) rolloutsJSON {
 	out := make([]viewJSON, len(views))
 	for i, v := range views {
 		out[i] = viewJSON{v, v.Layers.Slice()}
 	}
-	return out
+	return rolloutsJSON{out, s.warnings()}
 }
 
 // verdictOf is v as /verdict answers it.
@@ -300,7 +313,7 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if source == "" && since.IsZero() {
-		writeJSON(w, http.StatusOK, map[string]any{"rollouts": listed(s.rs.List(cluster, limit)), "warnings": s.warnings()})
+		writeJSON(w, http.StatusOK, s.listed(s.rs.List(cluster, limit)))
 		return
 	}
 	// Filtered: the rollouts of one source, or that began at since or
@@ -314,7 +327,7 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "internal error")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rollouts": listed(page.Views), "warnings": s.warnings()})
+	writeJSON(w, http.StatusOK, s.listed(page.Views))
 }
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {

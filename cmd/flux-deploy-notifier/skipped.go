@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ancestry"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// A commit followed by another within source-controller's interval is never
+// fetched on its own: it deploys inside the later one. These types find,
+// for a commit a cluster has no rollout of, the earliest later rollout whose
+// commit contains it, asking git (never guessing by time).
+
+// gitSide is the pipeline's repository and the commit waited on in it,
+// opened once, when the first cluster needs them, for all of them.
+type gitSide struct {
+	path, dir, rev string
+	progress       *lines
+
+	once   sync.Once
+	repo   *ancestry.Repo
+	commit ancestry.Commit
+	err    error // why git cannot answer
+}
+
+func (g *gitSide) open(ctx context.Context) error {
+	g.once.Do(func() {
+		hash, _, _ := flux.ParseQuery(g.rev) // checked when the flags were read
+		g.repo, g.err = ancestry.Open(ctx, g.path, g.dir)
+		if g.err == nil {
+			g.commit, g.err = g.repo.Commit(ctx, hash)
+		}
+		if g.err != nil {
+			g.progress.printf("%s: git cannot tell whether a later revision contains it (%v): waiting for %s itself", short(hash), g.err, short(hash))
+		}
+	})
+	return g.err
+}
+
+// descendants looks through one cluster's rollouts for a commit's earliest
+// deployed descendant.
+type descendants struct {
+	git *gitSide
+	w   *waiter
+	// What the last look found, for saying why the commit is still unknown.
+	looked             bool
+	checked, unfetched int
+	since              time.Time
+	lastErr            error
+}
+
+// maxCandidates bounds the rollouts one look asks git about.
+const maxCandidates = 1000
+
+// find returns the rollout of the earliest commit on the cluster that
+// contains the commit waited on, or nil when none does (yet).
+func (d *descendants) find(ctx context.Context) (*rollout.View, error) {
+	d.looked = true
+	if d.git.open(ctx) != nil {
+		return nil, nil
+	}
+	commit := d.git.commit
+	d.since = commit.Time.Add(-ancestry.Skew)
+	views, err := d.w.rollouts(ctx, d.since)
+	if err != nil {
+		return nil, err
+	}
+	// Oldest first: the first rollout to contain the commit is the one
+	// that deployed it.
+	slices.SortStableFunc(views, func(a, b *rollout.View) int { return a.FirstSeen.Compare(b.FirstSeen) })
+	d.checked, d.unfetched, d.lastErr = 0, 0, nil
+	for _, v := range views {
+		hash := gitHash(v)
+		if hash == "" || hash == commit.Hash {
+			continue
+		}
+		d.checked++
+		yes, err := d.git.repo.Contains(ctx, hash, commit)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil {
+			d.unfetched++
+			d.lastErr = err
+			continue
+		}
+		if yes {
+			return v, nil
+		}
+	}
+	return nil, nil
+}
+
+// gitHash is the git commit a rollout deploys: its own revision's hash, or
+// for an OCI artifact the commit it was built from (originRevision); ""
+// for an artifact's digest (an OCIRepository or Bucket without one), which
+// no repository holds.
+func gitHash(v *rollout.View) string {
+	rev := v.Revision
+	if v.Origin != "" {
+		rev = v.Origin
+	}
+	if r, err := flux.ParseRevision(rev); err == nil && r.Algo == "sha1" {
+		return r.Hash
+	}
+	return ""
+}
+
+// why says why the commit is still unknown on the cluster after the looks;
+// "" before any (and with --no-ancestry: d is nil).
+func (d *descendants) why() string {
+	switch {
+	case d == nil || !d.looked:
+		return ""
+	case d.git.err != nil:
+		return fmt.Sprintf("git could not tell whether a later revision contains it: %v", d.git.err)
+	case d.unfetched > 0:
+		return fmt.Sprintf("no deployed revision contains it: %d rollouts since %s checked, %d of them not in this repository (%v)",
+			d.checked, d.since.Format(time.RFC3339), d.unfetched, d.lastErr)
+	}
+	return fmt.Sprintf("no deployed revision contains it: %d rollouts since %s checked", d.checked, d.since.Format(time.RFC3339))
+}
+
+// rollouts lists the waiter's cluster's rollouts that began at since or
+// later.
+func (w *waiter) rollouts(ctx context.Context, since time.Time) ([]*rollout.View, error) {
+	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}, "limit": {fmt.Sprint(maxCandidates)}}
+	if w.cluster != "" {
+		q.Set("cluster", w.cluster)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.base+"/rollouts?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if w.token != "" {
+		req.Header.Set("Authorization", "Bearer "+w.token)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("list rollouts: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("list rollouts: %d from the service", resp.StatusCode)
+	}
+	var body api.RolloutsResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("read the rollouts: %w", err)
+	}
+	return body.Rollouts, nil
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ancestry/gittest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+)
+
+// TestWaitSkippedCommit: a commit never deployed on its own takes the
+// verdict of the earliest deployed commit that contains it, as git (a real
+// repository, a shallow CI checkout) says; a commit no deployed revision
+// contains stays unknown.
+func TestWaitSkippedCommit(t *testing.T) {
+	origin := gittest.New(t)
+	base := origin.Commit("base")
+	a := origin.Commit("a: merged, then b within one source interval")
+	checkout := origin.Clone(1) // the pipeline of a checks out a alone
+	if gittest.Has(checkout, base) {
+		t.Fatal("the checkout is not shallow")
+	}
+	b := origin.Commit("b")
+	origin.Branch("feature", a)
+	f := origin.Commit("f: a pull request's commit")
+	featureCheckout := origin.Clone(1)
+	origin.Checkout("main")
+	m := origin.Merge("feature")
+	origin.Branch("other", base)
+	other := origin.Commit("on a branch never merged")
+	otherCheckout := origin.Clone(1)
+	origin.Checkout("main")
+
+	dir := t.TempDir()
+	token := []byte("hmac-token")
+	if err := os.WriteFile(filepath.Join(dir, "token"), token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token"))
+	// What the clusters deployed: b and m; never a, f or other.
+	//   staging: b applied, then m applied
+	//   prod:    b failed (the earliest to contain a), then m applied
+	now := time.Now().UTC().Add(-time.Minute)
+	var events []flux.Event
+	deploy := func(cluster, hash string, sec int, platform string) {
+		severity := "info"
+		if platform != "ReconciliationSucceeded" {
+			severity = "error"
+		}
+		for i, l := range []struct{ layer, reason, severity string }{{"infra", "ReconciliationSucceeded", "info"}, {"platform", platform, severity}} {
+			events = append(events, flux.Event{
+				InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: l.layer},
+				Severity:       l.severity, Timestamp: now.Add(time.Duration(sec+i) * time.Second).Format(time.RFC3339),
+				Reason: l.reason, Message: l.reason + " in " + l.layer, Metadata: map[string]string{"revision": "main@sha1:" + hash, "cluster": cluster},
+			})
+		}
+	}
+	deploy("staging", b, 0, "ReconciliationSucceeded")
+	deploy("staging", m, 10, "ReconciliationSucceeded")
+	deploy("prod", b, 0, "HealthCheckFailed")
+	deploy("prod", m, 10, "ReconciliationSucceeded")
+	if err := postEvents(context.Background(), &http.Client{Timeout: 10 * time.Second}, url, token, events); err != nil {
+		t.Fatal(err)
+	}
+
+	path := os.Getenv("PATH")
+	waitAt := func(url string, env map[string]string, gitDir string, args ...string) (string, string, error) {
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"wait", "--url", url, "--timeout", "3s"}, args...)
+		if gitDir != "" {
+			args = append(args, "--git-dir", gitDir)
+		}
+		err := run(context.Background(), args, func(k string) string { return env[k] }, &stdout, &stderr)
+		return stdout.String(), stderr.String(), err
+	}
+	waitIn := func(gitDir, path string, args ...string) (string, string, error) {
+		return waitAt(url, map[string]string{"PATH": path}, gitDir, args...)
+	}
+	for _, tt := range []struct {
+		name   string
+		gitDir string
+		path   string
+		args   []string
+		exit   int
+		says   []string
+		never  []string
+	}{
+		{"skipped, then applied", checkout, path, []string{"--rev", a, "--cluster", "staging"}, 0,
+			[]string{short(a) + " on staging: not deployed on its own; " + short(b) + " contains it",
+				short(a) + " was not deployed on its own: it went out in " + short(b) + ", applied", "main@sha1:" + b + " on staging: applied"}, nil},
+		{"skipped, then failed: the earliest descendant decides", checkout, path, []string{"--rev", a, "--cluster", "prod"}, 1,
+			[]string{short(a) + " was not deployed on its own: it went out in " + short(b) + ", failed", "failure: flux-system/platform HealthCheckFailed"},
+			[]string{"went out in " + short(m)}},
+		{"merged by a merge commit", featureCheckout, path, []string{"--rev", f[:10], "--cluster", "staging"}, 0,
+			[]string{short(f) + " was not deployed on its own: it went out in " + short(m) + ", applied"}, nil},
+		{"several clusters, mixed", checkout, path, []string{"--rev", a, "--cluster", "staging,prod"}, 1,
+			[]string{"== staging\n" + short(a) + " was not deployed on its own: it went out in " + short(b) + ", applied",
+				"== prod\n" + short(a) + " was not deployed on its own: it went out in " + short(b) + ", failed"}, nil},
+		{"on another branch", otherCheckout, path, []string{"--rev", other, "--cluster", "staging"}, 2,
+			[]string{other + ": unknown", "no deployed revision contains it: 2 rollouts since", "timed out after 3s"},
+			[]string{"went out in"}},
+		{"git missing", checkout, t.TempDir(), []string{"--rev", a, "--cluster", "staging"}, 2,
+			[]string{"git cannot tell whether a later revision contains it (git is not installed (not on PATH))",
+				"git could not tell whether a later revision contains it", "timed out after 3s"},
+			[]string{"went out in"}},
+		{"not in a repository", t.TempDir(), path, []string{"--rev", a, "--cluster", "staging"}, 2,
+			[]string{"is not in a git repository (--git-dir)", "timed out after 3s"}, []string{"went out in"}},
+		{"--no-ancestry", checkout, path, []string{"--rev", a, "--cluster", "staging", "--no-ancestry"}, 2,
+			[]string{a + ": unknown (no evidence of this revision yet)", "timed out after 3s"}, []string{"went out in", "git"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, err := waitIn(tt.gitDir, tt.path, tt.args...)
+			out := stdout + stderr
+			if exitOf(err) != tt.exit {
+				t.Fatalf("exit %d (%v), want %d\n%s", exitOf(err), err, tt.exit, out)
+			}
+			for _, s := range tt.says {
+				if !strings.Contains(out, s) {
+					t.Errorf("output lacks %q:\n%s", s, out)
+				}
+			}
+			for _, s := range tt.never {
+				if strings.Contains(out, s) {
+					t.Errorf("output has %q:\n%s", s, out)
+				}
+			}
+		})
+	}
+
+	t.Run("the descendant deploys while waiting", func(t *testing.T) {
+		origin.Checkout("main")
+		a2 := origin.Commit("a2")
+		checkout := origin.Clone(1)
+		b2 := origin.Commit("b2")
+		// The service behind a proxy that counts wait's looks for rollouts.
+		var listed atomic.Int64
+		target, err := neturl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/rollouts" {
+				listed.Add(1)
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+		defer front.Close()
+		done := make(chan string, 1)
+		go func() {
+			stdout, stderr, err := waitAt(front.URL, map[string]string{"PATH": path}, checkout, "--rev", a2, "--cluster", "qa", "--timeout", "60s")
+			done <- strings.Join([]string{fmt.Sprint(exitOf(err)), stdout, stderr}, "\n")
+		}()
+		// Posted once wait has looked and found nothing: it must look again.
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("wait never asked for the rollouts")
+			}
+			if listed.Load() > 0 {
+				break
+			}
+		}
+		events = events[:0]
+		deploy("qa", b2, 20, "ReconciliationSucceeded")
+		if err := postEvents(context.Background(), &http.Client{Timeout: 10 * time.Second}, url, token, events); err != nil {
+			t.Fatal(err)
+		}
+		out := <-done
+		if !strings.HasPrefix(out, "0\n") || !strings.Contains(out, short(a2)+" was not deployed on its own: it went out in "+short(b2)+", applied") {
+			t.Fatalf("exit and output:\n%s", out)
+		}
+	})
+
+	// The pipeline's depth-1 checkout had neither b nor m: wait fetched
+	// them (the bound on how far is internal/ancestry's test).
+	if !gittest.Has(checkout, b) || !gittest.Has(featureCheckout, m) {
+		t.Fatal("the shallow checkouts were never deepened")
+	}
+
+	t.Run("the GitHub step summary names the commit it went out in", func(t *testing.T) {
+		summary := filepath.Join(t.TempDir(), "summary.md")
+		env := map[string]string{"PATH": path, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": summary}
+		if _, _, err := waitAt(url, env, checkout, "--rev", a, "--cluster", "staging"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := waitAt(url, env, otherCheckout, "--rev", other, "--cluster", "prod"); exitOf(err) != 2 {
+			t.Fatalf("another branch: %v", err)
+		}
+		md, err := os.ReadFile(summary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"| staging | applied | went out in " + short(b) + ": all 2 expected layers applied it |",
+			"| prod | unknown | no evidence of this commit; no deployed revision contains it: 2 rollouts since"} {
+			if !strings.Contains(string(md), want) {
+				t.Errorf("summary lacks %q:\n%s", want, md)
+			}
+		}
+	})
+
+	t.Run("JSON names the commit it went out in", func(t *testing.T) {
+		stdout, _, err := waitIn(checkout, path, "--rev", a, "--cluster", "prod,staging", "--output", "json")
+		var res waitResult
+		if jerr := json.Unmarshal([]byte(stdout), &res); jerr != nil {
+			t.Fatalf("not JSON (%v):\n%s", jerr, stdout)
+		}
+		if exitOf(err) != 1 || res.Exit != 1 || len(res.Clusters) != 2 || res.Clusters[0].Outcome != "failed" || res.Clusters[0].DeployedIn != b ||
+			res.Clusters[1].Outcome != "applied" || res.Clusters[1].DeployedIn != b || res.Clusters[1].Verdict.Hash != b {
+			t.Fatalf("exit %d, result %+v", exitOf(err), res)
+		}
+		stdout, _, _ = waitIn(otherCheckout, path, "--rev", other, "--cluster", "prod", "--output", "json")
+		if err := json.Unmarshal([]byte(stdout), &res); err != nil || res.Clusters[0].Outcome != "unknown" ||
+			!strings.Contains(res.Clusters[0].Why, "no deployed revision contains it") {
+			t.Fatalf("another branch: %v %+v", err, res)
+		}
+	})
+}
