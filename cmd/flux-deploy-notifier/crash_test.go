@@ -20,8 +20,9 @@ import (
 
 // child is the real binary running as a separate process.
 type child struct {
-	cmd *exec.Cmd
-	url string
+	cmd  *exec.Cmd
+	url  string
+	logs *syncBuffer // its stderr
 }
 
 func buildBinary(t *testing.T) string {
@@ -41,10 +42,11 @@ func startChild(t *testing.T, bin string, args ...string) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := &child{cmd: cmd, logs: &syncBuffer{}}
+	cmd.Stderr = c.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd}
 	t.Cleanup(func() {
 		// Only the process this test started, by its PID.
 		_ = cmd.Process.Kill()

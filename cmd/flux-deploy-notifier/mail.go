@@ -26,6 +26,7 @@ import (
 type mailConfig struct {
 	smtpAddr, smtpTLS, smtpAuth, smtpUser, smtpPasswordFile *string
 	from, toList, dir, templatesDir, externalURL            *string
+	alertAfter                                              *time.Duration
 
 	to       []string
 	password string
@@ -42,6 +43,7 @@ func (m *mailConfig) flags(f *flags) {
 	m.dir = f.String("mail-dir", "FDN_MAIL_DIR", "", "without --smtp-addr, write each mail here as an .eml file (default <data-dir>/mail)")
 	m.templatesDir = f.String("templates", "FDN_TEMPLATES", "", "directory with mail.txt.tmpl and mail.html.tmpl overriding the embedded templates")
 	m.externalURL = f.String("external-url", "FDN_EXTERNAL_URL", "", "this service's URL as people reach it; mails link to the verdict")
+	m.alertAfter = f.Duration("mail-alert-after", "FDN_MAIL_ALERT_AFTER", time.Hour, "a mail undelivered for longer is reported: a /readyz warning and fdn_mails_stuck")
 }
 
 // finish validates the mail flags once parsed; secrets come from files only.
@@ -55,6 +57,9 @@ func (m *mailConfig) finish(dataDir string) error {
 			return fmt.Errorf("--mail-to %q: %w", a, err)
 		}
 		m.to = append(m.to, addr.Address)
+	}
+	if *m.alertAfter <= 0 {
+		return fmt.Errorf("--mail-alert-after must be positive, got %s", *m.alertAfter)
 	}
 	if *m.dir == "" {
 		*m.dir = filepath.Join(dataDir, "mail")
@@ -112,5 +117,5 @@ func (m *mailConfig) dispatcher(db *store.DB, log *slog.Logger, reg prometheus.R
 		}
 	}
 	log.Info("mail", "smtp", *m.smtpAddr, "dir", *m.dir, "recipients", len(m.to))
-	return mail.NewDispatcher(db, sender, renderer, log, time.Now, reg), nil
+	return mail.NewDispatcher(db, sender, renderer, log, time.Now, *m.alertAfter, reg), nil
 }

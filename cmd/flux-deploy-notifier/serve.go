@@ -171,10 +171,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	var (
-		checks  []api.Check
-		warning func() string
-	)
+	var checks []api.Check
+	// Warnings people must know of, on /readyz, /rollouts and the status
+	// pages; none fails readiness (see README "Health").
+	warnings := []func() []string{
+		func() []string { return nonEmpty(eng.StoreWarning()) },
+		dispatcher.Warning,
+	}
 	if reader != nil {
 		// A missing permission is reported now, not retried in the background.
 		accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -189,8 +192,18 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if watchdog, err = silence.New(*c.cluster.silenceAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg); err != nil {
 			return err
 		}
-		warning = watchdog.Warning
+		warnings = append(warnings, func() []string { return nonEmpty(watchdog.Warning()) })
 	}
+	warn := func() []string {
+		out := []string{}
+		for _, w := range warnings {
+			out = append(out, w()...)
+		}
+		return out
+	}
+	// Ends when the HTTP server begins shutting down: long polls answer.
+	draining, drain := context.WithCancel(context.Background())
+	defer drain()
 	hook := webhook.New(token, eng, log, reg)
 	if watchdog != nil {
 		hook.OnEvent(watchdog.Event)
@@ -200,20 +213,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	pages, err := ui.New(eng, uiFS, ui.Options{
-		Token: verdictToken, TrustHeader: c.trustHeader, Warning: warning, Log: log,
+		Token: verdictToken, TrustHeader: c.trustHeader, Warnings: warn, Draining: draining, Log: log,
 		Outbox: func() (int, int, error) { return outboxCounts(db) }, Mails: db.MailLog,
 	})
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           api.Routes(eng, hook, reg, log, api.Options{Checks: checks, Warning: warning, VerdictToken: verdictToken, UI: pages}),
+		Handler:           api.Routes(eng, hook, reg, log, api.Options{Checks: checks, Warnings: warn, Draining: draining, VerdictToken: verdictToken, UI: pages}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(drain)
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -251,8 +265,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case <-ctx.Done():
 	case err = <-serveDone:
 	}
-	// Drain HTTP first: in-flight webhooks are waiting on the engine.
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	// Drain HTTP first: in-flight webhooks are waiting on the engine, and
+	// long polls answer once draining ends. Within Kubernetes' grace
+	// period with the mail flush: see README "Stopping".
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if serr := srv.Shutdown(shutdownCtx); serr != nil {
 		log.Warn("http shutdown", "err", serr)
@@ -309,6 +325,14 @@ func loadToken(path string, generate bool, stdout io.Writer) ([]byte, error) {
 		return nil, fmt.Errorf("token file %s is empty", path)
 	}
 	return tok, nil
+}
+
+// nonEmpty is s as a list of warnings: none when "".
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
 
 // outboxCounts is how many mails wait in the outbox and how many were

@@ -33,6 +33,7 @@ type Rollouts interface {
 	Page(cluster string, after *engine.Cursor, limit int, keep func(*rollout.View) bool) (engine.Page, error)
 	Live() map[rollout.Verdict]int
 	Stats() *engine.Stats
+	CommitFailures() (n int64, last time.Time)
 	Ready() bool
 }
 
@@ -50,10 +51,14 @@ type Check struct {
 type Options struct {
 	// Checks are more conditions of readiness than the engine's.
 	Checks []Check
-	// Warning, when set, describes a condition people must know of (the
-	// service is blind to Flux events); "" when all is well. It shows in
-	// /rollouts and in /readyz detail without failing readiness.
-	Warning func() string
+	// Warnings, when set, describe conditions people must know of (the
+	// service is blind to Flux events, storing fails, a mail is stuck);
+	// none when all is well. They show in /rollouts and /readyz without
+	// failing readiness.
+	Warnings func() []string
+	// Draining, when set, ends when the server shuts down: long polls
+	// answer at once instead of holding the shutdown up.
+	Draining context.Context
 	// VerdictToken, when set, is required as "Authorization: Bearer" on
 	// /verdict and /rollouts.
 	VerdictToken []byte
@@ -63,7 +68,7 @@ type Options struct {
 
 // Routes builds the service's one router. webhook receives Flux events.
 func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log *slog.Logger, opts Options) http.Handler {
-	s := &server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warning: opts.Warning}
+	s := &server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warn: opts.Warnings, draining: opts.Draining}
 	r := chi.NewRouter()
 	r.Method(http.MethodPost, "/webhook", webhook)
 	r.Group(func(r chi.Router) {
@@ -101,20 +106,18 @@ func bearer(token []byte) func(http.Handler) http.Handler {
 }
 
 type server struct {
-	rs      Rollouts
-	log     *slog.Logger
-	checks  []Check
-	warning func() string
+	rs       Rollouts
+	log      *slog.Logger
+	checks   []Check
+	warn     func() []string
+	draining context.Context
 }
 
 func (s *server) warnings() []string {
-	if s.warning == nil {
+	if s.warn == nil {
 		return []string{}
 	}
-	if w := s.warning(); w != "" {
-		return []string{w}
-	}
-	return []string{}
+	return s.warn()
 }
 
 // VerdictResponse is the body of GET /verdict with 200: a rollout's view
@@ -185,6 +188,9 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 		_ = rc.SetReadDeadline(time.Now().Add(wait + 10*time.Second))
 		_ = rc.SetWriteDeadline(time.Now().Add(wait + 10*time.Second))
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		if s.draining != nil {
+			defer context.AfterFunc(s.draining, cancel)()
+		}
 		v, err = s.rs.Wait(ctx, q)
 		cancel()
 	} else {

@@ -38,6 +38,19 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 		Name: "fdn_observations_ignored_total",
 		Help: "Observations acknowledged and ignored because they concern settled history: a settled rollout, or a revision new to a layer whose predecessor there is settled.",
 	}, func() float64 { return float64(st.Ignored.Load()) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "fdn_store_commit_failures_total",
+		Help: "Commits of events to the store that failed (the events were answered 503, not acknowledged).",
+	}, func() float64 { n, _ := rs.CommitFailures(); return float64(n) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdn_store_last_commit_failure_timestamp_seconds",
+		Help: "When a commit to the store last failed, as Unix time; 0 before any.",
+	}, func() float64 {
+		if _, at := rs.CommitFailures(); !at.IsZero() {
+			return float64(at.UnixNano()) / 1e9
+		}
+		return 0
+	}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fdn_store_bytes",
 		Help: "Size of the state database file.",

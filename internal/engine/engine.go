@@ -89,8 +89,9 @@ type Engine struct {
 	notify     func()        // told when mails were enqueued
 	onTerm     func(v *rollout.View)
 
-	snap  *snapshot
-	stats Stats
+	snap   *snapshot
+	stats  Stats
+	health storeHealth
 }
 
 // Stats counts what the engine did, for metrics and tests.
@@ -98,7 +99,6 @@ type Stats struct {
 	Observations atomic.Int64 // submitted and committed
 	Learned      atomic.Int64 // of those, ones that changed evidence
 	Commits      atomic.Int64
-	CommitErrors atomic.Int64
 	Settled      atomic.Int64 // rollouts settled
 	Ignored      atomic.Int64 // observations about settled history
 }
@@ -310,10 +310,17 @@ const maxBatch = 1024
 // process applies a batch to the model, runs its clock steps, commits the
 // whole step in one transaction and answers every request in it.
 func (e *Engine) process(batch []*request) {
+	err := e.step(batch)
+	if errors.Is(err, ErrStore) {
+		e.health.failed(err, e.now(), e.log)
+	}
+	e.answer(batch, err)
+}
+
+func (e *Engine) step(batch []*request) error {
 	if e.broken {
 		if err := e.load(); err != nil {
-			e.answer(batch, fmt.Errorf("%w: %v", ErrStore, err))
-			return
+			return fmt.Errorf("%w: restore the state after a failed commit: %v", ErrStore, err)
 		}
 	}
 	now := e.now()
@@ -329,8 +336,7 @@ func (e *Engine) process(batch []*request) {
 		if keys := e.model.Unknown(obs); len(keys) > 0 {
 			var err error
 			if settled, err = e.store.SettledAmong(keys); err != nil {
-				e.answer(batch, fmt.Errorf("%w: %v", ErrStore, err))
-				return
+				return fmt.Errorf("%w: %v", ErrStore, err)
 			}
 		}
 		learned, ignored := e.model.Apply(c, obs, settled, now)
@@ -343,7 +349,7 @@ func (e *Engine) process(batch []*request) {
 		}
 	}
 	e.model.Verify()
-	e.answer(batch, e.write(c))
+	return e.write(c)
 }
 
 // write commits c and publishes what it decided; on failure it restores
@@ -352,13 +358,15 @@ func (e *Engine) write(c *rollout.Change) error {
 	if !c.Empty() {
 		c.At = e.now()
 		if err := e.store.Commit(&c.Batch); err != nil {
-			e.stats.CommitErrors.Add(1)
-			e.log.Error("commit observations", "err", err)
-			if lerr := e.load(); lerr != nil {
-				e.log.Error("restore state from store", "err", lerr)
-			}
+			// Restored here, or by the next batch when this fails too;
+			// either way the failure is the commit's, logged once an
+			// episode by process.
+			_ = e.load()
 			return fmt.Errorf("%w: %v", ErrStore, err)
 		}
+		// Only a commit ends an episode: a batch that wrote nothing
+		// proves nothing about the store.
+		e.health.succeeded(e.now(), e.log)
 		e.stats.Commits.Add(1)
 		e.stats.Settled.Add(int64(len(c.Settle)))
 	}
@@ -421,7 +429,7 @@ func (e *Engine) load() error {
 		// Stuck mails that came due while no commit could decide them.
 		if err := e.store.Commit(&rollout.Batch{Mails: c.Mails, At: e.now()}); err != nil {
 			e.model.Unmail(c.Mails) // decided again at the next evaluation
-			e.log.Error("enqueue stuck mails", "err", err)
+			e.health.failed(fmt.Errorf("enqueue stuck mails: %w", err), e.now(), e.log)
 		} else if e.notify != nil {
 			e.notify()
 		}

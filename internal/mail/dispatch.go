@@ -2,7 +2,9 @@ package mail
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,22 +38,65 @@ type Dispatcher struct {
 	wake     chan struct{}
 	lastErr  string
 
+	// What the last Flush left waiting, for Warning and the metric: a
+	// mail undelivered for longer than alertAfter is stuck.
+	alertAfter time.Duration
+	mu         sync.Mutex
+	waiting    []time.Time // when each mail left waiting was enqueued
+	retryErr   string      // the last transient failure
+
 	sent, retried, dead prometheus.Counter
 }
 
-// NewDispatcher wires the dispatcher; reg may be nil.
-func NewDispatcher(outbox Outbox, sender Sender, renderer *Renderer, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
+// NewDispatcher wires the dispatcher; a mail undelivered for longer than
+// alertAfter is reported stuck. reg may be nil.
+func NewDispatcher(outbox Outbox, sender Sender, renderer *Renderer, log *slog.Logger, now func() time.Time, alertAfter time.Duration, reg prometheus.Registerer) *Dispatcher {
 	d := &Dispatcher{
-		outbox: outbox, sender: sender, renderer: renderer, log: log, now: now,
+		outbox: outbox, sender: sender, renderer: renderer, log: log, now: now, alertAfter: alertAfter,
 		wake:    make(chan struct{}, 1),
 		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_sent_total", Help: "Mails delivered."}),
 		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_retried_total", Help: "Transient mail failures, each retried later."}),
 		dead:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_dead_lettered_total", Help: "Mails that failed for good."}),
 	}
 	if reg != nil {
-		reg.MustRegister(d.sent, d.retried, d.dead)
+		reg.MustRegister(d.sent, d.retried, d.dead, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fdn_mails_stuck",
+			Help: "Mails undelivered for longer than --mail-alert-after (the SMTP server refuses or is unreachable).",
+		}, func() float64 { n, _ := d.stuck(); return float64(n) }))
 	}
 	return d
+}
+
+// stuck counts the mails left waiting for longer than alertAfter, and
+// gives the oldest one's enqueue time.
+func (d *Dispatcher) stuck() (int, time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cutoff := d.now().Add(-d.alertAfter)
+	n, oldest := 0, time.Time{}
+	for _, at := range d.waiting {
+		if at.Before(cutoff) {
+			n++
+			if oldest.IsZero() || at.Before(oldest) {
+				oldest = at
+			}
+		}
+	}
+	return n, oldest
+}
+
+// Warning says how many mails are stuck, since when and why; none when
+// every mail went out within alertAfter.
+func (d *Dispatcher) Warning() []string {
+	n, oldest := d.stuck()
+	if n == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	why := d.retryErr
+	d.mu.Unlock()
+	return []string{fmt.Sprintf("%d mails undelivered for longer than %s, the oldest since %s: %s",
+		n, d.alertAfter, oldest.UTC().Format(time.RFC3339), why)}
 }
 
 // Wake tells the dispatcher that mails were enqueued. It never blocks.
@@ -62,11 +107,20 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
+// flushGrace is how long a send under way when Run is stopped may go on:
+// a mail the SMTP server is taking is recorded sent instead of going
+// again after the restart.
+const flushGrace = 3 * time.Second
+
 // Run sends due mails until ctx ends: at start (what a previous run left),
-// when woken, and when the earliest retry is due.
+// when woken, and when the earliest retry is due. A send under way when
+// ctx ends is given flushGrace to finish and be recorded.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	sendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(flushGrace, cancel) })()
 	for {
 		select {
 		case <-ctx.Done():
@@ -74,7 +128,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-d.wake:
 		case <-timer.C:
 		}
-		next := d.Flush(ctx)
+		next := d.Flush(sendCtx)
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(next.Sub(d.now()), 0)
@@ -94,15 +148,22 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	}
 	now := d.now()
 	var (
-		due  []rollout.Queued
-		msgs []Rendered
-		next time.Time
+		due     []rollout.Queued
+		msgs    []Rendered
+		next    time.Time
+		waiting []time.Time
 	)
+	defer func() {
+		d.mu.Lock()
+		d.waiting = waiting
+		d.mu.Unlock()
+	}()
 	for _, q := range pending {
 		if q.NextAttempt.After(now) {
 			if next.IsZero() || q.NextAttempt.Before(next) {
 				next = q.NextAttempt
 			}
+			waiting = append(waiting, q.Enqueued)
 			continue
 		}
 		r, err := d.renderer.Render(q)
@@ -136,6 +197,10 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 			}
 			d.retried.Inc()
 			d.warn("send mail, will retry", res.Err)
+			waiting = append(waiting, q.Enqueued)
+			d.mu.Lock()
+			d.retryErr = res.Err.Error()
+			d.mu.Unlock()
 			if next.IsZero() || q.NextAttempt.Before(next) {
 				next = q.NextAttempt
 			}

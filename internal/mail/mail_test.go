@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
@@ -61,6 +63,7 @@ type env struct {
 	disp  *mail.Dispatcher
 	clock *enginetest.Clock
 	logs  *syncBuffer
+	reg   *prometheus.Registry
 }
 
 type syncBuffer struct {
@@ -98,8 +101,9 @@ func start(t *testing.T, dir string, srv *smtptest.Server) *env {
 	}
 	logs := &syncBuffer{}
 	c := enginetest.NewClock(t0.Add(10 * time.Minute))
-	d := mail.NewDispatcher(te.DB, sender, r, slog.New(slog.NewTextHandler(logs, nil)), c.Now, nil)
-	return &env{te: te, disp: d, clock: c, logs: logs}
+	reg := prometheus.NewRegistry()
+	d := mail.NewDispatcher(te.DB, sender, r, slog.New(slog.NewTextHandler(logs, nil)), c.Now, 5*time.Minute, reg)
+	return &env{te: te, disp: d, clock: c, logs: logs, reg: reg}
 }
 
 func (e *env) submit(t *testing.T, times int, obs ...rollout.Observation) {
@@ -230,6 +234,74 @@ func TestServerDownThenRestart(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("delivered:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestSMTPDownTenMinutes: the SMTP server is down for ten minutes (time on
+// the dispatcher's clock): the mails wait, retried with backoff; once they
+// have waited past --mail-alert-after (5m here) they are reported stuck,
+// by Warning and fdn_mails_stuck; when the server is back each arrives
+// once and the report clears.
+func TestSMTPDownTenMinutes(t *testing.T) {
+	srv := smtptest.Start(t, smtpOptions)
+	srv.Stop()
+	e := start(t, t.TempDir(), srv)
+	stuck := func() float64 {
+		mfs, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "fdn_mails_stuck" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no fdn_mails_stuck")
+		return 0
+	}
+	down := e.clock.Now()
+	e.submit(t, 1, cleanRollout("R1", 0)...)
+	attempts := 0
+	for next := e.flush(); ; next = e.flush() {
+		attempts++
+		if next.IsZero() {
+			t.Fatal("nothing scheduled while the server is down")
+		}
+		waited := e.clock.Now().Sub(down)
+		if w := e.disp.Warning(); waited <= 5*time.Minute && (len(w) != 0 || stuck() != 0) {
+			t.Fatalf("reported stuck after %s: %q", waited, w)
+		} else if waited > 5*time.Minute && (len(w) != 1 || !strings.Contains(w[0], "2 mails undelivered for longer than 5m0s") || stuck() != 2) {
+			t.Fatalf("not reported stuck after %s: %q, metric %v", waited, w, stuck())
+		}
+		if next.Sub(down) >= 10*time.Minute {
+			break
+		}
+		e.clock.Add(next.Sub(e.clock.Now()))
+	}
+	if len(srv.Messages()) != 0 || attempts < 4 {
+		t.Fatalf("%d delivered while down, %d attempts", len(srv.Messages()), attempts)
+	}
+	e.clock.Add(down.Add(10 * time.Minute).Sub(e.clock.Now()))
+	srv.Restart()
+	next := e.flush() // not due yet: the backoff holds
+	if len(srv.Messages()) != 0 || next.Sub(down) < 10*time.Minute {
+		t.Fatalf("sent before the backoff: %d, next %v", len(srv.Messages()), next)
+	}
+	e.clock.Add(next.Sub(e.clock.Now()))
+	if next := e.flush(); !next.IsZero() {
+		t.Fatalf("still scheduled after the server came back: %v", next)
+	}
+	got := srv.Subjects()
+	slices.Sort(got)
+	want := []string{"[flux] applied " + hashOf("R1")[:7] + " on prod in 9s", "[flux] applying " + hashOf("R1")[:7] + " on prod"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want each once: %q", got, want)
+	}
+	if dead, _ := e.te.DB.Dead(); len(dead) != 0 {
+		t.Fatalf("dead letters: %+v", dead)
+	}
+	if w := e.disp.Warning(); len(w) != 0 || stuck() != 0 {
+		t.Fatalf("still reported stuck: %q", w)
 	}
 }
 

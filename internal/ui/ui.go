@@ -45,8 +45,12 @@ type Options struct {
 	// service sets (oauth2-proxy's X-Auth-Request-Email); a request with
 	// it is let in. Empty: no header is trusted.
 	TrustHeader string
-	// Warning is the silent-pipe warning, "" when all is well.
-	Warning func() string
+	// Warnings are what people must know of (the pipe from Flux is
+	// silent, storing fails, a mail is stuck); none when all is well.
+	Warnings func() []string
+	// Draining, when set, ends when the server shuts down: a live page's
+	// long poll answers at once.
+	Draining context.Context
 	// Outbox counts the mails waiting and the dead letters.
 	Outbox func() (pending, dead int, err error)
 	// Mails tells what became of a rollout's mails.
@@ -146,7 +150,7 @@ func secure(next http.Handler) http.Handler {
 type page struct {
 	Title    string
 	Auth     bool // a session can be ended (logout shown)
-	Warning  string
+	Warnings []string
 	Outbox   int
 	Dead     int
 	Data     any
@@ -157,8 +161,8 @@ type page struct {
 func (s *server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Now = s.opts.Now()
 	p.Auth = s.auth.enabled()
-	if s.opts.Warning != nil {
-		p.Warning = s.opts.Warning()
+	if s.opts.Warnings != nil {
+		p.Warnings = s.opts.Warnings()
 	}
 	if s.opts.Outbox != nil {
 		if pending, dead, err := s.opts.Outbox(); err == nil {
@@ -324,6 +328,9 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	if !seen.Terminal {
 		ctx, cancel := context.WithTimeout(r.Context(), maxLivePoll)
 		defer cancel()
+		if s.opts.Draining != nil {
+			defer context.AfterFunc(s.opts.Draining, cancel)()
+		}
 		if v = s.rs.Changed(ctx, k, seen); v == nil {
 			v = seen
 		}

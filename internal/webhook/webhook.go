@@ -150,7 +150,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, context.Canceled) {
 			return // the sender is gone; it will retry
 		}
-		h.log.Error("store event", "err", err, "cluster", o.Cluster, "revision", o.Revision, "layer", o.Emitter.Layer())
+		// Not logged per event: a full disk fails thousands a second, and
+		// the engine logs a failing store once an episode.
+		h.log.Debug("store event", "err", err, "cluster", o.Cluster, "revision", o.Revision, "layer", o.Emitter.Layer())
 		// 503 makes notification-controller retry; nothing was acknowledged.
 		writeError(w, http.StatusServiceUnavailable, "", "event not stored, retry")
 		return
