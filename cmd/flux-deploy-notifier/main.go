@@ -11,6 +11,11 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	// Root certificates inside the binary, used when the system has none
+	// (FROM scratch, a distroless image without them): TLS to an SMTP
+	// server must verify wherever the binary runs.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 func main() {

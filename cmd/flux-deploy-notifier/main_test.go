@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	netmail "net/mail"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -333,5 +335,26 @@ func checkMetrics(t *testing.T, url string) {
 			t.Fatalf("/metrics lacks %q:\n%s", missing, strings.Join(fdn, "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRootsInsideTheBinary: with no root certificates on the system (as in
+// an image FROM scratch), TLS still has roots to verify against: the ones
+// compiled in.
+func TestRootsInsideTheBinary(t *testing.T) {
+	if os.Getenv("FDN_TEST_NO_SYSTEM_ROOTS") == "1" {
+		pool, err := x509.SystemCertPool()
+		//lint:ignore SA1019 counting the roots is all this needs
+		if err != nil || len(pool.Subjects()) < 100 {
+			fmt.Printf("roots: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRootsInsideTheBinary$")
+	empty := t.TempDir()
+	cmd.Env = append(os.Environ(), "FDN_TEST_NO_SYSTEM_ROOTS=1", "SSL_CERT_FILE="+filepath.Join(empty, "none.pem"), "SSL_CERT_DIR="+empty)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("no roots without the system's: %v\n%s", err, out)
 	}
 }
