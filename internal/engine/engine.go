@@ -366,7 +366,7 @@ func (e *Engine) write(c *rollout.Change) error {
 		}
 		// Only a commit ends an episode: a batch that wrote nothing
 		// proves nothing about the store.
-		e.health.succeeded(e.now(), e.log)
+		e.health.succeeded(e.now, e.log)
 		e.stats.Commits.Add(1)
 		e.stats.Settled.Add(int64(len(c.Settle)))
 	}

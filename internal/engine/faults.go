@@ -33,13 +33,14 @@ func (h *storeHealth) failed(err error, now time.Time, log *slog.Logger) {
 	}
 }
 
-// succeeded ends an episode, if one is under way.
-func (h *storeHealth) succeeded(now time.Time, log *slog.Logger) {
+// succeeded ends an episode, if one is under way; every commit calls it,
+// so it reads the clock only then.
+func (h *storeHealth) succeeded(now func() time.Time, log *slog.Logger) {
 	since := h.since.Load()
 	if since == 0 {
 		return
 	}
-	log.Warn("store commits succeed again", "failed_commits", h.episode, "for", now.Sub(time.Unix(0, since)).Round(time.Millisecond).String())
+	log.Warn("store commits succeed again", "failed_commits", h.episode, "for", now().Sub(time.Unix(0, since)).Round(time.Millisecond).String())
 	h.episode = 0
 	h.since.Store(0)
 }
