@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -78,10 +77,6 @@ func (c *clusterConfig) reader(getenv func(string) string, eng *engine.Engine, c
 		return nil, nil
 	}
 	cfg.UserAgent = "flux-deploy-notifier"
-	dc, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cluster client: %w", err)
-	}
 	var namespaces []string
 	for _, ns := range strings.Split(*c.namespaces, ",") {
 		if ns = strings.TrimSpace(ns); ns != "" {
@@ -89,7 +84,7 @@ func (c *clusterConfig) reader(getenv func(string) string, eng *engine.Engine, c
 		}
 	}
 	log.Info("reading the cluster", "config", from, "cluster", clusterName, "namespaces", len(namespaces))
-	return cluster.New(dc, eng, cluster.Config{
+	return cluster.NewForConfig(cfg, eng, cluster.Config{
 		Cluster: clusterName, Namespaces: namespaces, LayerSelector: *c.selector, StatusMoved: statusMoved,
-	}, log, time.Now), nil
+	}, log, time.Now)
 }

@@ -192,7 +192,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if watchdog, err = silence.New(*c.cluster.silenceAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg); err != nil {
 			return err
 		}
-		warnings = append(warnings, func() []string { return nonEmpty(watchdog.Warning()) })
+		warnings = append(warnings, func() []string { return nonEmpty(watchdog.Warning()) }, func() []string { return nonEmpty(reader.Warning()) })
 	}
 	warn := func() []string {
 		out := []string{}

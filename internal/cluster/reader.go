@@ -77,6 +77,7 @@ type Reader struct {
 	// failing is the error of the last failed store, logged once until a
 	// store succeeds again.
 	failing string
+	health  *apiHealth // NewForConfig's
 
 	mu      sync.Mutex
 	deleted map[objectKey]*unstructured.Unstructured // Kustomizations deleted, until looked at

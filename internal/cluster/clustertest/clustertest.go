@@ -43,6 +43,9 @@ type Cluster struct {
 	pki   pki
 	apply applier
 	ports *ports
+	// The apiserver, to stop and start again on the same port and etcd.
+	apiserver     *Process
+	apiserverArgs []string
 }
 
 // CRDGroupVersionResource is the CRD resource.
@@ -92,8 +95,7 @@ func Start(t testing.TB) *Cluster {
 		"--unsafe-no-fsync", "--log-level", "error")
 
 	port := ports.take(t)
-	apiserver := StartProcess(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"), nil,
-		"--etcd-servers", etcdURL,
+	args := []string{"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", strconv.Itoa(port),
 		"--cert-dir", filepath.Join(dir, "apiserver-certs"),
@@ -106,7 +108,8 @@ func Start(t testing.TB) *Cluster {
 		"--endpoint-reconciler-type", "none",
 		"--authorization-mode", "RBAC",
 		"--enable-priority-and-fairness=false",
-		"--disable-admission-plugins", "ServiceAccount")
+		"--disable-admission-plugins", "ServiceAccount"}
+	apiserver := StartProcess(t, dir, "kube-apiserver", filepath.Join(bin, "kube-apiserver"), nil, args...)
 
 	host := "https://127.0.0.1:" + strconv.Itoa(port)
 	cfg := &rest.Config{
@@ -118,10 +121,23 @@ func Start(t testing.TB) *Cluster {
 		QPS: 100, Burst: 200,
 	}
 	waitReady(t, cfg, apiserver)
-	c := &Cluster{Config: cfg, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki, ports: ports}
+	c := &Cluster{Config: cfg, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki, ports: ports,
+		apiserver: apiserver, apiserverArgs: args}
 	writeKubeconfig(t, c.Kubeconfig, host, pki.adminCert, pki.adminKey)
 	installCRDs(t, cfg)
 	return c
+}
+
+// StopAPIServer stops the kube-apiserver (etcd keeps the state), as an
+// outage or an upgrade of the control plane does.
+func (c *Cluster) StopAPIServer() { c.apiserver.Kill() }
+
+// StartAPIServer starts the kube-apiserver again, on the same port and
+// etcd, and waits until it is ready.
+func (c *Cluster) StartAPIServer(t testing.TB) {
+	t.Helper()
+	c.apiserver = StartProcess(t, c.Dir, "kube-apiserver", filepath.Join(BinDir(), "kube-apiserver"), nil, c.apiserverArgs...)
+	waitReady(t, c.Config, c.apiserver)
 }
 
 func waitReady(t testing.TB, cfg *rest.Config, apiserver *Process) {

@@ -1,0 +1,102 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+// apiHealth watches every request the reader's client makes. client-go's
+// informers retry a failing list or watch by themselves, and a refused
+// connection does not even reach their error handler: without this the
+// service would go on as if the cluster had nothing new to say. While
+// requests fail, Warning says so; the log says it once when it begins
+// and once when a request succeeds again.
+type apiHealth struct {
+	next http.RoundTripper
+	log  *slog.Logger
+	now  func() time.Time
+
+	mu     sync.Mutex
+	since  time.Time // first failure since the last success; zero when healthy
+	errors int
+	last   string
+}
+
+func (h *apiHealth) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := h.next.RoundTrip(req)
+	switch {
+	case err != nil && req.Context().Err() != nil:
+		// Our own cancellation (the reader stopping): nothing to say.
+	case err != nil:
+		h.failed(req, err.Error())
+	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		h.failed(req, resp.Status)
+	case resp.StatusCode < 300:
+		h.succeeded()
+	}
+	return resp, err
+}
+
+func (h *apiHealth) failed(req *http.Request, why string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		h.since = h.now()
+		h.log.Warn("reading the cluster fails; client-go retries", "path", req.URL.Path, "err", why)
+	}
+	h.errors++
+	h.last = req.Method + " " + req.URL.Path + ": " + why
+}
+
+func (h *apiHealth) succeeded() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		return
+	}
+	h.log.Info("reading the cluster again", "failed_requests", h.errors, "for", h.now().Sub(h.since).Round(time.Millisecond).String())
+	h.since, h.errors, h.last = time.Time{}, 0, ""
+}
+
+func (h *apiHealth) warning() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.since.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("reading the cluster fails since %s (%d failed requests; layers and sources are not seen to change): %s",
+		h.since.UTC().Format(time.RFC3339), h.errors, h.last)
+}
+
+// NewForConfig is New with a client for cfg whose every request is
+// watched: Warning then says when the API server cannot be read.
+func NewForConfig(cfg *rest.Config, sub Submitter, c Config, log *slog.Logger, now func() time.Time) (*Reader, error) {
+	cfg = rest.CopyConfig(cfg)
+	health := &apiHealth{log: log, now: now}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		health.next = rt
+		return health
+	})
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster client: %w", err)
+	}
+	r := New(dc, sub, c, log, now)
+	r.health = health
+	return r, nil
+}
+
+// Warning says, while requests to the API server fail, since when and
+// why; "" otherwise (and always for a reader made by New).
+func (r *Reader) Warning() string {
+	if r.health == nil {
+		return ""
+	}
+	return r.health.warning()
+}

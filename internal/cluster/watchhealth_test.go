@@ -1,0 +1,63 @@
+package cluster_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+)
+
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// TestWatchFailureWarns stops the real kube-apiserver under a synced
+// reader: reading the cluster fails, which Warning says until, the
+// apiserver back, the informers read again; the log says each once.
+func TestWatchFailureWarns(t *testing.T) {
+	c := clustertest.Start(t)
+	te := startEngine(t, t.TempDir(), time.Now())
+	var logs logBuffer
+	r, err := cluster.NewForConfig(c.Config, te, cluster.Config{Cluster: "prod"}, slog.New(slog.NewTextHandler(&logs, nil)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckAccess(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("reader: %v", err)
+		}
+	}()
+	waitFor(t, "caches to sync", r.Synced)
+	if w := r.Warning(); w != "" {
+		t.Fatalf("warning while the apiserver runs: %q", w)
+	}
+
+	c.StopAPIServer()
+	waitFor(t, "a warning that reading the cluster fails", func() bool { return strings.Contains(r.Warning(), "reading the cluster fails since") })
+	c.StartAPIServer(t)
+	waitFor(t, "the warning to clear", func() bool { return r.Warning() == "" })
+	if n, m := strings.Count(logs.String(), "reading the cluster fails"), strings.Count(logs.String(), "reading the cluster again"); n != 1 || m != 1 {
+		t.Fatalf("failure logged %d times, recovery %d, want once each:\n%s", n, m, logs.String())
+	}
+}
