@@ -107,20 +107,13 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
-// flushGrace is how long a send under way when Run is stopped may go on:
-// a mail the SMTP server is taking is recorded sent instead of going
-// again after the restart.
-const flushGrace = 3 * time.Second
-
 // Run sends due mails until ctx ends: at start (what a previous run left),
-// when woken, and when the earliest retry is due. A send under way when
-// ctx ends is given flushGrace to finish and be recorded.
+// when woken, and when the earliest retry is due. When ctx ends during a
+// burst, the mail under way is sent and recorded, the rest of the burst
+// waits for the next start.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	sendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	defer context.AfterFunc(ctx, func() { time.AfterFunc(flushGrace, cancel) })()
 	for {
 		select {
 		case <-ctx.Done():
@@ -128,7 +121,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-d.wake:
 		case <-timer.C:
 		}
-		next := d.Flush(sendCtx)
+		next := d.Flush(ctx)
 		wait := time.Hour
 		if !next.IsZero() {
 			wait = max(next.Sub(d.now()), 0)
@@ -181,6 +174,8 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		q := due[i]
 		log := d.log.With(mailAttrs(q)...).With("message_id", msgs[i].MessageID)
 		switch {
+		case res.Untried:
+			waiting = append(waiting, q.Enqueued)
 		case res.Err == nil:
 			if err := d.outbox.Sent(q.Seq, now); err != nil {
 				// Sent but not recorded: it goes again, with the same Message-ID.

@@ -400,3 +400,43 @@ func TestDirSender(t *testing.T) {
 		t.Fatalf("files %v", files)
 	}
 }
+
+// TestRunFinishesTheSendUnderWay: stopped while the SMTP server is taking
+// the first mail of a burst, Run lets that send finish and records it (it
+// does not go again after the restart), and leaves the rest of the burst
+// waiting, untried.
+func TestRunFinishesTheSendUnderWay(t *testing.T) {
+	srv := smtptest.Start(t, smtpOptions)
+	inData, release := make(chan struct{}), make(chan struct{})
+	srv.FailWith(func(n int) error {
+		if n == 1 {
+			close(inData)
+			<-release // a slow server: the reply comes after the stop
+		}
+		return nil
+	})
+	e := start(t, t.TempDir(), srv)
+	e.submit(t, 1, cleanRollout("R1", 0)...) // applying and applied: one burst
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.disp.Run(ctx) }()
+	select {
+	case <-inData:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the mail never reached the server")
+	}
+	cancel()
+	close(release) // the server answers after the stop
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the send")
+	}
+	pending, err := e.te.DB.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(srv.Messages()) != 1 || len(pending) != 1 || pending[0].Attempts != 0 {
+		t.Fatalf("%d delivered, waiting %+v: want the send under way delivered and recorded, the next untried", len(srv.Messages()), pending)
+	}
+}

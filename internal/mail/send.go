@@ -24,6 +24,9 @@ type Sender interface {
 type Result struct {
 	Err   error
 	Retry bool // transient: dial, TLS, timeout, SMTP 4xx
+	// Untried: ctx ended before this message's turn; it waits, unchanged,
+	// for the next burst.
+	Untried bool
 }
 
 // build makes the MIME message: text and HTML alternatives, the date the
@@ -137,6 +140,13 @@ func (s *SMTP) Send(ctx context.Context, msgs []Rendered) []Result {
 	defer c.Close()
 	for i, m := range built {
 		if m == nil {
+			continue
+		}
+		// Stopping: the message under way was let finish (go-mail sends
+		// without a context, each step bounded by the timeout); the rest
+		// wait for the next start.
+		if ctx.Err() != nil {
+			res[i] = Result{Untried: true}
 			continue
 		}
 		if err := c.Send(m); err != nil {
