@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
@@ -22,7 +23,7 @@ import (
 type child struct {
 	cmd  *exec.Cmd
 	url  string
-	logs *syncBuffer // its stderr
+	logs *syncbuf.Buffer // its stderr
 }
 
 func buildBinary(t *testing.T) string {
@@ -42,7 +43,7 @@ func startChild(t *testing.T, bin string, args ...string) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, logs: &syncBuffer{}}
+	c := &child{cmd: cmd, logs: &syncbuf.Buffer{}}
 	cmd.Stderr = c.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

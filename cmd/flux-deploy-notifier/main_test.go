@@ -270,19 +270,8 @@ func TestFixturesOverHTTP(t *testing.T) {
 // settledTotal reads fdn_rollouts_settled_total.
 func settledTotal(t *testing.T, url string) float64 {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "fdn_rollouts_settled_total "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
-	}
-	return 0
+	f, _ := strconv.ParseFloat(metric(t, url, "fdn_rollouts_settled_total"), 64)
+	return f
 }
 
 func readListening(t *testing.T, r io.Reader) string {

@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 )
 
 // TestWait is the pipeline gate: exit 0 on applied, 1 on failed naming the
@@ -201,7 +201,7 @@ func TestWait(t *testing.T) {
 		if err := postEvents(context.Background(), client, url, token, []flux.Event{ev("infra", "Progressing", 400), ev("platform", "DependencyNotReady", 401)}); err != nil {
 			t.Fatal(err)
 		}
-		var out syncBuffer
+		var out syncbuf.Buffer
 		done := make(chan error, 1)
 		go func() {
 			done <- run(context.Background(), []string{"wait", "--url", url, "--rev", d, "--token-file", verdictToken, "--timeout", "60s"},
@@ -251,25 +251,6 @@ func TestWait(t *testing.T) {
 			t.Fatalf("exit %d: %s", code(err), out.String())
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer the gate writes from its goroutines while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestReportPrintsChangesOnly: an answer that changes nothing prints

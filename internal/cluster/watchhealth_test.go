@@ -4,26 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 )
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // TestWatchFailureWarns stops the real kube-apiserver under a synced
 // reader: reading the cluster fails, which Warning says until, the
@@ -31,7 +18,7 @@ func (l *logBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l
 func TestWatchFailureWarns(t *testing.T) {
 	c := clustertest.Start(t)
 	te := startEngine(t, t.TempDir(), time.Now())
-	var logs logBuffer
+	var logs syncbuf.Buffer
 	r, err := cluster.NewForConfig(c.Config, te, cluster.Config{Cluster: "prod"}, slog.New(slog.NewTextHandler(&logs, nil)), time.Now)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 )
 
 // failingStore is the real store whose commits fail while fail is set, as
@@ -33,19 +33,6 @@ func (s *failingStore) Commit(b *rollout.Batch) error {
 	return s.DB.Commit(b)
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 // TestStoreFailureIsOneEpisode: failed commits, with batches that commit
 // nothing among them, are one episode: logged once when it begins and once
 // when a commit succeeds, counted, and described by StoreWarning while it
@@ -57,7 +44,7 @@ func TestStoreFailureIsOneEpisode(t *testing.T) {
 	}
 	defer db.Close()
 	fs := &failingStore{DB: db}
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	clock := t0
 	eng, err := engine.New(fs, rollout.Config{StuckAfter: time.Hour, Retention: 720 * time.Hour, Verify: true},
 		slog.New(slog.NewTextHandler(&logs, nil)), func() time.Time { return clock })

@@ -106,6 +106,49 @@ func (p *podman) ready(name, url string) {
 	}
 }
 
+// sample posts the sample rollout to url, signed with the token in
+// secrets/token, and returns a check that its verdict is applied, asked as
+// a pipeline asks: wait with the verdict token.
+func (p *podman) sample(url, secrets string) (applied func()) {
+	t := p.t
+	t.Helper()
+	out, err := exec.Command(p.hostBinary, "sample", "--url", url, "--token-file", filepath.Join(secrets, "token"), "--cluster", "prod").CombinedOutput()
+	if err != nil {
+		t.Fatalf("sample: %v\n%s", err, out)
+	}
+	rev := ""
+	if _, after, ok := strings.Cut(string(out), "rollout of "); ok {
+		rev, _, _ = strings.Cut(after, "\n")
+	}
+	if rev == "" {
+		t.Fatalf("no revision in the sample's output:\n%s", out)
+	}
+	applied = func() {
+		t.Helper()
+		out, err := exec.Command(p.hostBinary, "wait", "--url", url, "--rev", rev, "--cluster", "prod",
+			"--token-file", filepath.Join(secrets, "verdict-token"), "--timeout", "30s", "--no-ancestry").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), rev+" on prod: applied") {
+			t.Fatalf("wait: %v\n%s", err, out)
+		}
+	}
+	applied()
+	return applied
+}
+
+// mailsSent waits for the sample's two mails (applying, applied) in the
+// data dir's mail directory.
+func (p *podman) mailsSent(data string) []string {
+	t := p.t
+	t.Helper()
+	var sent []string
+	for deadline := time.Now().Add(20 * time.Second); len(sent) < 2; time.Sleep(100 * time.Millisecond) {
+		if sent = mails(t, data); time.Now().After(deadline) {
+			t.Fatalf("mails in the data volume: %v", sent)
+		}
+	}
+	return sent
+}
+
 func mails(t *testing.T, dir string) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "mail", "*.eml"))
@@ -159,32 +202,8 @@ func TestImage(t *testing.T) {
 		t.Fatalf("read-only root, user, capabilities: %q, want \"true 65532:65532 0\"", got)
 	}
 
-	out, err := exec.Command(p.hostBinary, "sample", "--url", url, "--token-file", filepath.Join(secrets, "token"), "--cluster", "prod").CombinedOutput()
-	if err != nil {
-		t.Fatalf("sample: %v\n%s", err, out)
-	}
-	rev := ""
-	if _, after, ok := strings.Cut(string(out), "rollout of "); ok {
-		rev, _, _ = strings.Cut(after, "\n")
-	}
-	if rev == "" {
-		t.Fatalf("no revision in the sample's output:\n%s", out)
-	}
-	wait := func() {
-		t.Helper()
-		out, err := exec.Command(p.hostBinary, "wait", "--url", url, "--rev", rev, "--cluster", "prod",
-			"--token-file", filepath.Join(secrets, "verdict-token"), "--timeout", "30s", "--no-ancestry").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), rev+" on prod: applied") {
-			t.Fatalf("wait: %v\n%s", err, out)
-		}
-	}
-	wait()
-	var sent []string
-	for deadline := time.Now().Add(20 * time.Second); len(sent) < 2; time.Sleep(100 * time.Millisecond) {
-		if sent = mails(t, data); time.Now().After(deadline) {
-			t.Fatalf("mails in the data volume: %v", sent)
-		}
-	}
+	wait := p.sample(url, secrets)
+	sent := p.mailsSent(data)
 
 	// SIGTERM, as the kubelet stops a pod: exit 0 well within the grace.
 	start := time.Now()

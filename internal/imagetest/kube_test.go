@@ -7,10 +7,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -132,28 +130,9 @@ func TestKubePlay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out, err := exec.Command(p.hostBinary, "sample", "--url", url, "--token-file", filepath.Join(secrets, "token"), "--cluster", "prod").CombinedOutput()
-	if err != nil {
-		t.Fatalf("sample: %v\n%s", err, out)
-	}
-	_, rev, _ := strings.Cut(string(out), "rollout of ")
-	rev, _, _ = strings.Cut(rev, "\n")
-	wait := func() {
-		t.Helper()
-		out, err := exec.Command(p.hostBinary, "wait", "--url", url, "--rev", rev, "--cluster", "prod",
-			"--token-file", filepath.Join(secrets, "verdict-token"), "--timeout", "30s", "--no-ancestry").CombinedOutput()
-		if err != nil || !strings.Contains(string(out), rev+" on prod: applied") {
-			t.Fatalf("wait: %v\n%s", err, out)
-		}
-	}
-	wait()
+	wait := p.sample(url, secrets)
 	data := p.must("volume", "inspect", "--format", "{{.Mountpoint}}", volume)
-	var sent []string
-	for deadline := time.Now().Add(20 * time.Second); len(sent) < 2; time.Sleep(100 * time.Millisecond) {
-		if sent = mails(t, data); time.Now().After(deadline) {
-			t.Fatalf("mails in the PVC's volume: %v", sent)
-		}
-	}
+	sent := p.mailsSent(data)
 
 	start := time.Now()
 	p.must("pod", "stop", "--time", "10", pod)

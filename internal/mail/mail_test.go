@@ -1,14 +1,12 @@
 package mail_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
 
@@ -62,21 +61,9 @@ type env struct {
 	te    *enginetest.Engine
 	disp  *mail.Dispatcher
 	clock *enginetest.Clock
-	logs  *syncBuffer
+	logs  *syncbuf.Buffer
 	reg   *prometheus.Registry
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // start runs an engine on dir and a dispatcher sending to srv.
 // smtpOptions is how the tests' SMTP server is reached: STARTTLS and AUTH
@@ -99,7 +86,7 @@ func start(t *testing.T, dir string, srv *smtptest.Server) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	c := enginetest.NewClock(t0.Add(10 * time.Minute))
 	reg := prometheus.NewRegistry()
 	d := mail.NewDispatcher(te.DB, sender, r, slog.New(slog.NewTextHandler(logs, nil)), c.Now, 5*time.Minute, reg)
