@@ -135,7 +135,7 @@ func (d *descendants) why() string {
 // rollouts lists the waiter's cluster's rollouts that began at since or
 // later.
 func (w *waiter) rollouts(ctx context.Context, since time.Time) ([]*rollout.View, error) {
-	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}, "limit": {fmt.Sprint(maxCandidates)}}
+	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}, "limit": {fmt.Sprint(maxCandidates)}, "layers": {"none"}}
 	if w.cluster != "" {
 		q.Set("cluster", w.cluster)
 	}

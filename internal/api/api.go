@@ -278,11 +278,16 @@ type rolloutsJSON struct {
 	Warnings []string   `json:"warnings"`
 }
 
-// listed is the /rollouts answer of views.
-func (s *server) listed(views []*rollout.View) rolloutsJSON {
+// listed is the /rollouts answer of views, with their layers or with
+// none (layers=none: what a client looking for commits needs, at a
+// fraction of the bytes for wide rollouts).
+func (s *server) listed(views []*rollout.View, layers bool) rolloutsJSON {
 	out := make([]viewJSON, len(views))
 	for i, v := range views {
-		out[i] = viewJSON{v, v.Layers.Slice()}
+		out[i] = viewJSON{v, []rollout.LayerView{}}
+		if layers {
+			out[i].Layers = v.Layers.Slice()
+		}
 	}
 	return rolloutsJSON{out, s.warnings()}
 }
@@ -310,6 +315,15 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 	}
 	qs := r.URL.Query()
 	cluster, source := qs.Get("cluster"), qs.Get("source")
+	layers := true
+	switch qs.Get("layers") {
+	case "", "all":
+	case "none":
+		layers = false
+	default:
+		writeError(w, http.StatusBadRequest, "layers", "layers must be all or none")
+		return
+	}
 	var since time.Time
 	if ss := qs.Get("since"); ss != "" {
 		var err error
@@ -319,7 +333,7 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if source == "" && since.IsZero() {
-		writeJSON(w, http.StatusOK, s.listed(s.rs.List(cluster, limit)))
+		writeJSON(w, http.StatusOK, s.listed(s.rs.List(cluster, limit), layers))
 		return
 	}
 	// Filtered: the rollouts of one source, or that began at since or
@@ -333,7 +347,7 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "internal error")
 		return
 	}
-	writeJSON(w, http.StatusOK, s.listed(page.Views))
+	writeJSON(w, http.StatusOK, s.listed(page.Views, layers))
 }
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {

@@ -363,4 +363,19 @@ func TestRolloutsSinceAndSource(t *testing.T) {
 	if status, _ := get(t, e.url+"/rollouts?since=yesterday"); status != 400 {
 		t.Fatalf("a malformed since: %d", status)
 	}
+	// layers=none: the same rollouts, without their layers.
+	for query, want := range map[string]int{since: 1, since + "&layers=none": 0, "layers=none": 0, "layers=all": 1} {
+		status, body := get(t, e.url+"/rollouts?"+query)
+		if status != 200 {
+			t.Fatalf("%s: %d", query, status)
+		}
+		for _, r := range body["rollouts"].([]any) {
+			if r := r.(map[string]any); len(r["layers"].([]any)) != want && r["hash"] != hashOf("other") {
+				t.Fatalf("%s: layers %v", query, r["layers"])
+			}
+		}
+	}
+	if status, _ := get(t, e.url+"/rollouts?layers=some"); status != 400 {
+		t.Fatalf("a malformed layers: %d", status)
+	}
 }
