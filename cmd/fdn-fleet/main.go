@@ -57,6 +57,7 @@ type config struct {
 	samples     int // /verdict requests per day
 	dir         string
 	memLimit    string // the service's GOMEMLIMIT
+	gogc        string // the service's GOGC, "" for Go's default
 	cgroup      int64  // when > 0, the service runs in a memory cgroup with this limit
 }
 
@@ -73,6 +74,7 @@ func run(args []string, out io.Writer) error {
 	fs.StringVar(&c.dir, "dir", "", "work directory (default: a new temporary one, removed at the end)")
 	limit := fs.String("memory-limit", "", "run the service in a memory cgroup (v1, as root) with this limit in MiB, as a pod's limit, and report OOM kills")
 	fs.StringVar(&c.memLimit, "gomemlimit", "192MiB", "GOMEMLIMIT of the service, as manifests/deployment.yaml sets it (\"\" for none)")
+	fs.StringVar(&c.gogc, "gogc", "", "GOGC of the service alone (\"\": Go's default, 100), to weigh collections against heap and latency")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -111,8 +113,8 @@ func run(args []string, out io.Writer) error {
 
 	fleet := &fleet{c: c, token: token, now: time.Now().UTC().Truncate(time.Second)}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency}, Timeout: 30 * time.Second}
-	fmt.Fprintf(out, "fleet: %d sources x %d layers, %d commits a day per source, %d days, %d connections, service GOMEMLIMIT %q\n",
-		c.sources, c.layers, c.commits, c.days, c.concurrency, c.memLimit)
+	fmt.Fprintf(out, "fleet: %d sources x %d layers, %d commits a day per source, %d days, %d connections, service GOMEMLIMIT %q GOGC %q\n",
+		c.sources, c.layers, c.commits, c.days, c.concurrency, c.memLimit, c.gogc)
 	fmt.Fprintf(out, "%4s %8s %8s %8s %8s %9s %8s %8s %8s %8s %8s\n",
 		"day", "RSS MiB", "peak", "anon", "heap", "data MiB", "ev/s", "ack p99", "vrd p50", "vrd p99", "lst p99")
 	var refused atomic.Int64
@@ -197,8 +199,12 @@ func startService(c config, cg *memcg) (*service, error) {
 		"--stuck-after", horizon.String(), "--retention", horizon.String(),
 		"--mail-to", "fleet@localhost", "--mail-dir", filepath.Join(c.dir, "mail"))
 	cmd.Stderr = os.Stderr
+	cmd.Env = os.Environ()
 	if c.memLimit != "" {
-		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+c.memLimit)
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+c.memLimit)
+	}
+	if c.gogc != "" {
+		cmd.Env = append(cmd.Env, "GOGC="+c.gogc)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
