@@ -30,7 +30,7 @@ type Rollouts interface {
 	Wait(ctx context.Context, q engine.Query) (*rollout.View, error)
 	Get(k rollout.Key) *rollout.View
 	List(cluster string, limit int) []*rollout.View
-	Page(cluster string, after *engine.Cursor, limit int, keep func(*rollout.View) bool) (engine.Page, error)
+	Page(q engine.PageQuery) (engine.Page, error)
 	Live() map[rollout.Verdict]int
 	Stats() *engine.Stats
 	CommitFailures() (n int64, last time.Time)
@@ -339,9 +339,11 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 	// Filtered: the rollouts of one source, or that began at since or
 	// later (what a pipeline looks through for a commit deployed inside a
 	// later one).
-	page, err := s.rs.Page(cluster, nil, limit, func(v *rollout.View) bool {
-		return (source == "" || v.Source == source) && !v.FirstSeen.Before(since)
-	})
+	q := engine.PageQuery{Cluster: cluster, Since: since, Limit: limit}
+	if source != "" {
+		q.Keep = func(v *rollout.View) bool { return v.Source == source }
+	}
+	page, err := s.rs.Page(q)
 	if err != nil {
 		s.log.Error("list rollouts", "err", err)
 		writeError(w, http.StatusInternalServerError, "", "internal error")

@@ -31,7 +31,7 @@ func TestPageBoundsItsScan(t *testing.T) {
 	var found []string
 	pages := 0
 	for {
-		p, err := e.Page("", after, 50, keep)
+		p, err := e.Page(engine.PageQuery{After: after, Limit: 50, Keep: keep})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestPageBoundsItsScan(t *testing.T) {
 	seen := map[string]bool{}
 	after = nil
 	for {
-		p, err := e.Page("prod", after, 1000, nil)
+		p, err := e.Page(engine.PageQuery{Cluster: "prod", After: after, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +71,12 @@ func TestPageBoundsItsScan(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Fatalf("%d rollouts listed, want %d", len(seen), n)
+	}
+	// Since ends the list: the ten newest, in one page that is the whole
+	// list, not a scan of 5,000 that leaves a cursor to go on.
+	p, err := e.Page(engine.PageQuery{Since: t0.Add(-10*time.Minute - time.Second), Limit: 1000})
+	if err != nil || len(p.Views) != 10 || p.Next != nil || p.Views[9].Hash != views[9].Hash {
+		t.Fatalf("since: %d views, next %v (%v)", len(p.Views), p.Next, err)
 	}
 }
 

@@ -316,7 +316,7 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*rollout.View, error) {
 // List returns up to limit rollouts, newest first, of one cluster or all:
 // the first page of the list (a limit above maxScan is cut there).
 func (e *Engine) List(cluster string, limit int) []*rollout.View {
-	p, err := e.Page(cluster, nil, limit, nil)
+	p, err := e.Page(PageQuery{Cluster: cluster, Limit: limit})
 	if err != nil {
 		e.log.Error("list settled rollouts", "err", err)
 	}
@@ -367,13 +367,25 @@ type Page struct {
 // match ends a page early, with Next where it stopped.
 const maxScan = 5000
 
-// Page lists up to limit rollouts after the cursor (from the newest when
-// nil), of one cluster or all, that keep accepts (all when nil): the live
+// PageQuery says which page of the list to read.
+type PageQuery struct {
+	Cluster string  // "" for every cluster
+	After   *Cursor // where the page starts; nil for the newest
+	// Since, when set, ends the list at the rollouts that began before it:
+	// the archive is read back to there and no further.
+	Since time.Time
+	Limit int
+	Keep  func(*rollout.View) bool // nil keeps every rollout
+}
+
+// Page lists up to q.Limit rollouts after q.After, that q keeps: the live
 // ones and the settled ones, merged in the list's order. It reads the
 // settled ones from the cursor on, so a page costs the same at any depth.
-func (e *Engine) Page(cluster string, after *Cursor, limit int, keep func(*rollout.View) bool) (Page, error) {
+func (e *Engine) Page(q PageQuery) (Page, error) {
+	cluster, after, limit, keep := q.Cluster, q.After, q.Limit, q.Keep
 	ok := func(v *rollout.View) bool {
-		return (cluster == "" || v.Cluster == cluster) && (after == nil || !after.before(v)) && (keep == nil || keep(v))
+		return (cluster == "" || v.Cluster == cluster) && (after == nil || !after.before(v)) &&
+			!v.FirstSeen.Before(q.Since) && (keep == nil || keep(v))
 	}
 	e.snap.mu.RLock()
 	var live []*rollout.View
@@ -397,6 +409,9 @@ func (e *Engine) Page(cluster string, after *Cursor, limit int, keep func(*rollo
 		until = after.First
 	}
 	err := e.store.ScanSettled(cluster, until, func(v *rollout.View) bool {
+		if v.FirstSeen.Before(q.Since) {
+			return false // the end of the list asked for: all the rest are older
+		}
 		if len(settled) > limit && !v.FirstSeen.Equal(settled[len(settled)-1].FirstSeen) {
 			return false // enough, and past the ties of the last one
 		}

@@ -30,7 +30,7 @@ import (
 // Rollouts is what the pages read: the engine's read side.
 type Rollouts interface {
 	Get(k rollout.Key) *rollout.View
-	Page(cluster string, after *engine.Cursor, limit int, keep func(*rollout.View) bool) (engine.Page, error)
+	Page(q engine.PageQuery) (engine.Page, error)
 	Changed(ctx context.Context, k rollout.Key, seen *rollout.View) *rollout.View
 	Supersedes(v *rollout.View) ([]*rollout.View, error)
 }
@@ -242,7 +242,7 @@ func (s *server) page(w http.ResponseWriter, r *http.Request, cluster string, ke
 		}
 		after = &c
 	}
-	pg, err := s.rs.Page(cluster, after, PageSize, keep)
+	pg, err := s.rs.Page(engine.PageQuery{Cluster: cluster, After: after, Limit: PageSize, Keep: keep})
 	if err != nil {
 		s.opts.Log.Error("list rollouts", "err", err)
 		http.Error(w, "reading the rollouts failed", http.StatusServiceUnavailable)
