@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -42,7 +40,7 @@ func (g *gitSide) open(ctx context.Context) error {
 			g.commit, g.err = g.repo.Commit(ctx, hash)
 		}
 		if g.err != nil {
-			g.progress.printf("%s: git cannot tell whether a later revision contains it (%v): waiting for %s itself", short(hash), g.err, short(hash))
+			g.progress.printf("%s: git cannot tell whether a later revision contains it (%v): waiting for %s itself", flux.Short(hash), g.err, flux.Short(hash))
 		}
 	})
 	return g.err
@@ -139,24 +137,13 @@ func (w *waiter) rollouts(ctx context.Context, since time.Time) ([]*rollout.View
 	if w.cluster != "" {
 		q.Set("cluster", w.cluster)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.base+"/rollouts?"+q.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	if w.token != "" {
-		req.Header.Set("Authorization", "Bearer "+w.token)
-	}
-	resp, err := w.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("list rollouts: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("list rollouts: %d from the service", resp.StatusCode)
-	}
 	var body api.RolloutsResponse
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&body); err != nil {
-		return nil, fmt.Errorf("read the rollouts: %w", err)
+	status, err := w.getJSON(ctx, w.base+"/rollouts?"+q.Encode(), 64<<20, &body)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("list rollouts: %w", err)
+	case status != http.StatusOK:
+		return nil, fmt.Errorf("list rollouts: %d from the service", status)
 	}
 	return body.Rollouts, nil
 }

@@ -98,16 +98,16 @@ func TestWaitSkippedCommit(t *testing.T) {
 		never  []string
 	}{
 		{"skipped, then applied", checkout, path, []string{"--rev", a, "--cluster", "staging"}, 0,
-			[]string{short(a) + " on staging: not deployed on its own; " + short(b) + " contains it",
-				short(a) + " was not deployed on its own: it went out in " + short(b) + ", applied", "main@sha1:" + b + " on staging: applied"}, nil},
+			[]string{flux.Short(a) + " on staging: not deployed on its own; " + flux.Short(b) + " contains it",
+				flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", applied", "main@sha1:" + b + " on staging: applied"}, nil},
 		{"skipped, then failed: the earliest descendant decides", checkout, path, []string{"--rev", a, "--cluster", "prod"}, 1,
-			[]string{short(a) + " was not deployed on its own: it went out in " + short(b) + ", failed", "failure: flux-system/platform HealthCheckFailed"},
-			[]string{"went out in " + short(m)}},
+			[]string{flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", failed", "failure: flux-system/platform HealthCheckFailed"},
+			[]string{"went out in " + flux.Short(m)}},
 		{"merged by a merge commit", featureCheckout, path, []string{"--rev", f[:10], "--cluster", "staging"}, 0,
-			[]string{short(f) + " was not deployed on its own: it went out in " + short(m) + ", applied"}, nil},
+			[]string{flux.Short(f) + " was not deployed on its own: it went out in " + flux.Short(m) + ", applied"}, nil},
 		{"several clusters, mixed", checkout, path, []string{"--rev", a, "--cluster", "staging,prod"}, 1,
-			[]string{"== staging\n" + short(a) + " was not deployed on its own: it went out in " + short(b) + ", applied",
-				"== prod\n" + short(a) + " was not deployed on its own: it went out in " + short(b) + ", failed"}, nil},
+			[]string{"== staging\n" + flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", applied",
+				"== prod\n" + flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", failed"}, nil},
 		{"on another branch", otherCheckout, path, []string{"--rev", other, "--cluster", "staging"}, 2,
 			[]string{other + ": unknown", "no deployed revision contains it: 2 rollouts since", "timed out after 3s"},
 			[]string{"went out in"}},
@@ -178,7 +178,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := <-done
-		if !strings.HasPrefix(out, "0\n") || !strings.Contains(out, short(a2)+" was not deployed on its own: it went out in "+short(b2)+", applied") {
+		if !strings.HasPrefix(out, "0\n") || !strings.Contains(out, flux.Short(a2)+" was not deployed on its own: it went out in "+flux.Short(b2)+", applied") {
 			t.Fatalf("exit and output:\n%s", out)
 		}
 	})
@@ -202,7 +202,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"| staging | applied | went out in " + short(b) + ": all 2 expected layers applied it |",
+		for _, want := range []string{"| staging | applied | went out in " + flux.Short(b) + ": all 2 expected layers applied it |",
 			"| prod | unknown | no evidence of this commit; no deployed revision contains it: 2 rollouts since"} {
 			if !strings.Contains(string(md), want) {
 				t.Errorf("summary lacks %q:\n%s", want, md)

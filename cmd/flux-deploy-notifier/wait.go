@@ -288,12 +288,12 @@ func (w *waiter) until(ctx context.Context, rev string, deadline time.Time, time
 		}
 		if in != nil {
 			// Its verdict is the commit's: it deployed inside it.
-			w.progress.printf("%s on %s: not deployed on its own; %s contains it: waiting for its verdict", short(rev), in.Cluster, short(in.Hash))
+			w.progress.printf("%s on %s: not deployed on its own; %s contains it: waiting for its verdict", flux.Short(rev), in.Cluster, flux.Short(in.Hash))
 			w.via, query, skipped = in, in.Hash, nil
 			continue
 		}
 		if w.via != nil && v != nil {
-			fmt.Fprintf(out, "%s was not deployed on its own: it went out in %s, %s\n", short(rev), short(v.Hash), v.Verdict)
+			fmt.Fprintf(out, "%s was not deployed on its own: it went out in %s, %s\n", flux.Short(rev), flux.Short(v.Hash), v.Verdict)
 		}
 		switch {
 		case v == nil || !v.Terminal:
@@ -396,30 +396,33 @@ func (w *waiter) poll(ctx context.Context, query string, deadline time.Time, ski
 }
 
 func (w *waiter) get(ctx context.Context, u string) (*verdictBody, int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{}}}
+	status, err := w.getJSON(ctx, u, 4<<20, v)
 	if err != nil {
 		return nil, 0, err
+	}
+	return v, status, nil
+}
+
+// getJSON asks the service for u, with the verdict token, and decodes its
+// answer (at most limit bytes) into into; a 5xx answer need not be JSON.
+func (w *waiter) getJSON(ctx context.Context, u string, limit int64, into any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
 	}
 	if w.token != "" {
 		req.Header.Set("Authorization", "Bearer "+w.token)
 	}
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{}}}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(v); err != nil && resp.StatusCode < 500 {
-		return nil, 0, fmt.Errorf("read the verdict: %w", err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, limit)).Decode(into); err != nil && resp.StatusCode < 500 {
+		return 0, fmt.Errorf("read the answer to %s: %w", req.URL.Path, err)
 	}
-	return v, resp.StatusCode, nil
-}
-
-func short(hash string) string {
-	if len(hash) > 7 {
-		return hash[:7]
-	}
-	return hash
+	return resp.StatusCode, nil
 }
 
 // printVerdict is the short human summary a pipeline log shows.
@@ -499,7 +502,7 @@ func (w *waiter) headline() string {
 // commit the one waited on went out in.
 func (w *waiter) summary() string {
 	if w.via != nil {
-		return "went out in " + short(w.via.Hash) + ": " + w.last.Summary
+		return "went out in " + flux.Short(w.via.Hash) + ": " + w.last.Summary
 	}
 	return w.last.Summary
 }

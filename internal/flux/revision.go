@@ -96,6 +96,14 @@ func normHex(s string, n int) (string, error) {
 	return strings.ToLower(s), nil
 }
 
+// Short is a hash as people read it, git's seven hex digits.
+func Short(hash string) string {
+	if len(hash) > 7 {
+		return hash[:7]
+	}
+	return hash
+}
+
 // IsHex reports whether s is non-empty and only hex digits.
 func IsHex(s string) bool {
 	if s == "" {

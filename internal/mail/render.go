@@ -19,6 +19,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -145,7 +146,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 	}
 	v := m.View
 	d := Data{
-		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Revision, Short: short(v.Hash),
+		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Revision, Short: flux.Short(v.Hash),
 		CommitSubject: oneLine(v.Subject), Verdict: v.Verdict.String(), Summary: v.Summary,
 		ExpectedFrom: v.ExpectedFrom, Layer: m.Layer, Reason: m.Reason, Object: m.Object,
 		Deadline: v.Deadline.UTC().Format(time.RFC3339), Late: v.Late, Behind: v.Behind, RootCause: v.RootCause,
@@ -182,13 +183,6 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		d.URL = r.externalURL + "/ui/" + url.PathEscape(v.Cluster) + "/" + url.PathEscape(v.Hash)
 	}
 	return d
-}
-
-func short(hash string) string {
-	if len(hash) > 7 {
-		return hash[:7]
-	}
-	return hash
 }
 
 // trim shortens a Flux message for a mail.

@@ -256,8 +256,14 @@ func (s *server) page(w http.ResponseWriter, r *http.Request, cluster string, ke
 	return pg, next, true
 }
 
+// verdictNames are the verdicts a rollout in the list can have, as the
+// filter names them: rollout's own, not a copy.
 func verdictNames() []string {
-	return []string{"applying", "applied", "failed", "stuck", "superseded"}
+	var out []string
+	for v := rollout.VerdictApplying; v <= rollout.VerdictStuck; v++ {
+		out = append(out, v.String())
+	}
+	return out
 }
 
 // A cursor in a URL: Unix nanoseconds, hash, cluster (last: it may hold
