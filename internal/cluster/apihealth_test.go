@@ -12,10 +12,10 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 )
 
-// TestWatchFailureWarns stops the real kube-apiserver under a synced
+// TestAPIFailureWarns stops the real kube-apiserver under a synced
 // reader: reading the cluster fails, which Warning says until, the
 // apiserver back, the informers read again; the log says each once.
-func TestWatchFailureWarns(t *testing.T) {
+func TestAPIFailureWarns(t *testing.T) {
 	c := clustertest.Start(t)
 	te := startEngine(t, t.TempDir(), time.Now())
 	var logs syncbuf.Buffer
