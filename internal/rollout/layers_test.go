@@ -84,3 +84,33 @@ func TestBehindIsSharedWhileUnchanged(t *testing.T) {
 		t.Fatalf("behind %v with every layer applied", none)
 	}
 }
+
+// TestSameLayerSeesEveryField: a chunk is shared only when its layers are
+// the same in every field, so a field added to LayerView that sameLayer
+// does not compare would let a view show a layer's old state. Each field
+// changed alone must make the layers differ.
+func TestSameLayerSeesEveryField(t *testing.T) {
+	at, later := mt0, mt0.Add(time.Second)
+	base := LayerView{Name: "flux-system/apps", State: LayerProgressing, Revision: "main@sha1:abc", Reason: "Progressing",
+		Message: "m", At: &at, Since: &at, Healthy: &at, DependsOn: []string{"flux-system/infra"}}
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		changed := base
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Interface().(type) {
+		case string:
+			f.SetString(f.String() + "x")
+		case LayerState:
+			f.Set(reflect.ValueOf(LayerApplied))
+		case *time.Time:
+			f.Set(reflect.ValueOf(&later))
+		case []string:
+			f.Set(reflect.ValueOf([]string{"flux-system/platform"}))
+		default:
+			t.Fatalf("field %s of type %s: teach this test (and sameLayer) to change it", typ.Field(i).Name, f.Type())
+		}
+		if sameLayer(base, changed) {
+			t.Errorf("sameLayer does not see a change of %s", typ.Field(i).Name)
+		}
+	}
+}
