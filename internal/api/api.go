@@ -270,7 +270,7 @@ type (
 	}
 )
 
-func (r VerdictResponse) wire() verdictJSON { return verdictJSON{r, r.View.Layers.Slice()} }
+func (r VerdictResponse) wire() verdictJSON { return verdictJSON{r, r.View.Layers.Shared()} }
 
 // rolloutsJSON is RolloutsResponse as the service writes it.
 type rolloutsJSON struct {
@@ -286,7 +286,7 @@ func (s *server) listed(views []*rollout.View, layers bool) rolloutsJSON {
 	for i, v := range views {
 		out[i] = viewJSON{v, []rollout.LayerView{}}
 		if layers {
-			out[i].Layers = v.Layers.Slice()
+			out[i].Layers = v.Layers.Shared()
 		}
 	}
 	return rolloutsJSON{out, s.warnings()}

@@ -21,9 +21,15 @@ type Layers struct {
 	n      int
 }
 
-// MakeLayers returns layers holding ls.
+// MakeLayers returns layers holding ls, which they own from then on: ls
+// must not change. Its chunks are runs of ls, so that Shared can hand out
+// ls itself.
 func MakeLayers(ls []LayerView) Layers {
-	return Layers{}.with(len(ls), func(i int) LayerView { return ls[i] })
+	out := Layers{n: len(ls)}
+	for lo := 0; lo < len(ls); lo += layerChunk {
+		out.chunks = append(out.chunks, ls[lo:min(len(ls), lo+layerChunk)])
+	}
+	return out
 }
 
 // with returns n layers, the i-th being at(i), sharing each of l's chunks
@@ -90,7 +96,23 @@ func (l Layers) Slice() []LayerView {
 	return out
 }
 
-func (l Layers) MarshalJSON() ([]byte, error) { return json.Marshal(l.Slice()) }
+// Shared returns the layers as one slice the caller must not change: their
+// own array when they are one run of it, as a decoded view's are, else a
+// copy. A settled /verdict encodes its layers without copying them.
+func (l Layers) Shared() []LayerView {
+	if l.n == 0 || cap(l.chunks[0]) < l.n {
+		return l.Slice()
+	}
+	run := l.chunks[0][:l.n]
+	for c, ch := range l.chunks {
+		if &run[c*layerChunk] != &ch[0] {
+			return l.Slice()
+		}
+	}
+	return run
+}
+
+func (l Layers) MarshalJSON() ([]byte, error) { return json.Marshal(l.Shared()) }
 
 func (l *Layers) UnmarshalJSON(b []byte) error {
 	var ls []LayerView

@@ -89,20 +89,25 @@ func encodeSettled(v *rollout.View) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// inflaters reuses flate readers: each holds a 32 KiB window, which would
-// otherwise be allocated on every /verdict of a settled rollout.
-type inflaters struct{ pool sync.Pool }
+// inflaters reuses flate readers, each holding a 32 KiB window, and the
+// buffers they inflate into, which grow by doubling: without them a
+// /verdict of a settled rollout allocated several times the record.
+type inflaters struct{ readers, bufs sync.Pool }
 
 func (p *inflaters) inflate(b []byte) (string, error) {
-	var buf bytes.Buffer
-	buf.Grow(8 * len(b))
-	fr, _ := p.pool.Get().(io.ReadCloser)
+	fr, _ := p.readers.Get().(io.ReadCloser)
 	if fr == nil {
 		fr = flate.NewReader(bytes.NewReader(b))
 	} else if err := fr.(flate.Resetter).Reset(bytes.NewReader(b), nil); err != nil {
 		return "", err
 	}
-	defer p.pool.Put(fr)
+	defer p.readers.Put(fr)
+	buf, _ := p.bufs.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	defer p.bufs.Put(buf)
+	buf.Reset()
 	if _, err := buf.ReadFrom(fr); err != nil {
 		return "", fmt.Errorf("inflate settled rollout: %w", err)
 	}

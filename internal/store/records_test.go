@@ -218,3 +218,38 @@ func TestSettledVersion1Decodes(t *testing.T) {
 		t.Fatalf("v1 record decodes to\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestInflatersKeepEarlierViews: views decoded one after another through
+// the same reused buffers stay what they were decoded as, and hold their
+// own layers; a view's strings must not alias a buffer the next decode
+// overwrites.
+func TestInflatersKeepEarlierViews(t *testing.T) {
+	wide, narrow := wideView(), sampleBatch().Settle[0]
+	var recs [][]byte
+	for _, v := range []*rollout.View{wide, narrow, wide} {
+		rec, err := encodeSettled(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	var p inflaters
+	var got []*rollout.View
+	for _, rec := range recs {
+		v, err := p.decodeSettled(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, v)
+	}
+	for i, want := range []*rollout.View{wide, narrow, wide} {
+		g, _ := json.Marshal(got[i])
+		w, _ := json.Marshal(want)
+		if string(g) != string(w) {
+			t.Fatalf("view %d changed after later decodes:\n%s\nwant\n%s", i, g, w)
+		}
+	}
+	if &got[0].Layers.Shared()[0] == &got[2].Layers.Shared()[0] {
+		t.Fatal("two decoded views share their layers")
+	}
+}
