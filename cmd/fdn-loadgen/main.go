@@ -12,6 +12,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -81,7 +82,7 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer svc.stop()
+	defer func() { svc.stop() }()
 
 	// Enough distinct events for the longest run at a generous rate.
 	n := int(max(c.duration.Seconds(), c.rateFor.Seconds()) * 40000)
@@ -106,12 +107,18 @@ func run(args []string, out io.Writer) error {
 	fmt.Fprintf(out, "ingest: %.0f events/s durable, %.2f of bare handler, ack p99 %.2f ms at %d events/s\n",
 		durable, durable/bareRate, ms(p99), c.rate)
 
-	// The same at half the connections: fewer requests per group commit.
+	// The same at half the connections, fewer requests per group commit,
+	// on a fresh service: the same start as the run above, and its own
+	// supply of distinct events.
 	half := c
 	half.concurrency = c.concurrency / 2
 	bareHalf, err := saturate(client, bare, events, half)
 	if err != nil {
 		return fmt.Errorf("bare handler: %w", err)
+	}
+	svc.stop()
+	if svc, err = spawn("service", ""); err != nil {
+		return err
 	}
 	durableHalf, err := saturate(client, svc, events, half)
 	if err != nil {
@@ -155,9 +162,10 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // server is a child process serving one target.
 type server struct {
-	url  string
-	pid  int
-	stop func()
+	url     string
+	pid     int
+	repeats bool // takes events again: it only decodes them
+	stop    func()
 }
 
 // cpu is the CPU time the server has used so far, from /proc.
@@ -197,7 +205,7 @@ func spawn(kind, cpuProfile string) (*server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	stop := func() {
+	stop := sync.OnceFunc(func() {
 		stdin.Close() // asks the child to finish and report
 		done := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(done) }()
@@ -207,7 +215,7 @@ func spawn(kind, cpuProfile string) (*server, error) {
 			_ = cmd.Process.Kill()
 			<-done
 		}
-	}
+	})
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		stop()
@@ -217,7 +225,7 @@ func spawn(kind, cpuProfile string) (*server, error) {
 	if kind == "service" {
 		url += "/webhook"
 	}
-	return &server{url: url, pid: cmd.Process.Pid, stop: stop}, nil
+	return &server{url: url, pid: cmd.Process.Pid, repeats: kind == "bare", stop: stop}, nil
 }
 
 // serveChild serves until its stdin closes, then reports its CPU use.
@@ -320,24 +328,30 @@ type event struct {
 	sig  string
 }
 
-// events is a shared, endless-enough supply: each index is used once per
-// target, so every event a target sees is distinct.
+// events is a shared supply: each index is used once per target, so every
+// event the service sees is distinct. The bare handler only decodes, so it
+// goes round the list again: on a quiet machine it reads more in one run
+// than the list holds, and a run that ran dry would report a rate it did
+// not measure.
 type events struct {
 	list []event
 	next map[string]*atomic.Int64
 	mu   sync.Mutex
 }
 
-func (e *events) take(target string) (event, bool) {
+func (e *events) take(srv *server) (event, bool) {
 	e.mu.Lock()
-	n := e.next[target]
+	n := e.next[srv.url]
 	if n == nil {
 		n = new(atomic.Int64)
-		e.next[target] = n
+		e.next[srv.url] = n
 	}
 	e.mu.Unlock()
 	i := n.Add(1) - 1
-	if i >= int64(len(e.list)) {
+	switch {
+	case srv.repeats:
+		i %= int64(len(e.list))
+	case i >= int64(len(e.list)):
 		return event{}, false
 	}
 	return e.list[i], true
@@ -400,6 +414,9 @@ func post(client *http.Client, url string, ev event) error {
 
 // saturate posts from c.concurrency connections for c.duration and returns
 // events acknowledged per second.
+// errDry is a run that used every distinct event before its end.
+var errDry = errors.New("ran out of distinct events before the run's end")
+
 func saturate(client *http.Client, srv *server, evs *events, c config) (float64, error) {
 	url := srv.url
 	var (
@@ -419,8 +436,9 @@ func saturate(client *http.Client, srv *server, evs *events, c config) (float64,
 	for range c.concurrency {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
-				ev, ok := evs.take(url)
+				ev, ok := evs.take(srv)
 				if !ok {
+					errOnce.Do(func() { firstErr = errDry })
 					return
 				}
 				if err := post(client, url, ev); err != nil {
@@ -454,9 +472,9 @@ func paced(client *http.Client, srv *server, evs *events, c config) (time.Durati
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 			time.Sleep(d)
 		}
-		ev, ok := evs.take(url)
+		ev, ok := evs.take(srv)
 		if !ok {
-			return 0, 0, fmt.Errorf("ran out of distinct events")
+			return 0, 0, errDry
 		}
 		wg.Go(func() {
 			t := time.Now()

@@ -397,6 +397,38 @@ func TestSettlePassIsBounded(t *testing.T) {
 	}
 }
 
+// TestSettlePassGoesOn: a pass that runs out of time leaves off where it
+// stopped and the next goes on from there. The oldest live rollouts here
+// can never settle (each is the only revision its layer reported); passes
+// that each began at the oldest checked only those and never settled the
+// later ones.
+func TestSettlePassGoesOn(t *testing.T) {
+	var obs []rollout.Observation
+	for i := range 20 {
+		obs = append(obs, succ(fmt.Sprintf("lone-%02d", i), fmt.Sprintf("L%d", i), i))
+	}
+	for i := range 10 {
+		obs = append(obs, prog("apps", fmt.Sprintf("H%d", i), 3600+i*600), succ("apps", fmt.Sprintf("H%d", i), 3600+i*600+5))
+	}
+	// Every reading of this clock takes a millisecond: a pass checks a
+	// rollout or two.
+	var ticks atomic.Int64
+	end := t0.Add(40 * time.Hour)
+	clock := func() time.Time { return end.Add(time.Duration(ticks.Add(1)) * time.Millisecond) }
+	h := start(t, t.TempDir(), settleConfig(time.Minute), clock)
+	h.submit(obs...)
+	for range 100 {
+		settle(t, h.engine)
+	}
+	// The lone ones and H9, whose layer is still at it.
+	if live := sum(h.engine.Live()); live != 21 {
+		t.Fatalf("%d rollouts live after 100 passes, want 21", live)
+	}
+	if n := h.engine.Stats().Settled.Load(); n != 9 {
+		t.Fatalf("%d rollouts settled, want H0 to H8", n)
+	}
+}
+
 // TestIdleEvaluationsAreDroppedSafely: the evaluation a final rollout
 // keeps is dropped once it has been idle, but not while one of its expected
 // layers has no evidence: a revision that layer reports later still changes

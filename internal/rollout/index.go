@@ -29,6 +29,8 @@ type cluster struct {
 	logs     map[Emitter]*emitterLog                // entries of live rollouts only
 	floors   map[Emitter]logEntry                   // newest settled entry of each log
 	silent   map[Emitter]map[*rolloutState]struct{} // rollouts expecting each layer without evidence on it
+
+	settleFrom logEntry // where the next settle pass goes on, zero: at the oldest
 }
 
 type rolloutState struct {

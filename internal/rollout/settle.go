@@ -29,10 +29,15 @@ func (m *Model) Settle(c *Change, now time.Time, stop func() bool) (settled int,
 	from, before := len(c.Forget), len(c.Settle)
 	for _, cl := range m.clusters {
 		cl.evictCaches(now)
-		// Oldest first, so the outcome does not depend on map order.
+		// Oldest first, so the outcome does not depend on map order, from
+		// where the last pass ran out of time: passes that each began at
+		// the oldest would check the same rollouts over and over, which
+		// cannot settle yet, and never reach the rest.
 		byFirst := cl.byFirst()
-		for _, r := range byFirst {
+		i, _ := slices.BinarySearchFunc(byFirst, cl.settleFrom, func(r *rolloutState, t logEntry) int { return r.start().compare(t) })
+		for _, r := range byFirst[i:] {
 			if more = more || stop(); more {
+				cl.settleFrom = r.start()
 				break
 			}
 			if !cl.settles(r, m.cfg.SettleAfter, now) {
@@ -45,6 +50,9 @@ func (m *Model) Settle(c *Change, now time.Time, stop func() bool) (settled int,
 				m.retire(c, r)
 			}
 		}
+		if !more {
+			cl.settleFrom = logEntry{} // the round is done: the next begins at the oldest
+		}
 	}
 	m.forgetMails(c.Forget[from:])
 	return len(c.Settle) - before, more
@@ -53,7 +61,9 @@ func (m *Model) Settle(c *Change, now time.Time, stop func() bool) (settled int,
 // settles reports whether r's verdict is final and r has been quiet long
 // enough to be settled.
 func (c *cluster) settles(r *rolloutState, after time.Duration, now time.Time) bool {
-	if r.view == nil || !r.view.Terminal {
+	// Quiet is at least since r's last evidence: most live rollouts are
+	// recent, and need no look at their emitters' logs.
+	if r.view == nil || !r.view.Terminal || now.Before(r.last.Add(after)) {
 		return false
 	}
 	quiet := r.last
