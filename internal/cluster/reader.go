@@ -224,6 +224,11 @@ func (r *Reader) next(ctx context.Context) bool {
 			r.log.Info("storing cluster observations again")
 			r.failing = ""
 		}
+	case errors.Is(err, rollout.ErrInvalid):
+		// A retry cannot pass the model's check: the object waits for its
+		// next change.
+		r.log.Error("cluster observation refused", "err", err, "object", key.String())
+		r.queue.Forget(key)
 	case ctx.Err() == nil:
 		if msg := err.Error(); msg != r.failing {
 			r.log.Warn("store cluster observations; retrying", "err", err, "object", key.String())

@@ -503,3 +503,26 @@ func TestSupersededOnceTheWorkingLayerMovesOn(t *testing.T) {
 		})
 	}
 }
+
+// TestSubmitRefusesInvalid: an observation the model cannot judge is
+// refused as invalid (a retry cannot help, unlike a store failure), and a
+// batch holding one stores none of it.
+func TestSubmitRefusesInvalid(t *testing.T) {
+	h := start(t, t.TempDir(), defaultConfig(), time.Now)
+	for name, mangle := range map[string]func(*rollout.Observation){
+		"no revision": func(o *rollout.Observation) { o.Revision, o.Hash = "", "" },
+		"no emitter":  func(o *rollout.Observation) { o.Emitter.Name = "" },
+		"no time":     func(o *rollout.Observation) { o.At = time.Time{} },
+		"no signal":   func(o *rollout.Observation) { o.Signal = 0 },
+	} {
+		bad := succ("apps", "R1", 0)
+		mangle(&bad)
+		err := h.engine.SubmitAll(context.Background(), []rollout.Observation{succ("infra", "R1", 0), bad})
+		if !errors.Is(err, rollout.ErrInvalid) || errors.Is(err, engine.ErrStore) {
+			t.Errorf("%s: %v, want invalid", name, err)
+		}
+	}
+	if n := h.engine.Stats().Observations.Load(); n != 0 || len(h.engine.List("", 10)) != 0 {
+		t.Fatalf("refused batches stored %d observations", n)
+	}
+}

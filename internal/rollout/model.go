@@ -135,6 +135,10 @@ func (m *Model) reset() {
 	m.stuckMailed = map[Key]bool{}
 }
 
+// ErrInvalid is an observation Normalise refuses: sending it again cannot
+// help, so it is answered 400 and not retried.
+var ErrInvalid = errors.New("invalid observation")
+
 // Normalise checks an observation before it is queued and bounds its
 // sizes, so that what is stored is what is judged.
 func (m *Model) Normalise(o *Observation) error {
@@ -143,13 +147,13 @@ func (m *Model) Normalise(o *Observation) error {
 	}
 	switch {
 	case o.Hash == "" || o.Revision == "":
-		return errors.New("observation without revision")
+		return fmt.Errorf("%w: no revision", ErrInvalid)
 	case o.Emitter.Kind == "" || o.Emitter.Namespace == "" || o.Emitter.Name == "":
-		return errors.New("observation without emitter")
+		return fmt.Errorf("%w: no emitter", ErrInvalid)
 	case o.At.IsZero():
-		return errors.New("observation without time")
+		return fmt.Errorf("%w: no time", ErrInvalid)
 	case o.Signal == 0 || o.Signal > SignalSuspended:
-		return fmt.Errorf("observation with invalid signal %d", o.Signal)
+		return fmt.Errorf("%w: signal %d", ErrInvalid, o.Signal)
 	}
 	o.At = o.At.UTC()
 	o.Message = truncate(o.Message, maxMessage)

@@ -26,7 +26,7 @@ func BenchmarkDecodeSettled(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var p inflaters
+	var p codec
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := p.decodeSettled(rec); err != nil {
@@ -34,4 +34,16 @@ func BenchmarkDecodeSettled(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(rec)), "record-bytes")
+}
+
+// BenchmarkEncodeSettled is the record settling writes for each rollout.
+func BenchmarkEncodeSettled(b *testing.B) {
+	v := wideView()
+	var p codec
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := p.encodeSettled(v); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -27,7 +27,9 @@ import (
 // without them.
 const settledVersion = 2
 
-func encodeSettled(v *rollout.View) ([]byte, error) {
+func encodeSettled(v *rollout.View) ([]byte, error) { return (&codec{}).encodeSettled(v) }
+
+func (p *codec) encodeSettled(v *rollout.View) ([]byte, error) {
 	w := &recordWriter{}
 	w.byte(settledVersion)
 	for _, s := range []string{v.Cluster, v.Revision, v.Hash, v.Origin, v.OriginHash, v.Verdict.String(), v.Summary,
@@ -79,7 +81,13 @@ func encodeSettled(v *rollout.View) ([]byte, error) {
 		w.bool(f.AfterApplied)
 	}
 	var buf bytes.Buffer
-	fw, _ := flate.NewWriter(&buf, flate.BestSpeed) // only fails for a bad level
+	fw, _ := p.writers.Get().(*flate.Writer)
+	if fw == nil {
+		fw, _ = flate.NewWriter(&buf, flate.BestSpeed) // only fails for a bad level
+	} else {
+		fw.Reset(&buf)
+	}
+	defer p.writers.Put(fw)
 	if _, err := fw.Write(w.b); err != nil {
 		return nil, err
 	}
@@ -89,12 +97,14 @@ func encodeSettled(v *rollout.View) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// inflaters reuses flate readers, each holding a 32 KiB window, and the
-// buffers they inflate into, which grow by doubling: without them a
-// /verdict of a settled rollout allocated several times the record.
-type inflaters struct{ readers, bufs sync.Pool }
+// codec reuses what deflating and inflating a settled record needs: a
+// flate writer holds about a megabyte of tables and window, which settling
+// allocated for every rollout, a reader a 32 KiB window, which every
+// /verdict of a settled rollout allocated, and the buffers they inflate
+// into grow by doubling.
+type codec struct{ writers, readers, bufs sync.Pool }
 
-func (p *inflaters) inflate(b []byte) (string, error) {
+func (p *codec) inflate(b []byte) (string, error) {
 	fr, _ := p.readers.Get().(io.ReadCloser)
 	if fr == nil {
 		fr = flate.NewReader(bytes.NewReader(b))
@@ -114,9 +124,9 @@ func (p *inflaters) inflate(b []byte) (string, error) {
 	return buf.String(), nil
 }
 
-func decodeSettled(b []byte) (*rollout.View, error) { return (&inflaters{}).decodeSettled(b) }
+func decodeSettled(b []byte) (*rollout.View, error) { return (&codec{}).decodeSettled(b) }
 
-func (p *inflaters) decodeSettled(b []byte) (*rollout.View, error) {
+func (p *codec) decodeSettled(b []byte) (*rollout.View, error) {
 	raw, err := p.inflate(b)
 	if err != nil {
 		return nil, err

@@ -219,21 +219,26 @@ func TestSettledVersion1Decodes(t *testing.T) {
 	}
 }
 
-// TestInflatersKeepEarlierViews: views decoded one after another through
-// the same reused buffers stay what they were decoded as, and hold their
-// own layers; a view's strings must not alias a buffer the next decode
-// overwrites.
-func TestInflatersKeepEarlierViews(t *testing.T) {
+// TestCodecReuse: records encoded one after another through the same
+// reused flate writers are the bytes a fresh writer makes, and views
+// decoded through the same reused buffers stay what they were decoded as,
+// each holding its own layers: a view's strings must not alias a buffer
+// the next decode overwrites.
+func TestCodecReuse(t *testing.T) {
 	wide, narrow := wideView(), sampleBatch().Settle[0]
+	views := []*rollout.View{wide, narrow, wide}
+	var p codec
 	var recs [][]byte
-	for _, v := range []*rollout.View{wide, narrow, wide} {
-		rec, err := encodeSettled(v)
+	for i, v := range views {
+		rec, err := p.encodeSettled(v)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if fresh, _ := encodeSettled(v); !bytes.Equal(rec, fresh) {
+			t.Fatalf("record %d differs from a fresh writer's", i)
+		}
 		recs = append(recs, rec)
 	}
-	var p inflaters
 	var got []*rollout.View
 	for _, rec := range recs {
 		v, err := p.decodeSettled(rec)
@@ -242,7 +247,7 @@ func TestInflatersKeepEarlierViews(t *testing.T) {
 		}
 		got = append(got, v)
 	}
-	for i, want := range []*rollout.View{wide, narrow, wide} {
+	for i, want := range views {
 		g, _ := json.Marshal(got[i])
 		w, _ := json.Marshal(want)
 		if string(g) != string(w) {

@@ -51,7 +51,7 @@ const FileName = "state.db"
 type DB struct {
 	db      *bolt.DB
 	path    string
-	records inflaters
+	records codec
 
 	mu  sync.Mutex // guards wal; held by Commit and Load
 	wal *wal
@@ -333,7 +333,7 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	settled := make([][]byte, len(b.Settle))
 	for i, v := range b.Settle {
 		var err error
-		if settled[i], err = encodeSettled(v); err != nil {
+		if settled[i], err = d.records.encodeSettled(v); err != nil {
 			return err
 		}
 	}
@@ -436,7 +436,7 @@ func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rol
 // purge deletes the settled rollouts whose last evidence is before cutoff.
 // The time index is ordered by first evidence, which is never after the
 // last: the scan stops at the first rollout that began after the cutoff.
-func purge(tx *bolt.Tx, records *inflaters, cutoff time.Time) error {
+func purge(tx *bolt.Tx, records *codec, cutoff time.Time) error {
 	sb, ob, tb := tx.Bucket(bucketSettled), tx.Bucket(bucketOrigin), tx.Bucket(bucketTime)
 	c := tb.Cursor()
 	removed := 0

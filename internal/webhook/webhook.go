@@ -46,6 +46,7 @@ type Handler struct {
 	events  *prometheus.CounterVec
 	latency prometheus.Histogram
 	bufs    sync.Pool
+	macs    sync.Pool // HMAC-SHA256 keyed by key: hmac.New allocates two digests and their pads
 	onEvent func()
 }
 
@@ -80,6 +81,7 @@ func New(token []byte, sub Submitter, log *slog.Logger, reg prometheus.Registere
 	}
 	if token != nil {
 		h.key = token
+		h.macs.New = func() any { return hmac.New(sha256.New, token) }
 		// A header cannot carry a line break, so a token file ending in a
 		// newline (the usual Secret) is matched without it.
 		h.bearer = bytes.TrimRight(token, "\r\n")
@@ -146,6 +148,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.sub.Submit(r.Context(), o); err != nil {
+		if errors.Is(err, rollout.ErrInvalid) {
+			// Decode checks what Flux sends; this is the model's own check
+			// of the same, which a retry cannot pass.
+			h.reject(w, http.StatusBadRequest, "body", err.Error())
+			return
+		}
 		h.count(kind, reason, resultFailed)
 		if errors.Is(err, context.Canceled) {
 			return // the sender is gone; it will retry
@@ -167,7 +175,7 @@ func (h *Handler) authorized(r *http.Request, body []byte) bool {
 	if h.key == nil {
 		return true
 	}
-	if sig := r.Header.Get("X-Signature"); sig != "" && validSignature(h.key, sig, body) {
+	if sig := r.Header.Get("X-Signature"); sig != "" && h.validSignature(sig, body) {
 		return true
 	}
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -177,21 +185,25 @@ func (h *Handler) authorized(r *http.Request, body []byte) bool {
 
 // validSignature checks "<algo>=<hex>". Flux sends sha256 today; its docs
 // reserve sha224, sha384 and sha512.
-func validSignature(key []byte, sig string, body []byte) bool {
+func (h *Handler) validSignature(sig string, body []byte) bool {
 	algo, hexSig, ok := strings.Cut(sig, "=")
 	if !ok {
 		return false
 	}
-	var newHash func() hash.Hash
+	var mac hash.Hash
 	switch algo {
-	case "sha224":
-		newHash = sha256.New224
 	case "sha256":
-		newHash = sha256.New
+		mac = h.macs.Get().(hash.Hash)
+		defer func() {
+			mac.Reset() // back to the key's state, whatever was written
+			h.macs.Put(mac)
+		}()
+	case "sha224":
+		mac = hmac.New(sha256.New224, h.key)
 	case "sha384":
-		newHash = sha512.New384
+		mac = hmac.New(sha512.New384, h.key)
 	case "sha512":
-		newHash = sha512.New
+		mac = hmac.New(sha512.New, h.key)
 	default:
 		return false
 	}
@@ -199,9 +211,9 @@ func validSignature(key []byte, sig string, body []byte) bool {
 	if err != nil {
 		return false
 	}
-	mac := hmac.New(newHash, key)
 	mac.Write(body)
-	return hmac.Equal(mac.Sum(nil), want)
+	var sum [sha512.Size]byte
+	return hmac.Equal(mac.Sum(sum[:0]), want)
 }
 
 // Sign returns the X-Signature value Flux would send for body; the sample

@@ -2,15 +2,18 @@ package webhook_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,6 +129,33 @@ func TestAuthentication(t *testing.T) {
 	}
 }
 
+// TestSignaturesOneAfterAnother: the HMAC states the handler reuses start
+// from the key every time, whatever the request before wrote into them: a
+// valid signature after a wrong one, or after another body, from several
+// senders at once.
+func TestSignaturesOneAfterAnother(t *testing.T) {
+	const token = "my-secret-token"
+	e := newEnv(t, []byte(token))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 10 {
+				body := strings.Replace(docBody, "731f7eaddfb6af01cb2173e18f0f75b0ba780ef1", fmt.Sprintf("%040x", g*100+i), 1)
+				if status, _ := post(t, e.url, []byte(body), signed("other", body)); status != 401 {
+					t.Errorf("wrong token: status %d, want 401", status)
+				}
+				if status, out := post(t, e.url, []byte(body), signed(token, body)); status != 202 {
+					t.Errorf("request %d of sender %d: status %d %v, want 202", i, g, status, out)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(e.engine.List("", 100)); n != 40 {
+		t.Fatalf("%d rollouts stored, want 40", n)
+	}
+}
+
 func TestInsecureNoAuth(t *testing.T) {
 	e := newEnv(t, nil)
 	if status, body := post(t, e.url, []byte(docBody), nil); status != 202 {
@@ -224,5 +254,32 @@ func TestStoreFailureIs503(t *testing.T) {
 	}
 	if e.engine.Stats().Observations.Load() != 0 {
 		t.Fatal("a failed commit was counted as stored")
+	}
+}
+
+// refusing answers every observation with one error, as the engine does
+// when the model refuses it or the store fails; the model's own check
+// cannot be reached through Decode, which checks the same first.
+type refusing struct{ err error }
+
+func (r refusing) Submit(context.Context, rollout.Observation) error { return r.err }
+
+// TestSubmitErrors: an observation the model refuses is a 400 (a retry
+// cannot pass), a store failure a 503 (notification-controller retries).
+func TestSubmitErrors(t *testing.T) {
+	const token = "my-secret-token"
+	for _, tt := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("%w: no time", rollout.ErrInvalid), http.StatusBadRequest},
+		{fmt.Errorf("%w: no space left on device", engine.ErrStore), http.StatusServiceUnavailable},
+	} {
+		srv := httptest.NewServer(webhook.New([]byte(token), refusing{tt.err}, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry()))
+		status, out := post(t, srv.URL, []byte(docBody), map[string]string{"X-Signature": docSig})
+		srv.Close()
+		if status != tt.want || out["error"] == "" {
+			t.Errorf("%v: status %d %v, want %d with an error", tt.err, status, out, tt.want)
+		}
 	}
 }
