@@ -173,11 +173,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	var checks []api.Check
 	// Warnings people must know of, on /readyz, /rollouts and the status
-	// pages; none fails readiness (see README "Health").
-	warnings := []func() []string{
-		func() []string { return nonEmpty(eng.StoreWarning()) },
-		dispatcher.Warning,
-	}
+	// pages, each "" when all is well; none fails readiness (see README
+	// "Health").
+	warnings := []func() string{eng.StoreWarning, dispatcher.Warning}
 	if reader != nil {
 		// A missing permission is reported now, not retried in the background.
 		accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -192,12 +190,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		if watchdog, err = silence.New(*c.cluster.silenceAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg); err != nil {
 			return err
 		}
-		warnings = append(warnings, func() []string { return nonEmpty(watchdog.Warning()) }, func() []string { return nonEmpty(reader.Warning()) })
+		warnings = append(warnings, watchdog.Warning, reader.Warning)
 	}
 	warn := func() []string {
 		out := []string{}
 		for _, w := range warnings {
-			out = append(out, w()...)
+			if msg := w(); msg != "" {
+				out = append(out, msg)
+			}
 		}
 		return out
 	}
@@ -325,14 +325,6 @@ func loadToken(path string, generate bool, stdout io.Writer) ([]byte, error) {
 		return nil, fmt.Errorf("token file %s is empty", path)
 	}
 	return tok, nil
-}
-
-// nonEmpty is s as a list of warnings: none when "".
-func nonEmpty(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return []string{s}
 }
 
 // outboxCounts is how many mails wait in the outbox and how many were

@@ -85,18 +85,18 @@ func (d *Dispatcher) stuck() (int, time.Time) {
 	return n, oldest
 }
 
-// Warning says how many mails are stuck, since when and why; none when
+// Warning says how many mails are stuck, since when and why; "" when
 // every mail went out within alertAfter.
-func (d *Dispatcher) Warning() []string {
+func (d *Dispatcher) Warning() string {
 	n, oldest := d.stuck()
 	if n == 0 {
-		return nil
+		return ""
 	}
 	d.mu.Lock()
 	why := d.retryErr
 	d.mu.Unlock()
-	return []string{fmt.Sprintf("%d mails undelivered for longer than %s, the oldest since %s: %s",
-		n, d.alertAfter, oldest.UTC().Format(time.RFC3339), why)}
+	return fmt.Sprintf("%d mails undelivered for longer than %s, the oldest since %s: %s",
+		n, d.alertAfter, oldest.UTC().Format(time.RFC3339), why)
 }
 
 // Wake tells the dispatcher that mails were enqueued. It never blocks.
