@@ -36,6 +36,19 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
+// serviceArgs writes token to a file of its own and returns the flags of
+// a service on dataDir that authenticates with it and keeps every rollout
+// a test makes: none turns stuck or expires by the wall clock, whatever
+// the times of its events.
+func serviceArgs(t *testing.T, dataDir string, token []byte) []string {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--data-dir", dataDir, "--hmac-token-file", tokenFile, "--stuck-after", "8760h", "--retention", "87600h"}
+}
+
 func startChild(t *testing.T, bin string, args ...string) *child {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "text", "--verify-evaluation"}, args...)...)
@@ -95,11 +108,7 @@ func TestAcknowledgedEventsSurviveSIGKILL(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	token := []byte("crash-token")
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, token, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--data-dir", dir, "--hmac-token-file", tokenFile, "--stuck-after", "8760h", "--retention", "87600h"}
+	args := serviceArgs(t, dir, token)
 	first := startChild(t, bin, args...)
 
 	events := crashEvents(2000, 10)

@@ -93,11 +93,7 @@ func TestDiskFull(t *testing.T) {
 	})
 	bin := buildBinary(t)
 	token := []byte("disk-token")
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, token, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--data-dir", mnt, "--hmac-token-file", tokenFile, "--stuck-after", "8760h", "--retention", "87600h"}
+	args := serviceArgs(t, mnt, token)
 	c := startChild(t, bin, args...)
 	client := &http.Client{Timeout: 10 * time.Second}
 	events := crashEvents(8000, 10)
@@ -217,11 +213,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	token := []byte("term-token")
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, token, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--data-dir", dir, "--hmac-token-file", tokenFile, "--stuck-after", "8760h", "--retention", "87600h"}
+	args := serviceArgs(t, dir, token)
 	c := startChild(t, bin, args...)
 
 	// A pipeline's long poll for a commit that never comes.

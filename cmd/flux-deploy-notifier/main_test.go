@@ -179,14 +179,10 @@ func TestGeneratedTokenAndSample(t *testing.T) {
 // verdicts pipelines would read against what really happened.
 func TestFixturesOverHTTP(t *testing.T) {
 	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
 	token := []byte("fixture-token\n")
-	if err := os.WriteFile(tokenFile, token, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	// The captures are from earlier today: a long deadline keeps the
 	// rollout that ended suspended from turning stuck by the wall clock.
-	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", tokenFile, "--stuck-after", "8760h", "--retention", "87600h")
+	url := startServe(t, nil, append([]string{"--listen", "127.0.0.1:0"}, serviceArgs(t, dir, token)...)...)
 	labels := map[string]string{}
 	for _, name := range fixture.Scenarios {
 		reqs, err := fixture.Received(name)
