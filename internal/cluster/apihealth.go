@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/episode"
 )
 
 // apiHealth watches every request the reader's client makes. client-go's
@@ -18,14 +19,10 @@ import (
 // requests fail, Warning says so; the log says it once when it begins
 // and once when a request succeeds again.
 type apiHealth struct {
-	next http.RoundTripper
-	log  *slog.Logger
-	now  func() time.Time
-
-	mu     sync.Mutex
-	since  time.Time // first failure since the last success; zero when healthy
-	errors int
-	last   string
+	next    http.RoundTripper
+	log     *slog.Logger
+	now     func() time.Time
+	episode episode.Tracker
 }
 
 func (h *apiHealth) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -38,40 +35,26 @@ func (h *apiHealth) RoundTrip(req *http.Request) (*http.Response, error) {
 	case resp.StatusCode >= 500 || resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		h.failed(req, resp.Status)
 	case resp.StatusCode < 300:
-		h.succeeded()
+		if n, since, ended := h.episode.Ok(); ended {
+			h.log.Info("reading the cluster again", "failed_requests", n, "for", h.now().Sub(since).Round(time.Millisecond).String())
+		}
 	}
 	return resp, err
 }
 
 func (h *apiHealth) failed(req *http.Request, why string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.since.IsZero() {
-		h.since = h.now()
+	if h.episode.Fail(h.now(), req.Method+" "+req.URL.Path+": "+why) {
 		h.log.Warn("reading the cluster fails; client-go retries", "path", req.URL.Path, "err", why)
 	}
-	h.errors++
-	h.last = req.Method + " " + req.URL.Path + ": " + why
-}
-
-func (h *apiHealth) succeeded() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.since.IsZero() {
-		return
-	}
-	h.log.Info("reading the cluster again", "failed_requests", h.errors, "for", h.now().Sub(h.since).Round(time.Millisecond).String())
-	h.since, h.errors, h.last = time.Time{}, 0, ""
 }
 
 func (h *apiHealth) warning() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.since.IsZero() {
+	since, n, last := h.episode.UnderWay()
+	if since.IsZero() {
 		return ""
 	}
 	return fmt.Sprintf("reading the cluster fails since %s (%d failed requests; layers and sources are not seen to change): %s",
-		h.since.UTC().Format(time.RFC3339), h.errors, h.last)
+		since.UTC().Format(time.RFC3339), n, last)
 }
 
 // NewForConfig is New with a client for cfg whose every request is

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/episode"
 )
 
 // storeHealth turns failed commits into episodes. A full disk fails every
@@ -14,21 +16,14 @@ import (
 type storeHealth struct {
 	failures atomic.Int64 // failed commits since start
 	last     atomic.Int64 // unix nanos of the last failure; 0 before any
-	since    atomic.Int64 // unix nanos the current episode began; 0 when commits succeed
-	lastErr  atomic.Pointer[string]
-
-	episode int64 // failures in the current episode; leader only
+	episode  episode.Tracker
 }
 
 // failed records a failed commit at now; the first of an episode is logged.
 func (h *storeHealth) failed(err error, now time.Time, log *slog.Logger) {
 	h.failures.Add(1)
 	h.last.Store(now.UnixNano())
-	msg := err.Error()
-	h.lastErr.Store(&msg)
-	h.episode++
-	if h.since.Load() == 0 {
-		h.since.Store(now.UnixNano())
+	if h.episode.Fail(now, err.Error()) {
 		log.Error("store commits failing: events are answered 503 (notification-controller retries them) until a commit succeeds", "err", err)
 	}
 }
@@ -36,27 +31,19 @@ func (h *storeHealth) failed(err error, now time.Time, log *slog.Logger) {
 // succeeded ends an episode, if one is under way; every commit calls it,
 // so it reads the clock only then.
 func (h *storeHealth) succeeded(now func() time.Time, log *slog.Logger) {
-	since := h.since.Load()
-	if since == 0 {
-		return
+	if n, since, ended := h.episode.Ok(); ended {
+		log.Warn("store commits succeed again", "failed_commits", n, "for", now().Sub(since).Round(time.Millisecond).String())
 	}
-	log.Warn("store commits succeed again", "failed_commits", h.episode, "for", now().Sub(time.Unix(0, since)).Round(time.Millisecond).String())
-	h.episode = 0
-	h.since.Store(0)
 }
 
 // warning describes the episode under way, or is "".
 func (h *storeHealth) warning() string {
-	since := h.since.Load()
-	if since == 0 {
+	since, _, why := h.episode.UnderWay()
+	if since.IsZero() {
 		return ""
 	}
-	msg := ""
-	if p := h.lastErr.Load(); p != nil {
-		msg = *p
-	}
 	return fmt.Sprintf("storing fails since %s (events are answered 503 and retried by Flux): %s",
-		time.Unix(0, since).UTC().Format(time.RFC3339), msg)
+		since.UTC().Format(time.RFC3339), why)
 }
 
 // StoreWarning says, while commits fail, since when and why; "" otherwise.
