@@ -303,8 +303,18 @@ func TestStuckMailWarns(t *testing.T) {
 	}
 	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token"),
 		"--smtp-addr", "127.0.0.1:1", "--smtp-tls", "none", "--mail-to", "ops@example.com", "--mail-alert-after", "1s")
-	if status, warnings := readyz(t, url); status != http.StatusOK || len(warnings) != 0 {
-		t.Fatalf("/readyz before any mail: %d %q", status, warnings)
+	// "listening" is printed before the engine runs: readiness follows.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		status, warnings := readyz(t, url)
+		if status == http.StatusOK {
+			if len(warnings) != 0 {
+				t.Fatalf("/readyz before any mail: %d %q", status, warnings)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz before any mail: %d %q", status, warnings)
+		}
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	if err := postEvents(context.Background(), client, url, token, sampleEvents("clean", "dev", time.Now().UTC().Add(-time.Minute))); err != nil {
