@@ -31,16 +31,21 @@ type cluster struct {
 	silent   map[Emitter]map[*rolloutState]struct{} // rollouts expecting each layer without evidence on it
 
 	settleFrom logEntry // where the next settle pass goes on, zero: at the oldest
+
+	words map[string]string // shared kinds, namespaces and reasons (intern.go)
 }
 
 type rolloutState struct {
-	key    Key
-	seq    uint64
-	ev     map[Emitter]*Evidence
-	first  time.Time // earliest evidence of any emitter
-	last   time.Time // latest evidence of any emitter
-	view   *View     // last published
-	evalAt time.Time // the now view was evaluated at
+	key Key
+	seq uint64
+	ev  map[Emitter]*Evidence
+	// revision is a spelling of the revision, shared by the evidence that
+	// spells it so (intern.go).
+	revision string
+	first    time.Time // earliest evidence of any emitter
+	last     time.Time // latest evidence of any emitter
+	view     *View     // last published
+	evalAt   time.Time // the now view was evaluated at
 
 	folds                       // of the evidence, kept as it arrives
 	next  map[*rolloutState]int // rollouts just after one of its log entries, with how many
@@ -51,7 +56,8 @@ type rolloutState struct {
 // of their first evidence (ties by hash), which is the order the emitter
 // moved through them.
 type emitterLog struct {
-	revs []logEntry
+	emitter Emitter // whose: the strings its evidence shares (intern.go)
+	revs    []logEntry
 }
 
 type logEntry struct {
@@ -68,7 +74,7 @@ func (a logEntry) compare(b logEntry) int {
 
 func newCluster(name string) *cluster {
 	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}, floors: map[Emitter]logEntry{},
-		silent: map[Emitter]map[*rolloutState]struct{}{}}
+		silent: map[Emitter]map[*rolloutState]struct{}{}, words: map[string]string{}}
 }
 
 // link counts, for each rollout, the rollouts whose entries follow its own
@@ -105,6 +111,7 @@ func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 // alone.
 func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (visible bool) {
 	r := c.rollouts[hash]
+	e = c.share(r, e, ev)
 	old := r.ev[e]
 	r.ev[e] = ev
 	if r.first.IsZero() || ev.First.Before(r.first) {
@@ -132,7 +139,7 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	}
 	lg := c.logs[e]
 	if lg == nil {
-		lg = &emitterLog{}
+		lg = &emitterLog{emitter: e}
 		c.logs[e] = lg
 	}
 	if old != nil {

@@ -202,7 +202,7 @@ func (c *cluster) restore(r *rolloutState) {
 	for em, ev := range r.ev {
 		lg := c.logs[em]
 		if lg == nil {
-			lg = &emitterLog{}
+			lg = &emitterLog{emitter: em}
 			c.logs[em] = lg
 		}
 		c.insertEntry(lg, logEntry{ev.First, r.key.Hash})
