@@ -56,10 +56,17 @@ type descendants struct {
 	checked, unfetched int
 	since              time.Time
 	lastErr            error
+	cut                bool // more rollouts since then than one look reads
+	listed             int  // rollouts since then, of which git was asked about the oldest
 }
 
-// maxCandidates bounds the rollouts one look asks git about.
-const maxCandidates = 1000
+// maxCandidates bounds the rollouts one look asks git about, the oldest
+// first, and one page of the list; maxPages bounds the pages one look
+// reads.
+const (
+	maxCandidates = 1000
+	maxPages      = 10
+)
 
 // find returns the rollout of the earliest commit on the cluster that
 // contains the commit waited on, or nil when none does (yet).
@@ -70,15 +77,21 @@ func (d *descendants) find(ctx context.Context) (*rollout.View, error) {
 	}
 	commit := d.git.commit
 	d.since = commit.Time.Add(-ancestry.Skew)
-	views, err := d.w.rollouts(ctx, d.since)
+	views, cut, err := d.w.rollouts(ctx, d.since)
 	if err != nil {
 		return nil, err
+	}
+	d.cut = cut
+	if cut {
+		// The oldest, which would be the first to contain it, are the
+		// ones not read: a later one found would be the wrong answer.
+		return nil, nil
 	}
 	// Oldest first: the first rollout to contain the commit is the one
 	// that deployed it.
 	slices.SortStableFunc(views, func(a, b *rollout.View) int { return a.FirstSeen.Compare(b.FirstSeen) })
-	d.checked, d.unfetched, d.lastErr = 0, 0, nil
-	for _, v := range views {
+	d.checked, d.unfetched, d.lastErr, d.listed = 0, 0, nil, len(views)
+	for _, v := range views[:min(len(views), maxCandidates)] {
 		hash := gitHash(v)
 		if hash == "" || hash == commit.Hash {
 			continue
@@ -123,27 +136,41 @@ func (d *descendants) why() string {
 		return ""
 	case d.git.err != nil:
 		return fmt.Sprintf("git could not tell whether a later revision contains it: %v", d.git.err)
+	case d.cut:
+		return fmt.Sprintf("more than %d rollouts since %s, too many to look through for one that contains it",
+			maxPages*maxCandidates, d.since.Format(time.RFC3339))
 	case d.unfetched > 0:
 		return fmt.Sprintf("no deployed revision contains it: %d rollouts since %s checked, %d of them not in this repository (%v)",
 			d.checked, d.since.Format(time.RFC3339), d.unfetched, d.lastErr)
 	}
-	return fmt.Sprintf("no deployed revision contains it: %d rollouts since %s checked", d.checked, d.since.Format(time.RFC3339))
+	msg := fmt.Sprintf("no deployed revision contains it: %d rollouts since %s checked", d.checked, d.since.Format(time.RFC3339))
+	if d.listed > maxCandidates {
+		msg += fmt.Sprintf(", the oldest %d of %d", maxCandidates, d.listed)
+	}
+	return msg
 }
 
 // rollouts lists the waiter's cluster's rollouts that began at since or
-// later.
-func (w *waiter) rollouts(ctx context.Context, since time.Time) ([]*rollout.View, error) {
+// later, page after page; cut reports that there were more than maxPages.
+func (w *waiter) rollouts(ctx context.Context, since time.Time) (views []*rollout.View, cut bool, err error) {
 	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}, "limit": {fmt.Sprint(maxCandidates)}, "layers": {"none"}}
 	if w.cluster != "" {
 		q.Set("cluster", w.cluster)
 	}
-	var body api.RolloutsResponse
-	status, err := w.getJSON(ctx, w.base+"/rollouts?"+q.Encode(), 64<<20, &body)
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("list rollouts: %w", err)
-	case status != http.StatusOK:
-		return nil, fmt.Errorf("list rollouts: %d from the service", status)
+	for range maxPages {
+		var body api.RolloutsResponse
+		status, err := w.getJSON(ctx, w.base+"/rollouts?"+q.Encode(), 64<<20, &body)
+		switch {
+		case err != nil:
+			return nil, false, fmt.Errorf("list rollouts: %w", err)
+		case status != http.StatusOK:
+			return nil, false, fmt.Errorf("list rollouts: %d from the service", status)
+		}
+		views = append(views, body.Rollouts...)
+		if body.Next == "" {
+			return views, false, nil
+		}
+		q.Set("after", body.Next)
 	}
-	return body.Rollouts, nil
+	return views, true, nil
 }

@@ -183,6 +183,41 @@ func TestWaitSkippedCommit(t *testing.T) {
 		}
 	})
 
+	t.Run("pages: the oldest contains it first", func(t *testing.T) {
+		// The service behind a proxy that cuts every list to one rollout a
+		// page: wait must read them all, oldest last, and stop at a bound.
+		target, err := neturl.Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/rollouts" {
+				q := r.URL.Query()
+				q.Set("limit", "1")
+				r.URL.RawQuery = q.Encode()
+			}
+			proxy.ServeHTTP(w, r)
+		}))
+		defer front.Close()
+		env := map[string]string{"PATH": path}
+		stdout, stderr, err := waitAt(front.URL, env, checkout, "--rev", a, "--cluster", "prod")
+		if out := stdout + stderr; exitOf(err) != 1 || !strings.Contains(out, "it went out in "+flux.Short(b)+", failed") {
+			t.Fatalf("prod, a page a rollout: exit %d\n%s", exitOf(err), out)
+		}
+		events = events[:0]
+		for i := range maxPages + 1 {
+			deploy("busy", fmt.Sprintf("%040x", 0xb000+i), 30+2*i, "ReconciliationSucceeded")
+		}
+		if err := postEvents(context.Background(), &http.Client{Timeout: 10 * time.Second}, url, token, events); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, err = waitAt(front.URL, env, checkout, "--rev", a, "--cluster", "busy")
+		if out := stdout + stderr; exitOf(err) != 2 || !strings.Contains(out, "too many to look through for one that contains it") {
+			t.Fatalf("more pages than one look reads: exit %d\n%s", exitOf(err), out)
+		}
+	})
+
 	// The pipeline's depth-1 checkout had neither b nor m: wait fetched
 	// them (the bound on how far is internal/ancestry's test).
 	if !gittest.Has(checkout, b) || !gittest.Has(featureCheckout, m) {

@@ -29,7 +29,6 @@ type Rollouts interface {
 	LookupAll(q engine.Query) ([]*rollout.View, error)
 	Wait(ctx context.Context, q engine.Query) (*rollout.View, error)
 	Get(k rollout.Key) *rollout.View
-	List(cluster string, limit int) []*rollout.View
 	Page(q engine.PageQuery) (engine.Page, error)
 	Live() map[rollout.Verdict]int
 	Stats() *engine.Stats
@@ -132,7 +131,9 @@ type VerdictResponse struct {
 // clients decode them.
 type RolloutsResponse struct {
 	Rollouts []*rollout.View `json:"rollouts"`
-	Warnings []string        `json:"warnings"`
+	// Next, when set, is the after of the next page: there may be more.
+	Next     string   `json:"next,omitempty"`
+	Warnings []string `json:"warnings"`
 }
 
 // ErrorResponse is the body of every 4xx and 5xx answer; Matches lists the
@@ -275,6 +276,7 @@ func (r VerdictResponse) wire() verdictJSON { return verdictJSON{r, r.View.Layer
 // rolloutsJSON is RolloutsResponse as the service writes it.
 type rolloutsJSON struct {
 	Rollouts []viewJSON `json:"rollouts"`
+	Next     string     `json:"next,omitempty"`
 	Warnings []string   `json:"warnings"`
 }
 
@@ -289,7 +291,7 @@ func (s *server) listed(views []*rollout.View, layers bool) rolloutsJSON {
 			out[i].Layers = v.Layers.Shared()
 		}
 	}
-	return rolloutsJSON{out, s.warnings()}
+	return rolloutsJSON{Rollouts: out, Warnings: s.warnings()}
 }
 
 // verdictOf is v as /verdict answers it.
@@ -332,14 +334,17 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if source == "" && since.IsZero() {
-		writeJSON(w, http.StatusOK, s.listed(s.rs.List(cluster, limit), layers))
-		return
-	}
-	// Filtered: the rollouts of one source, or that began at since or
-	// later (what a pipeline looks through for a commit deployed inside a
-	// later one).
+	// A page ends at limit, or where the archive's scan stopped for a
+	// filter few match: next goes on from there, until there is none.
 	q := engine.PageQuery{Cluster: cluster, Since: since, Limit: limit}
+	if a := qs.Get("after"); a != "" {
+		c, err := engine.ParseCursor(a)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "after", "after must be the next of a /rollouts answer")
+			return
+		}
+		q.After = &c
+	}
 	if source != "" {
 		q.Keep = func(v *rollout.View) bool { return v.Source == source }
 	}
@@ -349,7 +354,11 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "internal error")
 		return
 	}
-	writeJSON(w, http.StatusOK, s.listed(page.Views, layers))
+	out := s.listed(page.Views, layers)
+	if page.Next != nil {
+		out.Next = page.Next.String()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {

@@ -3,11 +3,13 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -377,5 +379,58 @@ func TestRolloutsSinceAndSource(t *testing.T) {
 	}
 	if status, _ := get(t, e.url+"/rollouts?layers=some"); status != 400 {
 		t.Fatalf("a malformed layers: %d", status)
+	}
+}
+
+// TestRolloutsPages: a list longer than its limit ends with next, and
+// following next (after) reads the rest once each, in order, with or
+// without a filter; the last page has none.
+func TestRolloutsPages(t *testing.T) {
+	e := newEnv(t)
+	e.run()
+	t0 := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	var want []string // newest first
+	for i := range 7 {
+		label := fmt.Sprintf("page-%d", i)
+		e.observeAt(t, "apps", label, rollout.SignalSucceeded, "", t0.Add(time.Duration(i)*time.Minute))
+		want = append([]string{hashOf(label)}, want...)
+	}
+	walk := func(query string) (got []string, pages int) {
+		t.Helper()
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			status, body := get(t, e.url+"/rollouts?"+q.Encode())
+			if status != 200 {
+				t.Fatalf("%s: %d %v", q.Encode(), status, body)
+			}
+			pages++
+			for _, r := range body["rollouts"].([]any) {
+				got = append(got, r.(map[string]any)["hash"].(string))
+			}
+			next, _ := body["next"].(string)
+			if next == "" {
+				return got, pages
+			}
+			if pages > 10 {
+				t.Fatalf("%s: no end after %d pages", query, pages)
+			}
+			q.Set("after", next)
+		}
+	}
+	if got, pages := walk("limit=3"); !slices.Equal(got, want) || pages != 3 {
+		t.Fatalf("limit=3: %d pages of %v, want %v", pages, got, want)
+	}
+	since := url.Values{"since": {t0.Add(2 * time.Minute).Format(time.RFC3339)}, "limit": {"2"}}.Encode()
+	if got, pages := walk(since); !slices.Equal(got, want[:5]) || pages != 3 {
+		t.Fatalf("since, limit=2: %d pages of %v, want %v", pages, got, want[:5])
+	}
+	if got, pages := walk("limit=7"); !slices.Equal(got, want) || pages != 1 {
+		t.Fatalf("limit=7: %d pages of %v", pages, got)
+	}
+	if status, body := get(t, e.url+"/rollouts?after=yesterday"); status != 400 || body["field"] != "after" {
+		t.Fatalf("a malformed after: %d %v", status, body)
 	}
 }

@@ -267,10 +267,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer settle.Stop()
 	timer := time.NewTimer(e.untilDue())
 	defer timer.Stop()
-	tick := func(f func(*rollout.Change, time.Time), what string) {
-		if err := e.do(ctx, &request{tick: f, done: make(chan error, 1)}); err != nil && ctx.Err() == nil {
+	tick := func(f func(*rollout.Change, time.Time), what string) error {
+		err := e.do(ctx, &request{tick: f, done: make(chan error, 1)})
+		// A failing store is logged once an episode, by process.
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrStore) {
 			e.log.Warn(what, "err", err)
 		}
+		return err
 	}
 	for {
 		select {
@@ -282,8 +285,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-gc.C:
 			tick(e.collectGarbage, "garbage-collect rollouts")
 		case <-settle.C:
-			tick(e.settle, "settle rollouts")
-			settle.Reset(e.untilSettle())
+			if tick(e.settle, "settle rollouts") != nil {
+				// Not again in settleSoon: each failed commit restores the
+				// state from the store.
+				settle.Reset(settleEvery)
+			} else {
+				settle.Reset(e.untilSettle())
+			}
 		}
 		timer.Reset(e.untilDue())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -342,6 +343,23 @@ func (e *Engine) Live() map[rollout.Verdict]int {
 type Cursor struct {
 	First time.Time
 	Key   rollout.Key
+}
+
+// String is c as it goes in a URL: Unix nanoseconds, hash, cluster (last:
+// it may hold any character).
+func (c Cursor) String() string {
+	return strconv.FormatInt(c.First.UnixNano(), 10) + ":" + c.Key.Hash + ":" + c.Key.Cluster
+}
+
+// ParseCursor reads a cursor String wrote.
+func ParseCursor(s string) (Cursor, error) {
+	ns, rest, ok := strings.Cut(s, ":")
+	hash, cluster, ok2 := strings.Cut(rest, ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || !ok2 || err != nil || hash == "" || cluster == "" {
+		return Cursor{}, errors.New("malformed cursor")
+	}
+	return Cursor{First: time.Unix(0, n).UTC(), Key: rollout.Key{Cluster: cluster, Hash: hash}}, nil
 }
 
 // CursorOf is v's place in the list.

@@ -380,6 +380,11 @@ func (d *DB) Commit(b *rollout.Batch) error {
 		return enqueue(tx, b.Mails, b.At)
 	})
 	if err != nil {
+		// Until bbolt takes a commit again, the log takes none either:
+		// evidence it took meanwhile would end the failure's episode at
+		// every event, between commits of mails or settled rollouts that
+		// fail again, and the state would look half written.
+		d.wal.doubt = true
 		return err
 	}
 	d.wal.checkpointed()
@@ -694,30 +699,56 @@ func (d *DB) SettledKeys(hash string, prefix, origin bool, cluster string, limit
 // ScanSettled calls fn with settled rollouts newest first (by first
 // evidence), of one cluster or all, starting with those that began at
 // until or before (all, when until is zero), until fn returns false.
+//
+// It reads in short transactions of at most scanChunk records, and
+// decodes and calls fn outside them: a read transaction holds bbolt's mmap
+// lock, which a commit that grows the file must wait for, and keeps the
+// pages it can see from reuse. A rollout settled or collected between two
+// of them is seen or not, as if the scan had begun later.
 func (d *DB) ScanSettled(cluster string, until time.Time, fn func(*rollout.View) bool) error {
-	return d.db.View(func(tx *bolt.Tx) error {
-		sb := tx.Bucket(bucketSettled)
-		c := tx.Bucket(bucketTime).Cursor()
-		var k []byte
-		if until.IsZero() {
-			k, _ = c.Last()
-		} else if k, _ = c.Seek(binary.BigEndian.AppendUint64(nil, uint64(until.UnixNano()+1))); k == nil {
-			k, _ = c.Last()
-		} else {
-			k, _ = c.Prev()
+	var from []byte // the time key the next transaction goes on before
+	if !until.IsZero() {
+		from = binary.BigEndian.AppendUint64(nil, uint64(until.UnixNano()+1))
+	}
+	for {
+		var recs [][]byte
+		more := false
+		err := d.db.View(func(tx *bolt.Tx) error {
+			sb := tx.Bucket(bucketSettled)
+			c := tx.Bucket(bucketTime).Cursor()
+			// The greatest key before from (present, or collected since:
+			// Seek finds what follows it either way), or the last.
+			var k []byte
+			if from == nil {
+				k, _ = c.Last()
+			} else if k, _ = c.Seek(from); k == nil {
+				k, _ = c.Last()
+			} else {
+				k, _ = c.Prev()
+			}
+			for n := 0; k != nil; k, _ = c.Prev() {
+				if n++; n > scanKeys || len(recs) == scanChunk {
+					more = true
+					break
+				}
+				from = append(from[:0], k...)
+				_, key, err := parseTimeKey(k)
+				if err != nil {
+					return err
+				}
+				if cluster != "" && key.Cluster != cluster {
+					continue
+				}
+				if rec := sb.Get(settledKey(key)); rec != nil {
+					recs = append(recs, bytes.Clone(rec))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		for ; k != nil; k, _ = c.Prev() {
-			_, key, err := parseTimeKey(k)
-			if err != nil {
-				return err
-			}
-			if cluster != "" && key.Cluster != cluster {
-				continue
-			}
-			rec := sb.Get(settledKey(key))
-			if rec == nil {
-				continue
-			}
+		for _, rec := range recs {
 			v, err := d.records.decodeSettled(rec)
 			if err != nil {
 				return err
@@ -726,9 +757,18 @@ func (d *DB) ScanSettled(cluster string, until time.Time, fn func(*rollout.View)
 				return nil
 			}
 		}
-		return nil
-	})
+		if !more {
+			return nil
+		}
+	}
 }
+
+// scanChunk and scanKeys bound one read transaction of ScanSettled: the
+// records it copies, and the keys it looks at for a cluster few match.
+const (
+	scanChunk = 64
+	scanKeys  = 4096
+)
 
 // SettledCount is how many settled rollouts are kept.
 func (d *DB) SettledCount() (int, error) {

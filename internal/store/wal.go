@@ -62,7 +62,7 @@ type wal struct {
 	alloc   int64             // the file's size
 	pending map[string][]byte // encoded evidence key -> record, nil: deleted
 	bytes   int               // encoded size of pending
-	doubt   bool              // a write failed: checkpoint before writing again
+	doubt   bool              // a write (or a bbolt commit) failed: checkpoint before writing again
 }
 
 // Frame: length (4 bytes), CRC-32C of the payload (4), payload. Payload:

@@ -9,14 +9,12 @@ package ui
 
 import (
 	"context"
-	"errors"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -235,7 +233,7 @@ func (s *server) page(w http.ResponseWriter, r *http.Request, cluster string, ke
 	qs := r.URL.Query()
 	var after *engine.Cursor
 	if a := qs.Get("after"); a != "" {
-		c, err := parseCursor(a)
+		c, err := engine.ParseCursor(a)
 		if err != nil {
 			http.Error(w, "after: "+err.Error(), http.StatusBadRequest)
 			return engine.Page{}, "", false
@@ -250,7 +248,7 @@ func (s *server) page(w http.ResponseWriter, r *http.Request, cluster string, ke
 	}
 	next := ""
 	if pg.Next != nil {
-		qs.Set("after", formatCursor(*pg.Next))
+		qs.Set("after", pg.Next.String())
 		next = r.URL.Path + "?" + qs.Encode()
 	}
 	return pg, next, true
@@ -264,22 +262,6 @@ func verdictNames() []string {
 		out = append(out, v.String())
 	}
 	return out
-}
-
-// A cursor in a URL: Unix nanoseconds, hash, cluster (last: it may hold
-// any character).
-func formatCursor(c engine.Cursor) string {
-	return strconv.FormatInt(c.First.UnixNano(), 10) + ":" + c.Key.Hash + ":" + c.Key.Cluster
-}
-
-func parseCursor(s string) (engine.Cursor, error) {
-	ns, rest, ok := strings.Cut(s, ":")
-	hash, cluster, ok2 := strings.Cut(rest, ":")
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || !ok2 || err != nil || hash == "" || cluster == "" {
-		return engine.Cursor{}, errors.New("malformed cursor")
-	}
-	return engine.Cursor{First: time.Unix(0, n).UTC(), Key: rollout.Key{Cluster: cluster, Hash: hash}}, nil
 }
 
 // rolloutData is one rollout's page.
