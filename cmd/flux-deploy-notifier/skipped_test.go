@@ -146,18 +146,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 		b2 := origin.Commit("b2")
 		// The service behind a proxy that counts wait's looks for rollouts.
 		var listed atomic.Int64
-		target, err := neturl.Parse(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		proxy := httputil.NewSingleHostReverseProxy(target)
-		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/rollouts" {
-				listed.Add(1)
-			}
-			proxy.ServeHTTP(w, r)
-		}))
-		defer front.Close()
+		front := listProxy(t, url, func(*http.Request) { listed.Add(1) })
 		done := make(chan string, 1)
 		go func() {
 			stdout, stderr, err := waitAt(front.URL, map[string]string{"PATH": path}, checkout, "--rev", a2, "--cluster", "qa", "--timeout", "60s")
@@ -186,20 +175,11 @@ func TestWaitSkippedCommit(t *testing.T) {
 	t.Run("pages: the oldest contains it first", func(t *testing.T) {
 		// The service behind a proxy that cuts every list to one rollout a
 		// page: wait must read them all, oldest last, and stop at a bound.
-		target, err := neturl.Parse(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		proxy := httputil.NewSingleHostReverseProxy(target)
-		front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/rollouts" {
-				q := r.URL.Query()
-				q.Set("limit", "1")
-				r.URL.RawQuery = q.Encode()
-			}
-			proxy.ServeHTTP(w, r)
-		}))
-		defer front.Close()
+		front := listProxy(t, url, func(r *http.Request) {
+			q := r.URL.Query()
+			q.Set("limit", "1")
+			r.URL.RawQuery = q.Encode()
+		})
 		env := map[string]string{"PATH": path}
 		stdout, stderr, err := waitAt(front.URL, env, checkout, "--rev", a, "--cluster", "prod")
 		if out := stdout + stderr; exitOf(err) != 1 || !strings.Contains(out, "it went out in "+flux.Short(b)+", failed") {
@@ -261,4 +241,23 @@ func TestWaitSkippedCommit(t *testing.T) {
 			t.Fatalf("another branch: %v %+v", err, res)
 		}
 	})
+}
+
+// listProxy serves url behind a proxy that calls onList with each request
+// for /rollouts before passing it on, until the test ends.
+func listProxy(t *testing.T, url string, onList func(*http.Request)) *httptest.Server {
+	t.Helper()
+	target, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/rollouts" {
+			onList(r)
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	return front
 }
