@@ -263,7 +263,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}()
 	gc := time.NewTicker(gcEvery)
 	defer gc.Stop()
-	settle := time.NewTimer(e.untilSettle())
+	settle := time.NewTimer(e.untilSettle(nil))
 	defer settle.Stop()
 	timer := time.NewTimer(e.untilDue())
 	defer timer.Stop()
@@ -285,22 +285,18 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-gc.C:
 			tick(e.collectGarbage, "garbage-collect rollouts")
 		case <-settle.C:
-			if tick(e.settle, "settle rollouts") != nil {
-				// Not again in settleSoon: each failed commit restores the
-				// state from the store.
-				settle.Reset(settleEvery)
-			} else {
-				settle.Reset(e.untilSettle())
-			}
+			settle.Reset(e.untilSettle(tick(e.settle, "settle rollouts")))
 		}
 		timer.Reset(e.untilDue())
 	}
 }
 
 // untilSettle is how long until the next settle pass: soon when the last
-// one ran out of time.
-func (e *Engine) untilSettle() time.Duration {
-	if e.settleMore.Load() {
+// one (whose commit returned err) ran out of time, unless its commit
+// failed, which restored the state from the store: not that again in
+// settleSoon.
+func (e *Engine) untilSettle(err error) time.Duration {
+	if err == nil && e.settleMore.Load() {
 		return settleSoon
 	}
 	return settleEvery
