@@ -51,6 +51,21 @@ func readyz(t *testing.T, url string) (int, []string) {
 	return resp.StatusCode, body.Warnings
 }
 
+// awaitReadyz polls /readyz until ok accepts its answer, which it returns,
+// and fails the test after 20 s without: what names what was awaited.
+func awaitReadyz(t *testing.T, url, what string, ok func(status int, warnings []string) bool) (int, []string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		status, warnings := readyz(t, url)
+		if ok(status, warnings) {
+			return status, warnings
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never showed %s: %d %q", what, status, warnings)
+		}
+	}
+}
+
 func metric(t *testing.T, url, name string) string {
 	t.Helper()
 	resp, err := http.Get(url + "/metrics")
@@ -304,32 +319,17 @@ func TestStuckMailWarns(t *testing.T) {
 	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token"),
 		"--smtp-addr", "127.0.0.1:1", "--smtp-tls", "none", "--mail-to", "ops@example.com", "--mail-alert-after", "1s")
 	// "listening" is printed before the engine runs: readiness follows.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		status, warnings := readyz(t, url)
-		if status == http.StatusOK {
-			if len(warnings) != 0 {
-				t.Fatalf("/readyz before any mail: %d %q", status, warnings)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz before any mail: %d %q", status, warnings)
-		}
+	if _, warnings := awaitReadyz(t, url, "readiness", func(status int, _ []string) bool { return status == http.StatusOK }); len(warnings) != 0 {
+		t.Fatalf("/readyz before any mail: %q", warnings)
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	if err := postEvents(context.Background(), client, url, token, sampleEvents("clean", "dev", time.Now().UTC().Add(-time.Minute))); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		status, warnings := readyz(t, url)
-		if status == http.StatusOK && len(warnings) == 1 && strings.Contains(warnings[0], "mails undelivered for longer than 1s") &&
-			strings.Contains(warnings[0], "connection refused") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no stuck-mail warning: %d %q", status, warnings)
-		}
-	}
+	awaitReadyz(t, url, "a stuck-mail warning", func(status int, warnings []string) bool {
+		return status == http.StatusOK && len(warnings) == 1 && strings.Contains(warnings[0], "mails undelivered for longer than 1s") &&
+			strings.Contains(warnings[0], "connection refused")
+	})
 	if n := metric(t, url, "fdn_mails_stuck"); n == "" || n == "0" {
 		t.Fatalf("fdn_mails_stuck %q", n)
 	}
