@@ -273,17 +273,30 @@ func TestScanSettledInChunks(t *testing.T) {
 	if seen := scan("", time.Time{}, func(int, *rollout.View) bool { return false }); len(seen) != 1 {
 		t.Fatalf("fn said stop: called %d times", len(seen))
 	}
-	// Purge the oldest half while the scan is in its first chunk (by last
-	// evidence: 30 s after the first).
-	seen := scan("", time.Time{}, func(i int, _ *rollout.View) bool {
-		if i == n-2 {
-			if err := db.Commit(&rollout.Batch{PurgeBefore: t0.Add((n/2 + 30) * time.Second), At: t0}); err != nil {
+	// One transaction looks at no more than scanKeys keys: the first reads
+	// rare's newest alone, so purging the other two from fn hides them.
+	seen := scan("rare", time.Time{}, func(i int, _ *rollout.View) bool {
+		if i == n-1 {
+			if err := db.Commit(&rollout.Batch{PurgeBefore: t0.Add((4500 + 31) * time.Second), At: t0}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return true
 	})
-	if !descending(seen, n-1, n/2, nil) {
+	if !slices.Equal(seen, []int{n - 1}) {
+		t.Fatalf("rare, purged below the first from fn: %v", seen)
+	}
+	// Purge the rollouts before 6000 while the scan is in its first chunk
+	// (by last evidence: 30 s after the first).
+	seen = scan("", time.Time{}, func(i int, _ *rollout.View) bool {
+		if i == n-2 {
+			if err := db.Commit(&rollout.Batch{PurgeBefore: t0.Add((6000 + 30) * time.Second), At: t0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return true
+	})
+	if !descending(seen, n-1, 6000, nil) {
 		t.Fatalf("purged during the scan: %d rollouts, down to %d", len(seen), seen[len(seen)-1])
 	}
 }
