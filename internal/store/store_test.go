@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -89,7 +90,7 @@ func testUpgrade(t *testing.T, from string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := json.MarshalIndent(e.List("", 1<<20), "", " ")
+		got, err := json.MarshalIndent(enginetest.List(t, e, "", 1<<20), "", " ")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,8 +107,8 @@ func testUpgrade(t *testing.T, from string) {
 		for _, c := range e.Live() {
 			live += c
 		}
-		if live >= len(e.List("", 1<<20)) {
-			t.Fatalf("run %d: %d live rollouts of %d", run, live, len(e.List("", 1<<20)))
+		if live >= len(enginetest.List(t, e, "", 1<<20)) {
+			t.Fatalf("run %d: %d live rollouts of %d", run, live, len(enginetest.List(t, e, "", 1<<20)))
 		}
 		// The mails the old release made due are all there, and none
 		// again: its de-duplication keys still match.
