@@ -362,10 +362,10 @@ func TestLookup(t *testing.T) {
 	if err != nil || v.Cluster != "staging" {
 		t.Fatalf("lookup on one cluster: %v, %v", v, err)
 	}
-	if got := h.engine.List("", 10); len(got) != 4 || got[0].Cluster != "staging" {
+	if got := enginetest.List(t, h.engine, "", 10); len(got) != 4 || got[0].Cluster != "staging" {
 		t.Fatalf("List newest first: %d views, first %+v", len(got), got[0])
 	}
-	if got := h.engine.List("default", 1); len(got) != 1 || got[0].Hash != hashOf("B") {
+	if got := enginetest.List(t, h.engine, "default", 1); len(got) != 1 || got[0].Hash != hashOf("B") {
 		t.Fatalf("List of one cluster, limited: %+v", got)
 	}
 }
@@ -522,7 +522,7 @@ func TestSubmitRefusesInvalid(t *testing.T) {
 			t.Errorf("%s: %v, want invalid", name, err)
 		}
 	}
-	if n := h.engine.Stats().Observations.Load(); n != 0 || len(h.engine.List("", 10)) != 0 {
+	if n := h.engine.Stats().Observations.Load(); n != 0 || len(enginetest.List(t, h.engine, "", 10)) != 0 {
 		t.Fatalf("refused batches stored %d observations", n)
 	}
 }

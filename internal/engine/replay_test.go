@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
@@ -216,7 +217,7 @@ func TestFixturesCancelHealthChecks(t *testing.T) {
 // snapshotJSON renders every view, for comparing whole states.
 func snapshotJSON(t *testing.T, e *engine.Engine) string {
 	t.Helper()
-	b, err := json.MarshalIndent(e.List("", 1<<20), "", " ")
+	b, err := json.MarshalIndent(enginetest.List(t, e, "", 1<<20), "", " ")
 	if err != nil {
 		t.Fatal(err)
 	}

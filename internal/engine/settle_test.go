@@ -137,7 +137,7 @@ func revisitedHashes(obs []rollout.Observation) map[string]bool {
 // must still be equal.
 func comparable(t *testing.T, e *engine.Engine, revisited map[string]bool) string {
 	t.Helper()
-	views := e.List("", 1<<20)
+	views := enginetest.List(t, e, "", 1<<20)
 	for i, v := range views {
 		if !revisited[v.Hash] {
 			continue
@@ -206,7 +206,7 @@ func TestSettledRolloutsLeaveMemory(t *testing.T) {
 			t.Fatalf("H%d: %s with %d layers", i, v.Verdict, v.Layers.Len())
 		}
 	}
-	if got := h.engine.List("", 5); len(got) != 5 || got[0].Hash != hashOf("H39") || got[4].Hash != hashOf("H35") {
+	if got := enginetest.List(t, h.engine, "", 5); len(got) != 5 || got[0].Hash != hashOf("H39") || got[4].Hash != hashOf("H35") {
 		t.Fatalf("List of live and settled, newest first: %v", hashes(got))
 	}
 }

@@ -314,19 +314,6 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*rollout.View, error) {
 	}
 }
 
-// List returns up to limit rollouts, newest first, of one cluster or all:
-// the first page of the list (a limit above maxScan is cut there).
-func (e *Engine) List(cluster string, limit int) []*rollout.View {
-	p, err := e.Page(PageQuery{Cluster: cluster, Limit: limit})
-	if err != nil {
-		e.log.Error("list settled rollouts", "err", err)
-	}
-	if p.Views == nil {
-		return []*rollout.View{}
-	}
-	return p.Views
-}
-
 // Live counts the rollouts in memory, by verdict.
 func (e *Engine) Live() map[rollout.Verdict]int {
 	e.snap.mu.RLock()
@@ -400,10 +387,9 @@ type PageQuery struct {
 // ones and the settled ones, merged in the list's order. It reads the
 // settled ones from the cursor on, so a page costs the same at any depth.
 func (e *Engine) Page(q PageQuery) (Page, error) {
-	cluster, after, limit, keep := q.Cluster, q.After, q.Limit, q.Keep
 	ok := func(v *rollout.View) bool {
-		return (cluster == "" || v.Cluster == cluster) && (after == nil || !after.before(v)) &&
-			!v.FirstSeen.Before(q.Since) && (keep == nil || keep(v))
+		return (q.Cluster == "" || v.Cluster == q.Cluster) && (q.After == nil || !q.After.before(v)) &&
+			!v.FirstSeen.Before(q.Since) && (q.Keep == nil || q.Keep(v))
 	}
 	e.snap.mu.RLock()
 	var live []*rollout.View
@@ -423,14 +409,14 @@ func (e *Engine) Page(q PageQuery) (Page, error) {
 		scanned int
 		until   time.Time
 	)
-	if after != nil {
-		until = after.First
+	if q.After != nil {
+		until = q.After.First
 	}
-	err := e.store.ScanSettled(cluster, until, func(v *rollout.View) bool {
+	err := e.store.ScanSettled(q.Cluster, until, func(v *rollout.View) bool {
 		if v.FirstSeen.Before(q.Since) {
 			return false // the end of the list asked for: all the rest are older
 		}
-		if len(settled) > limit && !v.FirstSeen.Equal(settled[len(settled)-1].FirstSeen) {
+		if len(settled) > q.Limit && !v.FirstSeen.Equal(settled[len(settled)-1].FirstSeen) {
 			return false // enough, and past the ties of the last one
 		}
 		if scanned++; scanned > maxScan {
@@ -455,9 +441,9 @@ func (e *Engine) Page(q PageQuery) (Page, error) {
 	}
 	var p Page
 	switch {
-	case len(all) > limit:
-		p.Views = all[:limit]
-		c := CursorOf(all[limit-1])
+	case len(all) > q.Limit:
+		p.Views = all[:q.Limit]
+		c := CursorOf(all[q.Limit-1])
 		p.Next = &c
 	case stop != nil:
 		p.Views = all

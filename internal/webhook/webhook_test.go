@@ -121,7 +121,7 @@ func TestAuthentication(t *testing.T) {
 			if status != tt.want {
 				t.Fatalf("status %d (%v), want %d", status, body, tt.want)
 			}
-			stored := len(e.engine.List("", 10))
+			stored := len(enginetest.List(t, e.engine, "", 10))
 			if (tt.want == 202) != (stored == 1) {
 				t.Fatalf("status %d but %d rollouts stored", status, stored)
 			}
@@ -151,7 +151,7 @@ func TestSignaturesOneAfterAnother(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := len(e.engine.List("", 100)); n != 40 {
+	if n := len(enginetest.List(t, e.engine, "", 100)); n != 40 {
 		t.Fatalf("%d rollouts stored, want 40", n)
 	}
 }
@@ -216,7 +216,7 @@ func TestBadInput(t *testing.T) {
 			if resp.StatusCode != tt.want || out["field"] != tt.field || out["error"] == "" {
 				t.Fatalf("got %d %v, want %d naming %q", resp.StatusCode, out, tt.want, tt.field)
 			}
-			if n := e.engine.Stats().Observations.Load(); n != 0 || len(e.engine.List("", 10)) != 0 {
+			if n := e.engine.Stats().Observations.Load(); n != 0 || len(enginetest.List(t, e.engine, "", 10)) != 0 {
 				t.Fatalf("bad input changed state: %d observations", n)
 			}
 		})
@@ -230,7 +230,7 @@ func TestKinds(t *testing.T) {
 	if status, _ := post(t, e.url, []byte(helm), signed(token, helm)); status != 202 {
 		t.Fatalf("HelmRelease: %d", status)
 	}
-	if len(e.engine.List("", 10)) != 0 {
+	if len(enginetest.List(t, e.engine, "", 10)) != 0 {
 		t.Fatal("a HelmRelease event was stored")
 	}
 	art := `{"involvedObject":{"kind":"GitRepository","namespace":"flux-system","name":"flux-system"},"severity":"info","timestamp":"` + time.Now().UTC().Format(time.RFC3339) + `","reason":"NewArtifact","message":"stored artifact for commit 'Add web'","metadata":{"revision":"main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1","cluster":"prod"}}`

@@ -107,3 +107,14 @@ func (e *Engine) Queued(t testing.TB, hash string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// List returns up to limit rollouts of e, newest first, of one cluster or
+// all: the first page of the list.
+func List(t testing.TB, e *engine.Engine, cluster string, limit int) []*rollout.View {
+	t.Helper()
+	p, err := e.Page(engine.PageQuery{Cluster: cluster, Limit: limit})
+	if err != nil {
+		t.Fatalf("list rollouts: %v", err)
+	}
+	return p.Views
+}
