@@ -39,11 +39,10 @@ var (
 // refuses a newer file instead of misreading it. 2 added the settled
 // rollouts and the floors; 3 the write-ahead log, which a schema 2 binary
 // would not replay; 4 settled records of version 2 (each layer's first
-// evidence), which a schema 3 binary cannot read, and the mail log; 5 the
-// log's second file, which a schema 4 binary would not replay. Older
+// evidence), which a schema 3 binary cannot read, and the mail log. Older
 // files are upgraded in place (their evidence and settled records are read
 // as they are), and the engine settles what it can at its first start.
-const schema = "5"
+const schema = "4"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
@@ -95,7 +94,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return err
 		}
 		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4":
+		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3":
 			if err := meta.Put(keySchema, []byte(schema)); err != nil {
 				return err
 			}
@@ -113,7 +112,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	w, err := openWAL(db, dir)
+	w, err := openWAL(db, filepath.Join(dir, WALName))
 	if err != nil {
 		db.Close()
 		return nil, err
@@ -204,8 +203,7 @@ func syncDir(dir string) error {
 // volume must hold.
 func (d *DB) Size() int64 {
 	var n int64
-	dir := filepath.Dir(d.path)
-	for _, p := range []string{d.path, filepath.Join(dir, walNames[0]), filepath.Join(dir, walNames[1])} {
+	for _, p := range []string{d.path, filepath.Join(filepath.Dir(d.path), WALName)} {
 		if fi, err := os.Stat(p); err == nil {
 			n += fi.Size()
 		}
@@ -243,8 +241,7 @@ func (d *DB) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var err error
-	d.wal.reap(true)
-	if !d.wal.empty() {
+	if len(d.wal.pending) > 0 {
 		if err = d.db.Update(d.wal.checkpoint); err == nil {
 			d.wal.checkpointed()
 		}
@@ -273,7 +270,7 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 	return d.db.View(func(tx *bolt.Tx) error {
 		evb := tx.Bucket(bucketEvidence)
 		err := evb.ForEach(func(k, v []byte) error {
-			if p, ok := d.wal.get(string(k)); ok {
+			if p, ok := d.wal.pending[string(k)]; ok {
 				if p == nil {
 					return nil // deleted since the checkpoint
 				}
@@ -284,14 +281,12 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 		if err != nil {
 			return err
 		}
-		err = d.wal.each(func(k string, v []byte) error {
-			if v == nil || evb.Get([]byte(k)) != nil {
-				return nil
+		for k, v := range d.wal.pending {
+			if v != nil && evb.Get([]byte(k)) == nil {
+				if err := decode([]byte(k), v); err != nil {
+					return err
+				}
 			}
-			return decode([]byte(k), v)
-		})
-		if err != nil {
-			return err
 		}
 		err = tx.Bucket(bucketFloors).ForEach(func(k, v []byte) error {
 			fk, err := parseFloorKey(k)
@@ -345,16 +340,12 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && b.PurgeBefore.IsZero()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.wal.reap(false)
-	if evidenceOnly && !d.wal.doubt {
+	if evidenceOnly && !d.wal.needsCheckpoint() {
 		if len(puts) == 0 && len(deletes) == 0 {
 			return nil
 		}
-		if d.wal.rotate(d.db); !d.wal.doubt {
-			return d.wal.append(puts, deletes)
-		}
+		return d.wal.append(puts, deletes)
 	}
-	d.wal.reap(true)
 	err := d.db.Update(func(tx *bolt.Tx) error {
 		if err := d.wal.checkpoint(tx); err != nil {
 			return err

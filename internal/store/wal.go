@@ -7,7 +7,6 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	bolt "go.etcd.io/bbolt"
@@ -22,75 +21,48 @@ import (
 // retention) is a checkpoint itself, so the outbox and the archive, which
 // other goroutines read, are always in bbolt.
 //
-// Generations: bbolt's meta holds the first generation whose frames are
-// not in bbolt yet. A checkpoint writes the evidence and the next
-// generation in one transaction. Generation g is written to file g%2, from
-// its start: frames of an older generation are skipped on replay, so a
-// frame is applied at most once and never over newer state. Each frame
-// carries a CRC: a torn frame (a crash mid-write, never acknowledged), or
-// the middle of an older frame where the current ones end, ends the
-// replay of its file.
+// bbolt's meta holds the log's generation. A checkpoint writes the pending
+// evidence and the next generation in one transaction; the next frame is
+// written at the start of the file again. Frames of an older generation
+// are skipped on replay, so a frame is applied at most once and never over
+// newer state. Each frame carries a CRC: a torn frame (a crash mid-write,
+// never acknowledged), or the middle of an older frame where the current
+// ones end, ends the replay.
 //
-// Once the log holds enough, its generation is checkpointed in the
-// background, as etcd applies its log: a checkpoint of 2,048 records takes
-// 10 to 30 ms on a 2-core machine, which every request of a group commit
-// would otherwise wait for. The next generation is appended to the other
-// file meanwhile, and replay applies the older generation before the newer
-// one. A checkpoint in the foreground (any commit that is not evidence
-// alone) first waits for the one in the background: its evidence is older,
-// and committed after, would overwrite newer evidence or bring deleted
-// evidence back.
-//
-// The files are preallocated (zeros written ahead, doubling as they fill)
-// and never truncated: an fdatasync of a write within the file's size
-// flushes the data alone, not the inode, which on ext4 takes half the time
-// of an appending one.
+// The file is preallocated (zeros written ahead, doubling as it fills) and
+// never truncated: an fdatasync of a write within the file's size flushes
+// the data alone, not the inode, which on ext4 takes half the time of an
+// appending one.
 //
 // After a failed write or fdatasync the file's contents are in doubt (on
 // Linux a failed fsync may have dropped pages written before it), so the
 // next commit is a checkpoint: the pending evidence, still in memory, goes
-// to bbolt with its own fsyncs before anything more is acknowledged. A
-// failed background checkpoint does the same with its evidence.
+// to bbolt with its own fsyncs before anything more is acknowledged.
 
-// walNames are the log's files inside the data directory, for even and odd
-// generations.
-var walNames = [2]string{"evidence.wal", "evidence-odd.wal"}
+// WALName is the log's file inside the data directory.
+const WALName = "evidence.wal"
 
 var keyWALGen = []byte("wal-generation") // big-endian uint64
 
 // Checkpoint thresholds: bound the memory pending evidence takes and the
-// replay at start. While a background checkpoint runs, the log goes on past
-// them, up to walHold times, before a commit waits for it.
+// replay at start.
 const (
 	checkpointBytes = 2 << 20
 	checkpointKeys  = 2048
-	walHold         = 4
-	// walInitial is each file's preallocated size at first.
+	// walInitial is the file's preallocated size at first.
 	walInitial = 1 << 20
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 type wal struct {
-	files   [2]*os.File
-	alloc   [2]int64          // each file's size
-	gen     uint64            // the pending evidence's generation, written to files[gen%2]
-	size    int64             // where its next frame goes
+	f       *os.File
+	gen     uint64
+	size    int64             // where the next frame goes
+	alloc   int64             // the file's size
 	pending map[string][]byte // encoded evidence key -> record, nil: deleted
 	bytes   int               // encoded size of pending
-	flush   *flush            // the generation before, checkpointed in the background; nil when none
 	doubt   bool              // a write (or a bbolt commit) failed: checkpoint before writing again
-
-	// fault, when set (by tests), runs before a background checkpoint;
-	// an error fails it.
-	fault func() error
-}
-
-// flush is a generation of evidence being checkpointed in the background.
-type flush struct {
-	records map[string][]byte // read-only once handed over
-	done    chan struct{}     // closed when the checkpoint ended
-	err     error             // its result, set before done is closed
 }
 
 // Frame: length (4 bytes), CRC-32C of the payload (4), payload. Payload:
@@ -177,188 +149,83 @@ func decodeRecords(p []byte, pending map[string][]byte) bool {
 	return true
 }
 
-// openWAL opens the log's files in dir and replays them into bbolt: the
-// generation of bbolt's meta, then the next (a background checkpoint that
-// a crash cut); after it returns the log is empty. A generation's frames
-// are in one file, but both are read for each: a data dir of a release
-// with one file has every generation in the first.
-func openWAL(db *bolt.DB, dir string) (*wal, error) {
-	w := &wal{pending: map[string][]byte{}}
-	var data [2][]byte
-	for i, name := range walNames {
-		path := filepath.Join(dir, name)
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			w.close()
-			return nil, fmt.Errorf("open %s: %w", path, err)
-		}
-		w.files[i] = f
-		if data[i], err = io.ReadAll(f); err != nil {
-			w.close()
-			return nil, fmt.Errorf("read %s: %w", path, err)
-		}
-		w.alloc[i] = int64(len(data[i]))
+// openWAL opens the log and replays its current generation into bbolt:
+// after it returns the log is empty.
+func openWAL(db *bolt.DB, path string) (*wal, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	err := db.View(func(tx *bolt.Tx) error {
+	w := &wal{f: f, pending: map[string][]byte{}}
+	err = db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyWALGen); len(v) == 8 {
 			w.gen = binary.BigEndian.Uint64(v)
 		}
 		return nil
 	})
 	if err != nil {
-		w.close()
+		f.Close()
 		return nil, err
 	}
-	for _, gen := range []uint64{w.gen, w.gen + 1} {
-		for _, d := range data {
-			decodeFrames(d, gen, w.pending)
-		}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	w.gen++ // the checkpoint below covers both
+	decodeFrames(data, w.gen, w.pending)
 	if err := db.Update(w.checkpoint); err != nil {
-		w.close()
-		return nil, fmt.Errorf("replay the log: %w", err)
+		f.Close()
+		return nil, fmt.Errorf("replay %s: %w", path, err)
 	}
 	w.checkpointed()
-	for i, f := range w.files {
-		if err := w.grow(i, walInitial); err != nil {
-			w.close()
-			return nil, fmt.Errorf("preallocate %s: %w", f.Name(), err)
-		}
-		if err := f.Sync(); err != nil {
-			w.close()
-			return nil, fmt.Errorf("preallocate %s: %w", f.Name(), err)
-		}
+	w.alloc = int64(len(data))
+	if err := w.grow(walInitial); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("preallocate %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("preallocate %s: %w", path, err)
 	}
 	return w, nil
 }
 
-// grow writes zeros to make file i at least n bytes long, doubling it.
-func (w *wal) grow(i int, n int64) error {
-	if n <= w.alloc[i] {
+// grow writes zeros to make the file at least n bytes long, doubling it.
+func (w *wal) grow(n int64) error {
+	if n <= w.alloc {
 		return nil
 	}
-	to := max(n, 2*w.alloc[i])
-	if _, err := w.files[i].WriteAt(make([]byte, to-w.alloc[i]), w.alloc[i]); err != nil {
+	to := max(n, 2*w.alloc)
+	if _, err := w.f.WriteAt(make([]byte, to-w.alloc), w.alloc); err != nil {
 		return err
 	}
-	w.alloc[i] = to
+	w.alloc = to
 	return nil
 }
 
-// over reports whether the pending evidence is n times past a threshold.
-func (w *wal) over(n int) bool {
-	return w.bytes >= n*checkpointBytes || len(w.pending) >= n*checkpointKeys
+// needsCheckpoint reports whether the next commit must go to bbolt.
+func (w *wal) needsCheckpoint() bool {
+	return w.doubt || w.bytes >= checkpointBytes || len(w.pending) >= checkpointKeys
 }
-
-// rotate starts a background checkpoint of the pending evidence once it is
-// past a threshold, and the next generation in the other file. While the
-// last one still runs, it waits for it only walHold times past; when that
-// one failed, the log is in doubt and nothing rotates.
-func (w *wal) rotate(db *bolt.DB) {
-	if !w.over(1) {
-		return
-	}
-	w.reap(w.over(walHold))
-	if w.flush != nil || w.doubt {
-		return
-	}
-	f := &flush{records: w.pending, done: make(chan struct{})}
-	gen, fault := w.gen, w.fault
-	go func() {
-		defer close(f.done)
-		if fault != nil {
-			if f.err = fault(); f.err != nil {
-				return
-			}
-		}
-		f.err = db.Update(func(tx *bolt.Tx) error { return writeEvidence(tx, f.records, gen+1) })
-	}()
-	w.flush = f
-	w.pending = map[string][]byte{}
-	w.gen++
-	w.bytes, w.size = 0, 0
-}
-
-// reap ends the background checkpoint if it is done, waiting for it if
-// wait is set. A failed one stays, for the next checkpoint to write.
-func (w *wal) reap(wait bool) {
-	if w.flush == nil {
-		return
-	}
-	if wait {
-		<-w.flush.done
-	} else {
-		select {
-		case <-w.flush.done:
-		default:
-			return
-		}
-	}
-	if w.flush.err != nil {
-		w.doubt = true
-		return
-	}
-	w.flush = nil
-}
-
-// get returns the log's record for an encoded evidence key (nil: deleted),
-// and whether it holds one.
-func (w *wal) get(k string) ([]byte, bool) {
-	if v, ok := w.pending[k]; ok {
-		return v, true
-	}
-	if w.flush != nil {
-		v, ok := w.flush.records[k]
-		return v, ok
-	}
-	return nil, false
-}
-
-// each calls fn with every key the log holds a record for, and the record.
-func (w *wal) each(fn func(k string, v []byte) error) error {
-	for k, v := range w.pending {
-		if err := fn(k, v); err != nil {
-			return err
-		}
-	}
-	if w.flush == nil {
-		return nil
-	}
-	for k, v := range w.flush.records {
-		if _, ok := w.pending[k]; ok {
-			continue
-		}
-		if err := fn(k, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// empty reports whether the log holds nothing bbolt does not.
-func (w *wal) empty() bool { return len(w.pending) == 0 && w.flush == nil }
 
 // append writes one frame and fdatasyncs it; on success the records are
 // pending.
 func (w *wal) append(puts map[string][]byte, deletes []string) error {
-	i := int(w.gen % 2)
-	f := w.files[i]
-	if f == nil {
+	if w.f == nil {
 		w.doubt = true
 		return errors.New("log closed")
 	}
 	frame := encodeFrame(w.gen, puts, deletes)
 	// The fdatasync below makes the zeros durable with the frame.
-	if err := w.grow(i, w.size+int64(len(frame))); err != nil {
+	if err := w.grow(w.size + int64(len(frame))); err != nil {
 		w.doubt = true
 		return fmt.Errorf("preallocate log: %w", err)
 	}
-	if _, err := f.WriteAt(frame, w.size); err != nil {
+	if _, err := w.f.WriteAt(frame, w.size); err != nil {
 		w.doubt = true
 		return fmt.Errorf("write log: %w", err)
 	}
-	if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+	if err := syscall.Fdatasync(int(w.f.Fd())); err != nil {
 		w.doubt = true
 		return fmt.Errorf("sync log: %w", err)
 	}
@@ -374,23 +241,10 @@ func (w *wal) append(puts map[string][]byte, deletes []string) error {
 	return nil
 }
 
-// checkpoint writes in tx the evidence of a failed background checkpoint,
-// then the pending evidence, and the generation after it. The caller has
-// reaped the background checkpoint.
+// checkpoint writes the pending evidence and the next generation in tx.
 func (w *wal) checkpoint(tx *bolt.Tx) error {
-	if w.flush != nil {
-		if err := writeEvidence(tx, w.flush.records, w.gen); err != nil {
-			return err
-		}
-	}
-	return writeEvidence(tx, w.pending, w.gen+1)
-}
-
-// writeEvidence writes records and, as the first generation not in bbolt,
-// next.
-func writeEvidence(tx *bolt.Tx, records map[string][]byte, next uint64) error {
 	evb := tx.Bucket(bucketEvidence)
-	for k, v := range records {
+	for k, v := range w.pending {
 		var err error
 		if v == nil {
 			err = evb.Delete([]byte(k))
@@ -401,27 +255,23 @@ func writeEvidence(tx *bolt.Tx, records map[string][]byte, next uint64) error {
 			return err
 		}
 	}
-	return tx.Bucket(bucketMeta).Put(keyWALGen, binary.BigEndian.AppendUint64(nil, next))
+	return tx.Bucket(bucketMeta).Put(keyWALGen, binary.BigEndian.AppendUint64(nil, w.gen+1))
 }
 
-// checkpointed follows a committed checkpoint: all evidence is in bbolt,
-// the frames in both files are of old generations, and the next one is
-// written over those of the other file.
+// checkpointed follows a committed checkpoint: the pending evidence is in
+// bbolt, the frames in the file are of an old generation, and the next one
+// is written over them.
 func (w *wal) checkpointed() {
 	w.gen++
-	w.flush = nil
 	clear(w.pending)
 	w.bytes, w.size, w.doubt = 0, 0, false
 }
 
-// close closes the files; the caller has reaped the background checkpoint.
 func (w *wal) close() error {
-	var errs []error
-	for i, f := range w.files {
-		if f != nil {
-			errs = append(errs, f.Close())
-			w.files[i] = nil
-		}
+	if w.f == nil {
+		return nil
 	}
-	return errors.Join(errs...)
+	f := w.f
+	w.f = nil
+	return f.Close()
 }
