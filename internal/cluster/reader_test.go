@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,9 +113,24 @@ func layerNames(v *rollout.View) []string {
 	return out
 }
 
-// TestReaderScenarios runs against a real kube-apiserver, one namespace a
-// scenario, with no webhook at all: cluster state alone must give the
-// verdict.
+// refusing refuses, as the model refuses an invalid observation, every
+// batch with an observation whose message holds marker, and counts them.
+type refusing struct {
+	cluster.Submitter
+	marker string
+	n      atomic.Int32
+}
+
+func (r *refusing) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
+	for _, o := range obs {
+		if strings.Contains(o.Message, r.marker) {
+			r.n.Add(1)
+			return fmt.Errorf("%w: refused by the test", rollout.ErrInvalid)
+		}
+	}
+	return r.Submitter.SubmitAll(ctx, obs)
+}
+
 // failingFirst fails the first n batches as a full disk would.
 type failingFirst struct {
 	cluster.Submitter
@@ -128,6 +144,9 @@ func (f *failingFirst) SubmitAll(ctx context.Context, obs []rollout.Observation)
 	return f.Submitter.SubmitAll(ctx, obs)
 }
 
+// TestReaderScenarios runs against a real kube-apiserver, one namespace a
+// scenario, with no webhook at all: cluster state alone must give the
+// verdict.
 func TestReaderScenarios(t *testing.T) {
 	c := clustertest.Start(t)
 	now := time.Now().UTC().Truncate(time.Second)
@@ -189,6 +208,26 @@ func TestReaderScenarios(t *testing.T) {
 		v := verdict(t, te, "R1", rollout.VerdictApplied)
 		if !slices.Equal(layerNames(v), []string{"retry-delete/infra"}) || flaky.n.Load() >= 0 {
 			t.Fatalf("layers %v, failures left %d", layerNames(v), flaky.n.Load())
+		}
+	})
+
+	t.Run("an observation the model refuses is not retried", func(t *testing.T) {
+		w := newWorld(t, "refused")
+		w.Source("fleet", revOf("R1"))
+		w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", Applied: revOf("R1"), Attempted: revOf("R1"), Ready: applied(w, "R1", 9*time.Minute)})
+		te := startEngine(t, t.TempDir(), now)
+		refuse := &refusing{Submitter: te, marker: "refuse me"}
+		startReaderOn(t, c, w.Namespace(), refuse)
+		verdict(t, te, "R1", rollout.VerdictApplied)
+		w.SetStatus("apps", revOf("R1"), revOf("R1"), w.Ready("True", "ReconciliationSucceeded", "refuse me", time.Minute))
+		waitFor(t, "the look refused", func() bool { return refuse.n.Load() > 0 })
+		// A retry would come 5 ms later (the queue's first backoff); objects
+		// created now are stored well after that.
+		w.Source("other", revOf("Q1"))
+		w.Layer(clustertest.Layer{Name: "tenant", Source: "other", Applied: revOf("Q1"), Attempted: revOf("Q1"), Ready: applied(w, "Q1", time.Hour)})
+		verdict(t, te, "Q1", rollout.VerdictApplied)
+		if n := refuse.n.Load(); n != 1 {
+			t.Fatalf("the refused look was made %d times, want once", n)
 		}
 	})
 
