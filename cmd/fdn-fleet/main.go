@@ -464,15 +464,11 @@ func (f *fleet) verdicts(client *http.Client, url string, n int) (time.Duration,
 	var body bytes.Buffer
 	for range n {
 		hash := f.revs[rand.IntN(len(f.revs))]
-		t := time.Now()
-		if err := get(client, url+"/verdict?rev="+hash, &body); err != nil {
-			return 0, 0, err
-		}
-		lat = append(lat, time.Since(t))
-		v, err := verdictOf(hash, body.Bytes())
+		v, took, err := verdictOf(client, url, hash, &body)
 		if err != nil {
 			return 0, 0, err
 		}
+		lat = append(lat, took)
 		if v != "applied" {
 			return 0, 0, fmt.Errorf("revision %s is %s, want applied", hash, v)
 		}
@@ -486,10 +482,7 @@ func (f *fleet) checkAll(client *http.Client, url string) (int, error) {
 	wrong := 0
 	var body bytes.Buffer
 	for _, h := range f.revs {
-		if err := get(client, url+"/verdict?rev="+h, &body); err != nil {
-			return 0, err
-		}
-		v, err := verdictOf(h, body.Bytes())
+		v, _, err := verdictOf(client, url, h, &body)
 		if err != nil {
 			return 0, err
 		}
@@ -501,25 +494,28 @@ func (f *fleet) checkAll(client *http.Client, url string) (int, error) {
 }
 
 // get reads the answer to a GET into body.
-func get(client *http.Client, url string, body *bytes.Buffer) error {
-	resp, err := client.Get(url)
+// verdictOf asks the service for a revision's verdict, reading the answer
+// into body; took is the request's time, without decoding the answer.
+func verdictOf(client *http.Client, url, hash string, body *bytes.Buffer) (verdict string, took time.Duration, err error) {
+	t := time.Now()
+	resp, err := client.Get(url + "/verdict?rev=" + hash)
 	if err != nil {
-		return err
+		return "", 0, err
 	}
-	defer resp.Body.Close()
 	body.Reset()
 	_, err = body.ReadFrom(resp.Body)
-	return err
-}
-
-func verdictOf(hash string, body []byte) (string, error) {
+	resp.Body.Close()
+	took = time.Since(t)
+	if err != nil {
+		return "", 0, err
+	}
 	var v struct {
 		Verdict string `json:"verdict"`
 	}
-	if err := json.Unmarshal(body, &v); err != nil {
-		return "", fmt.Errorf("verdict %s: %w", hash, err)
+	if err := json.Unmarshal(body.Bytes(), &v); err != nil {
+		return "", 0, fmt.Errorf("verdict %s: %w", hash, err)
 	}
-	return v.Verdict, nil
+	return v.Verdict, took, nil
 }
 
 func latency(client *http.Client, url string, n int) (time.Duration, error) {
