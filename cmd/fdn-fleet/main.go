@@ -493,7 +493,6 @@ func (f *fleet) checkAll(client *http.Client, url string) (int, error) {
 	return wrong, nil
 }
 
-// get reads the answer to a GET into body.
 // verdictOf asks the service for a revision's verdict, reading the answer
 // into body; took is the request's time, without decoding the answer.
 func verdictOf(client *http.Client, url, hash string, body *bytes.Buffer) (verdict string, took time.Duration, err error) {
