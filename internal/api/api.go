@@ -306,8 +306,9 @@ func (s *server) verdictOf(v *rollout.View) VerdictResponse {
 }
 
 func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
+	qs := r.URL.Query()
 	limit := 50
-	if ls := r.URL.Query().Get("limit"); ls != "" {
+	if ls := qs.Get("limit"); ls != "" {
 		n, err := strconv.Atoi(ls)
 		if err != nil || n < 1 || n > 1000 {
 			writeError(w, http.StatusBadRequest, "limit", "limit must be 1 to 1000")
@@ -315,7 +316,6 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	qs := r.URL.Query()
 	cluster, source := qs.Get("cluster"), qs.Get("source")
 	layers := true
 	switch qs.Get("layers") {

@@ -111,7 +111,8 @@ func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 // alone.
 func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (visible bool) {
 	r := c.rollouts[hash]
-	e = c.share(r, e, ev)
+	lg := c.logs[e]
+	e = c.share(r, lg, e, ev)
 	old := r.ev[e]
 	r.ev[e] = ev
 	if r.first.IsZero() || ev.First.Before(r.first) {
@@ -137,7 +138,6 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	} else {
 		dirty.slot(r, e)
 	}
-	lg := c.logs[e]
 	if lg == nil {
 		lg = &emitterLog{emitter: e}
 		c.logs[e] = lg

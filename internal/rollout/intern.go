@@ -22,9 +22,9 @@ func (c *cluster) word(s string) string {
 }
 
 // share makes e and ev use the strings the cluster already holds for them,
-// and returns e so.
-func (c *cluster) share(r *rolloutState, e Emitter, ev *Evidence) Emitter {
-	if lg := c.logs[e]; lg != nil {
+// and returns e so; lg is e's log, nil when e has none yet.
+func (c *cluster) share(r *rolloutState, lg *emitterLog, e Emitter, ev *Evidence) Emitter {
+	if lg != nil {
 		e = lg.emitter
 	} else {
 		e.Kind, e.Namespace = c.word(e.Kind), c.word(e.Namespace)
