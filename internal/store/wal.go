@@ -243,7 +243,7 @@ func (w *wal) append(puts map[string][]byte, deletes []string) error {
 
 // checkpoint writes the pending evidence and the next generation in tx.
 func (w *wal) checkpoint(tx *bolt.Tx) error {
-	evb := tx.Bucket(bucketEvidence)
+	evb := evidenceBucket(tx)
 	for k, v := range w.pending {
 		var err error
 		if v == nil {

@@ -217,3 +217,30 @@ func TestCheckpointThreshold(t *testing.T) {
 		t.Fatalf("loaded %d records, want %d", len(got), checkpointKeys+1)
 	}
 }
+
+// TestCheckpointPacksPages: records of new rollouts go to the right edge of
+// the evidence tree, where bbolt's default split leaves every page half
+// full and a checkpoint writes twice the pages it needs.
+func TestCheckpointPacksPages(t *testing.T) {
+	d := openT(t, t.TempDir())
+	r := &rolling{width: 1000, live: 4}
+	for r.next < 3*checkpointKeys {
+		if err := d.Commit(r.batch(128)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(d.wal.pending); n >= checkpointKeys {
+		t.Fatalf("%d records pending: no checkpoint", n)
+	}
+	var st bolt.BucketStats
+	if err := d.db.View(func(tx *bolt.Tx) error {
+		st = tx.Bucket(bucketEvidence).Stats()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if fill := float64(st.LeafInuse) / float64(st.LeafAlloc); fill < 0.8 {
+		t.Errorf("evidence pages %.0f%% full (%d in use of %d bytes on %d pages), want at least 80%%",
+			100*fill, st.LeafInuse, st.LeafAlloc, st.LeafPageN)
+	}
+}
