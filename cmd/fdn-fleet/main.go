@@ -494,7 +494,8 @@ func (f *fleet) checkAll(client *http.Client, url string) (int, error) {
 }
 
 // verdictOf asks the service for a revision's verdict, reading the answer
-// into body; took is the request's time, without decoding the answer.
+// into body; took is the request's time, without decoding the answer. A
+// status other than 200 or 404 is an error.
 func verdictOf(client *http.Client, url, hash string, body *bytes.Buffer) (verdict string, took time.Duration, err error) {
 	t := time.Now()
 	resp, err := client.Get(url + "/verdict?rev=" + hash)
@@ -507,6 +508,11 @@ func verdictOf(client *http.Client, url, hash string, body *bytes.Buffer) (verdi
 	took = time.Since(t)
 	if err != nil {
 		return "", 0, err
+	}
+	// 404 is a revision the service does not know, an answer like 200's;
+	// anything else is the request's fault or the service's, not a verdict.
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
+		return "", 0, fmt.Errorf("verdict %s: %s: %s", hash, resp.Status, bytes.TrimSpace(body.Bytes()))
 	}
 	var v struct {
 		Verdict string `json:"verdict"`
