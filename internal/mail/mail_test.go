@@ -4,13 +4,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
@@ -385,6 +388,59 @@ func TestDirSender(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(dir, "*.eml"))
 	if len(files) != 1 {
 		t.Fatalf("files %v", files)
+	}
+}
+
+// TestDirSenderLeavesNoPageCache: a mail written to the directory is not
+// kept in the page cache, where it would count against the pod's memory
+// limit and push out the store's pages.
+func TestDirSenderLeavesNoPageCache(t *testing.T) {
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type == unix.TMPFS_MAGIC {
+		t.Skip("on tmpfs the page cache is the file")
+	}
+	d, err := mail.NewDir(dir, "flux@localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := mail.Rendered{Subject: "s", Text: strings.Repeat("a long mail ", 2000), HTML: "<p>h</p>", MessageID: mail.MessageID("k"), Date: t0, To: "dev@localhost"}
+	for _, res := range d.Send(context.Background(), []mail.Rendered{r}) {
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.eml"))
+	if len(files) != 1 {
+		t.Fatalf("files %v", files)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	pages := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&pages[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	cached := 0
+	for _, p := range pages {
+		cached += int(p & 1)
+	}
+	if cached > 0 {
+		t.Errorf("%d of the mail's %d pages in the page cache, want none", cached, len(pages))
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
+	"golang.org/x/sys/unix"
 )
 
 // Sender delivers a burst of messages and says, per message, whether it
@@ -209,6 +210,12 @@ func (d *Dir) Send(_ context.Context, msgs []Rendered) []Result {
 	return res
 }
 
+// writeAtomic writes m to path through a temporary file. The file and the
+// rename are synced before it returns, so that a mail the outbox then marks
+// sent is on disk. Its pages are dropped from the page cache: the service
+// never reads a mail back, and in a pod they count against its memory
+// limit, where they pushed out the store's own pages (make bench-fleet: 577
+// MB of mail in 20 days, a settled lookup in five a major page fault).
 func writeAtomic(path string, m *gomail.Msg) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".mail-*")
 	if err != nil {
@@ -219,8 +226,22 @@ func writeAtomic(path string, m *gomail.Msg) error {
 		tmp.Close()
 		return err
 	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	// Advice only: a failure leaves the pages to the kernel's reclaim.
+	_ = unix.Fadvise(int(tmp.Fd()), 0, 0, unix.FADV_DONTNEED)
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
