@@ -372,13 +372,20 @@ func TestDispatcherRunWakesOnMail(t *testing.T) {
 }
 
 func TestDirSender(t *testing.T) {
-	dir := t.TempDir()
+	// A resend after a crash rewrites the same file.
+	writeToDir(t, t.TempDir(), "t", 2)
+}
+
+// writeToDir sends one mail with text to a Dir sender in dir, times times,
+// and returns the one file it made.
+func writeToDir(t *testing.T, dir, text string, times int) string {
+	t.Helper()
 	d, err := mail.NewDir(dir, "flux@localhost")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := mail.Rendered{Subject: "s", Text: "t", HTML: "<p>h</p>", MessageID: mail.MessageID("k"), Date: t0, To: "dev@localhost"}
-	for range 2 { // a resend after a crash rewrites the same file
+	r := mail.Rendered{Subject: "s", Text: text, HTML: "<p>h</p>", MessageID: mail.MessageID("k"), Date: t0, To: "dev@localhost"}
+	for range times {
 		for _, res := range d.Send(context.Background(), []mail.Rendered{r}) {
 			if res.Err != nil {
 				t.Fatal(res.Err)
@@ -389,6 +396,7 @@ func TestDirSender(t *testing.T) {
 	if len(files) != 1 {
 		t.Fatalf("files %v", files)
 	}
+	return files[0]
 }
 
 // TestDirSenderLeavesNoPageCache: a mail written to the directory is not
@@ -403,21 +411,7 @@ func TestDirSenderLeavesNoPageCache(t *testing.T) {
 	if fs.Type == unix.TMPFS_MAGIC {
 		t.Skip("on tmpfs the page cache is the file")
 	}
-	d, err := mail.NewDir(dir, "flux@localhost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := mail.Rendered{Subject: "s", Text: strings.Repeat("a long mail ", 2000), HTML: "<p>h</p>", MessageID: mail.MessageID("k"), Date: t0, To: "dev@localhost"}
-	for _, res := range d.Send(context.Background(), []mail.Rendered{r}) {
-		if res.Err != nil {
-			t.Fatal(res.Err)
-		}
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.eml"))
-	if len(files) != 1 {
-		t.Fatalf("files %v", files)
-	}
-	f, err := os.Open(files[0])
+	f, err := os.Open(writeToDir(t, dir, strings.Repeat("a long mail ", 2000), 1))
 	if err != nil {
 		t.Fatal(err)
 	}
