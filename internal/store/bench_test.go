@@ -48,38 +48,6 @@ func BenchmarkEncodeSettled(b *testing.B) {
 	}
 }
 
-// rolling makes the evidence of revisions rolling across width layers: each
-// batch adds n records of the newest rollouts and, once live rollouts'
-// records are there, deletes as many of the oldest (as settling does).
-type rolling struct {
-	width, live  int
-	next, oldest int
-}
-
-func (r *rolling) key(i int) rollout.EvidenceKey {
-	seq := uint64(i / r.width)
-	return rollout.EvidenceKey{Key: rollout.Key{Cluster: "prod", Hash: fmt.Sprintf("%040x", seq)}, Seq: seq,
-		Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: fmt.Sprintf("tenant-%04d", i%r.width)}}
-}
-
-func (r *rolling) batch(n int) *rollout.Batch {
-	b := &rollout.Batch{Puts: map[rollout.EvidenceKey]*rollout.Evidence{}}
-	for range n {
-		k := r.key(r.next)
-		t := at.Add(time.Duration(k.Seq) * time.Minute)
-		b.Puts[k] = &rollout.Evidence{Revision: "main@sha1:" + k.Hash, First: t, Last: t.Add(3 * time.Second),
-			Progress:      &rollout.Mark{At: t.Add(2 * time.Second), Signal: rollout.SignalProgressing, Reason: "Progressing", Message: "Health check passed in 2.04s"},
-			Succeeded:     &rollout.Mark{At: t.Add(3 * time.Second), Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s"},
-			LastSucceeded: t.Add(3 * time.Second), HealthPassed: t.Add(2 * time.Second)}
-		r.next++
-		if r.next-r.oldest > r.live*r.width {
-			b.Deletes = append(b.Deletes, r.key(r.oldest))
-			r.oldest++
-		}
-	}
-	return b
-}
-
 // BenchmarkCheckpoint is the commit that moves the log's records into
 // bbolt: 2,048 layers' evidence of revisions rolling across 1,000 layers,
 // over a live set of 20,000 records.
