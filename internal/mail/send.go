@@ -13,6 +13,8 @@ import (
 
 	gomail "github.com/wneessen/go-mail"
 	"golang.org/x/sys/unix"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fsync"
 )
 
 // Sender delivers a burst of messages and says, per message, whether it
@@ -213,22 +215,13 @@ func (d *Dir) Send(_ context.Context, msgs []Rendered) []Result {
 		written = append(written, i)
 	}
 	if len(written) > 0 {
-		if err := syncDir(d.dir); err != nil {
+		if err := fsync.Dir(d.dir); err != nil {
 			for _, i := range written {
 				res[i] = Result{Err: fmt.Errorf("sync mail dir: %w", err), Retry: true}
 			}
 		}
 	}
 	return res
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // writeAtomic writes m to path through a temporary file, synced before the

@@ -17,6 +17,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fsync"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -187,16 +188,7 @@ func compact(path string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("compact %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return fsync.Dir(filepath.Dir(path))
 }
 
 // Size is the size in bytes of the database file and the log: what the
