@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -106,11 +107,46 @@ func run(args []string, out io.Writer) error {
 		}
 		defer cg.remove()
 	}
-	svc, err := startService(c, cg)
+	// An interrupted run stops its service, so that its requests fail and
+	// run returns through the defers that remove the cgroup and the work
+	// directory, instead of leaving them behind.
+	var current atomic.Pointer[service]
+	var interrupted atomic.Bool
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		if _, ok := <-sigs; ok {
+			interrupted.Store(true)
+			if s := current.Load(); s != nil {
+				s.stop()
+			}
+		}
+	}()
+	start := func() (*service, error) {
+		s, err := startService(c, cg)
+		if err != nil {
+			return nil, err
+		}
+		current.Store(s)
+		if interrupted.Load() {
+			s.stop()
+			return nil, errInterrupted
+		}
+		return s, nil
+	}
+	svc, err := start()
 	if err != nil {
 		return err
 	}
 	defer func() { svc.stop() }()
+	// fail is err, unless the run was interrupted, which caused it.
+	fail := func(err error) error {
+		if interrupted.Load() {
+			return errInterrupted
+		}
+		return err
+	}
 
 	fleet := &fleet{c: c, token: token, now: time.Now().UTC().Truncate(time.Second)}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency}, Timeout: 30 * time.Second}
@@ -124,7 +160,7 @@ func run(args []string, out io.Writer) error {
 		evs := fleet.day(day)
 		rate, ackP99, err := ingest(client, svc.url, evs, c.concurrency, &refused)
 		if err != nil {
-			return fmt.Errorf("day %d: %w", day+1, err)
+			return fail(fmt.Errorf("day %d: %w", day+1, err))
 		}
 		// The day's events, no longer used, are most of this program's
 		// heap: collected now, its own collection does not land among the
@@ -133,20 +169,20 @@ func run(args []string, out io.Writer) error {
 		runtime.GC()
 		vp50, vp99, err := fleet.verdicts(client, svc.url, c.samples)
 		if err != nil {
-			return fmt.Errorf("day %d: %w", day+1, err)
+			return fail(fmt.Errorf("day %d: %w", day+1, err))
 		}
 		lp99, err := latency(client, svc.url+"/rollouts?limit=50", 200)
 		if err != nil {
-			return fmt.Errorf("day %d: %w", day+1, err)
+			return fail(fmt.Errorf("day %d: %w", day+1, err))
 		}
 		rss, peak, anon := svc.memory()
 		heap, err := heapInUse(client, svc.url)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		data, err := dirSize(svc.dataDir)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		worst.rss, worst.anon, worst.heap = max(worst.rss, peak), max(worst.anon, anon), max(worst.heap, heap)
 		worst.data, worst.vp99 = max(worst.data, data), max(worst.vp99, ms(vp99))
@@ -157,22 +193,26 @@ func run(args []string, out io.Writer) error {
 	// Every revision of the history, once more: all applied, none lost.
 	wrong, err := fleet.checkAll(client, svc.url)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	t0 := time.Now()
 	svc.stop()
 	stopped := time.Since(t0)
 	t0 = time.Now()
-	if svc, err = startService(c, cg); err != nil {
+	// svc stays the stopped one if the start fails: the deferred stop is
+	// then a no-op instead of a nil dereference.
+	next, err := start()
+	if err != nil {
 		return err
 	}
+	svc = next
 	if err := awaitReady(client, svc.url, 2*time.Minute); err != nil {
-		return err
+		return fail(err)
 	}
 	ready := time.Since(t0)
 	wrongAfter, err := fleet.checkAll(client, svc.url)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	fmt.Fprintf(out, "restart: stopped in %.2f s, ready in %.2f s (%d revisions checked after it, %d not applied)\n",
 		stopped.Seconds(), ready.Seconds(), len(fleet.revs), wrongAfter)
@@ -186,6 +226,8 @@ func run(args []string, out io.Writer) error {
 	}
 	return nil
 }
+
+var errInterrupted = errors.New("interrupted")
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 

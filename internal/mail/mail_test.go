@@ -2,12 +2,14 @@ package mail_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -16,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fsync"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -397,6 +400,56 @@ func writeToDir(t *testing.T, dir, text string, times int) string {
 		t.Fatalf("files %v", files)
 	}
 	return files[0]
+}
+
+// TestDirSenderSyncsOnceABurst: a burst's mails are reported sent only
+// after one sync of the directory, once all of them are renamed into it,
+// made the renames durable (without it a crash could lose a mail the
+// outbox marked sent); when that sync fails every mail of the burst is
+// transient, to be written again.
+func TestDirSenderSyncsOnceABurst(t *testing.T) {
+	dir := t.TempDir()
+	d, err := mail.NewDir(dir, "flux@localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var syncs, want int
+	var fail error
+	d.SetDirSync(func(p string) error {
+		syncs++
+		if files, _ := filepath.Glob(filepath.Join(dir, "*.eml")); len(files) != want {
+			t.Errorf("sync %d: %d mails renamed into the directory, want %d", syncs, len(files), want)
+		}
+		if fail != nil {
+			return fail
+		}
+		return fsync.Dir(p)
+	})
+	burst := func(keys ...string) []mail.Result {
+		want += len(keys)
+		var msgs []mail.Rendered
+		for _, k := range keys {
+			msgs = append(msgs, mail.Rendered{Subject: k, Text: k, HTML: "<p>" + k + "</p>", MessageID: mail.MessageID(k), Date: t0, To: "dev@localhost"})
+		}
+		return d.Send(context.Background(), msgs)
+	}
+	for i, res := range burst("a", "b", "c") {
+		if res.Err != nil {
+			t.Fatalf("mail %d: %v", i, res.Err)
+		}
+	}
+	if syncs != 1 {
+		t.Fatalf("a burst of 3 mails synced the directory %d times, want 1", syncs)
+	}
+	fail = syscall.EIO
+	for i, res := range burst("d", "e") {
+		if res.Err == nil || !res.Retry || !errors.Is(res.Err, syscall.EIO) {
+			t.Fatalf("mail %d of a burst whose directory sync failed: %+v, want a transient EIO", i, res)
+		}
+	}
+	if syncs != 2 {
+		t.Fatalf("%d directory syncs after two bursts, want 2", syncs)
+	}
 }
 
 // TestDirSenderLeavesNoPageCache: a mail written to the directory is not

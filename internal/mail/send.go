@@ -185,6 +185,9 @@ func transient(err error) bool {
 type Dir struct {
 	dir  string
 	from string
+	// syncDir makes a burst's renames durable: fsync.Dir, which a test
+	// replaces to see when it runs and to make it fail.
+	syncDir func(dir string) error
 }
 
 // NewDir creates dir if needed.
@@ -192,7 +195,7 @@ func NewDir(dir, from string) (*Dir, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("mail dir: %w", err)
 	}
-	return &Dir{dir: dir, from: from}, nil
+	return &Dir{dir: dir, from: from, syncDir: fsync.Dir}, nil
 }
 
 // Send writes every message; failures to write are transient. The
@@ -215,7 +218,7 @@ func (d *Dir) Send(_ context.Context, msgs []Rendered) []Result {
 		written = append(written, i)
 	}
 	if len(written) > 0 {
-		if err := fsync.Dir(d.dir); err != nil {
+		if err := d.syncDir(d.dir); err != nil {
 			for _, i := range written {
 				res[i] = Result{Err: fmt.Errorf("sync mail dir: %w", err), Retry: true}
 			}
