@@ -63,7 +63,7 @@ type config struct {
 	cgroup      int64  // when > 0, the service runs in a memory cgroup with this limit
 }
 
-func run(args []string, out io.Writer) error {
+func run(args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("fdn-fleet", flag.ContinueOnError)
 	var c config
 	fs.StringVar(&c.binary, "binary", "bin/flux-deploy-notifier", "the service binary to run")
@@ -109,9 +109,15 @@ func run(args []string, out io.Writer) error {
 	}
 	// An interrupted run stops its service, so that its requests fail and
 	// run returns through the defers that remove the cgroup and the work
-	// directory, instead of leaving them behind.
+	// directory, instead of leaving them behind; the error is then the
+	// interruption, not the failed request it caused.
 	var current atomic.Pointer[service]
 	var interrupted atomic.Bool
+	defer func() {
+		if err != nil && interrupted.Load() {
+			err = errInterrupted
+		}
+	}()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -140,13 +146,6 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer func() { svc.stop() }()
-	// fail is err, unless the run was interrupted, which caused it.
-	fail := func(err error) error {
-		if interrupted.Load() {
-			return errInterrupted
-		}
-		return err
-	}
 
 	fleet := &fleet{c: c, token: token, now: time.Now().UTC().Truncate(time.Second)}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency}, Timeout: 30 * time.Second}
@@ -160,7 +159,7 @@ func run(args []string, out io.Writer) error {
 		evs := fleet.day(day)
 		rate, ackP99, err := ingest(client, svc.url, evs, c.concurrency, &refused)
 		if err != nil {
-			return fail(fmt.Errorf("day %d: %w", day+1, err))
+			return fmt.Errorf("day %d: %w", day+1, err)
 		}
 		// The day's events, no longer used, are most of this program's
 		// heap: collected now, its own collection does not land among the
@@ -169,20 +168,20 @@ func run(args []string, out io.Writer) error {
 		runtime.GC()
 		vp50, vp99, err := fleet.verdicts(client, svc.url, c.samples)
 		if err != nil {
-			return fail(fmt.Errorf("day %d: %w", day+1, err))
+			return fmt.Errorf("day %d: %w", day+1, err)
 		}
 		lp99, err := latency(client, svc.url+"/rollouts?limit=50", 200)
 		if err != nil {
-			return fail(fmt.Errorf("day %d: %w", day+1, err))
+			return fmt.Errorf("day %d: %w", day+1, err)
 		}
 		rss, peak, anon := svc.memory()
 		heap, err := heapInUse(client, svc.url)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		data, err := dirSize(svc.dataDir)
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		worst.rss, worst.anon, worst.heap = max(worst.rss, peak), max(worst.anon, anon), max(worst.heap, heap)
 		worst.data, worst.vp99 = max(worst.data, data), max(worst.vp99, ms(vp99))
@@ -193,7 +192,7 @@ func run(args []string, out io.Writer) error {
 	// Every revision of the history, once more: all applied, none lost.
 	wrong, err := fleet.checkAll(client, svc.url)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	t0 := time.Now()
 	svc.stop()
@@ -207,12 +206,12 @@ func run(args []string, out io.Writer) error {
 	}
 	svc = next
 	if err := awaitReady(client, svc.url, 2*time.Minute); err != nil {
-		return fail(err)
+		return err
 	}
 	ready := time.Since(t0)
 	wrongAfter, err := fleet.checkAll(client, svc.url)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	fmt.Fprintf(out, "restart: stopped in %.2f s, ready in %.2f s (%d revisions checked after it, %d not applied)\n",
 		stopped.Seconds(), ready.Seconds(), len(fleet.revs), wrongAfter)
