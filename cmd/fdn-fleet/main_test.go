@@ -5,20 +5,21 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/e2e"
 )
 
+// buildService builds the service's binary, as make e2e's tests do.
 func buildService(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "flux-deploy-notifier")
-	out, err := exec.Command("go", "build", "-o", bin, "../flux-deploy-notifier").CombinedOutput()
+	bin, err := e2e.BuildService(t.TempDir())
 	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
 }
