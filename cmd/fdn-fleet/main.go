@@ -120,7 +120,12 @@ func run(args []string, out io.Writer) (err error) {
 	}()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	defer func() {
+		// No signal is sent on sigs after Stop: closing it ends the
+		// goroutine below.
+		signal.Stop(sigs)
+		close(sigs)
+	}()
 	go func() {
 		if _, ok := <-sigs; ok {
 			interrupted.Store(true)
