@@ -54,6 +54,11 @@ type config struct {
 	rateFor     time.Duration
 }
 
+// arrivals is how many events a paced run sends, and how far apart.
+func (c config) arrivals() (total int, interval time.Duration) {
+	return int(float64(c.rate) * c.rateFor.Seconds()), time.Second / time.Duration(c.rate)
+}
+
 func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("fdn-loadgen", flag.ContinueOnError)
 	var c config
@@ -477,11 +482,10 @@ func paced(client *http.Client, srv *server, evs *events, c config) (latency, er
 		return l, err
 	}
 	url := srv.url
-	total := int(float64(c.rate) * c.rateFor.Seconds())
+	total, interval := c.arrivals()
 	lat := make([]time.Duration, total)
 	errs := make(chan error, total)
 	var wg sync.WaitGroup
-	interval := time.Second / time.Duration(c.rate)
 	start := time.Now()
 	for i := range total {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
@@ -510,12 +514,9 @@ func paced(client *http.Client, srv *server, evs *events, c config) (latency, er
 }
 
 // diskLatency is the floor under the ack latency at the paced run's rate:
-// an ideal group commit with nothing but the disk, no HTTP and no engine.
-// Arrivals come at the run's rate, for as long; each commit writes one page
-// into a preallocated file, as the service's log is, and fdatasyncs it; an
-// arrival is acknowledged when the first commit that began after it ends.
-// A stall of the disk delays every arrival behind it, in the service as
-// here, so this p99 is the disk's part of the service's.
+// an ideal group commit (groupCommit) with nothing but the disk, no HTTP
+// and no engine. Each commit writes one page into a preallocated file, as
+// the service's log is, and fdatasyncs it.
 func diskLatency(dir string, c config) (p50, p99 time.Duration, err error) {
 	f, err := os.CreateTemp(dir, "fdn-loadgen-disk-")
 	if err != nil {
@@ -524,7 +525,7 @@ func diskLatency(dir string, c config) (p50, p99 time.Duration, err error) {
 	defer os.Remove(f.Name())
 	defer f.Close()
 	const page = 4096
-	total := int(float64(c.rate) * c.rateFor.Seconds())
+	total, interval := c.arrivals()
 	if _, err := f.Write(make([]byte, total*page)); err != nil {
 		return 0, 0, err
 	}
@@ -532,11 +533,28 @@ func diskLatency(dir string, c config) (p50, p99 time.Duration, err error) {
 		return 0, 0, err
 	}
 	buf := bytes.Repeat([]byte{1}, 1024)
+	lat, err := groupCommit(total, interval, func(i int) error {
+		if _, err := f.WriteAt(buf, int64(i)*page); err != nil {
+			return err
+		}
+		return syscall.Fdatasync(int(f.Fd()))
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	p50, p99 = percentiles(lat)
+	return p50, p99, nil
+}
+
+// groupCommit returns the time to acknowledgement of total arrivals, one
+// every interval, when each is answered at the end of the first commit
+// (the i-th call of commit) begun after it: a stall delays every arrival
+// behind it, as in the service.
+func groupCommit(total int, interval time.Duration, commit func(i int) error) ([]time.Duration, error) {
 	lat := make([]time.Duration, 0, total)
-	interval := time.Second / time.Duration(c.rate)
 	start := time.Now()
 	arrival := func(i int) time.Time { return start.Add(time.Duration(i) * interval) }
-	for next, commits := 0, 0; next < total; commits++ {
+	for next, i := 0, 0; next < total; i++ {
 		// An arrival waited for is timed from the wake-up, as the load
 		// generator times a request from its send, not from its schedule.
 		first := arrival(next)
@@ -545,11 +563,8 @@ func diskLatency(dir string, c config) (p50, p99 time.Duration, err error) {
 			first = time.Now()
 		}
 		began := time.Now()
-		if _, err := f.WriteAt(buf, int64(commits)*page); err != nil {
-			return 0, 0, err
-		}
-		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
-			return 0, 0, err
+		if err := commit(i); err != nil {
+			return nil, err
 		}
 		done := time.Now()
 		lat = append(lat, done.Sub(first))
@@ -557,8 +572,7 @@ func diskLatency(dir string, c config) (p50, p99 time.Duration, err error) {
 			lat = append(lat, done.Sub(arrival(next)))
 		}
 	}
-	p50, p99 = percentiles(lat)
-	return p50, p99, nil
+	return lat, nil
 }
 
 func percentiles(lat []time.Duration) (p50, p99 time.Duration) {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -20,4 +22,25 @@ func TestDiskLatency(t *testing.T) {
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("left behind: %v", left)
 	}
+}
+
+// TestGroupCommit: with commits of 5 ms and an arrival every millisecond,
+// an arrival waits for the commit under way and then for its own: the
+// first arrival 5 ms, the next 9, 8, 7, 6, 5 ms, and so on, each arrival
+// once.
+func TestGroupCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lat, err := groupCommit(11, time.Millisecond, func(int) error {
+			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := time.Millisecond
+		want := []time.Duration{5 * ms, 9 * ms, 8 * ms, 7 * ms, 6 * ms, 5 * ms, 9 * ms, 8 * ms, 7 * ms, 6 * ms, 5 * ms}
+		if !slices.Equal(lat, want) {
+			t.Errorf("latencies %v, want %v", lat, want)
+		}
+	})
 }
