@@ -104,13 +104,13 @@ func run(args []string, out io.Writer) error {
 		return fmt.Errorf("service: %w", err)
 	}
 	fmt.Fprintf(out, "service (HMAC, decode, engine, bbolt commit before 202): %.0f events/s\n", durable)
-	lat, err := paced(client, svc, events, c)
+	lat, err := paced(client, svc, bare, events, c)
 	if err != nil {
 		return fmt.Errorf("paced: %w", err)
 	}
 	fmt.Fprintf(out, "ack latency at %d events/s: %v\n", c.rate, lat)
-	fmt.Fprintf(out, "ingest: %.0f events/s durable, %.2f of bare handler, ack p99 %.2f ms at %d events/s (disk alone %.2f)\n",
-		durable, durable/bareRate, ms(lat.p99), c.rate, ms(lat.diskP99))
+	fmt.Fprintf(out, "ingest: %.0f events/s durable, %.2f of bare handler, ack p99 %.2f ms at %d events/s (disk alone %.2f, HTTP alone %.2f)\n",
+		durable, durable/bareRate, ms(lat.p99), c.rate, ms(lat.diskP99), ms(lat.httpP99))
 
 	// The same at half the connections, fewer requests per group commit,
 	// on a fresh service: the same start as the run above, and its own
@@ -144,15 +144,15 @@ func run(args []string, out io.Writer) error {
 		evs := newEvents(token, n, width)
 		rates[width], err = saturate(client, ws, evs, half)
 		if err == nil && width == 1000 {
-			wide, err = paced(client, ws, evs, c)
+			wide, err = paced(client, ws, bare, evs, c)
 		}
 		ws.stop()
 		if err != nil {
 			return fmt.Errorf("width %d: %w", width, err)
 		}
 	}
-	fmt.Fprintf(out, "width: %.0f events/s at 50 layers a revision, %.0f at 1000 (%.2f of it), ack p99 %.2f ms at %d events/s with 1000 (disk alone %.2f)\n",
-		rates[50], rates[1000], rates[1000]/rates[50], ms(wide.p99), c.rate, ms(wide.diskP99))
+	fmt.Fprintf(out, "width: %.0f events/s at 50 layers a revision, %.0f at 1000 (%.2f of it), ack p99 %.2f ms at %d events/s with 1000 (disk alone %.2f, HTTP alone %.2f)\n",
+		rates[50], rates[1000], rates[1000]/rates[50], ms(wide.p99), c.rate, ms(wide.diskP99), ms(wide.httpP99))
 	return nil
 }
 
@@ -459,18 +459,18 @@ func saturate(client *http.Client, srv *server, evs *events, c config) (float64,
 }
 
 // latency is a paced run's time to acknowledgement and, measured just
-// before it at the same rate, the disk's floor under it (diskLatency).
-type latency struct{ p50, p99, diskP50, diskP99 time.Duration }
+// before it at the same rate, the two floors under it: the disk's
+// (diskLatency) and the HTTP round trip's, the bare handler's at that rate.
+type latency struct{ p50, p99, diskP50, diskP99, httpP50, httpP99 time.Duration }
 
 func (l latency) String() string {
-	return fmt.Sprintf("p50 %.2f ms, p99 %.2f ms (the disk alone at that rate: p50 %.2f, p99 %.2f)",
-		ms(l.p50), ms(l.p99), ms(l.diskP50), ms(l.diskP99))
+	return fmt.Sprintf("p50 %.2f ms, p99 %.2f ms (the disk alone at that rate: p50 %.2f, p99 %.2f; HTTP alone: p50 %.2f, p99 %.2f)",
+		ms(l.p50), ms(l.p99), ms(l.diskP50), ms(l.diskP99), ms(l.httpP50), ms(l.httpP99))
 }
 
-// paced posts at c.rate events per second (open loop: a slow answer does
-// not slow the sender) and returns the p50 and p99 time to acknowledgement,
-// with the disk's floor measured first.
-func paced(client *http.Client, srv *server, evs *events, c config) (latency, error) {
+// paced measures the floors, then the service's time to acknowledgement
+// at c.rate events per second.
+func paced(client *http.Client, svc, bare *server, evs *events, c config) (latency, error) {
 	// The saturation run before this one leaves tens of megabytes of dirty
 	// pages; their writeback, started by the kernel in the middle of this
 	// run, would queue every fsync of the service behind it. Flush them
@@ -481,6 +481,17 @@ func paced(client *http.Client, srv *server, evs *events, c config) (latency, er
 	if l.diskP50, l.diskP99, err = diskLatency(os.TempDir(), c); err != nil {
 		return l, err
 	}
+	if l.httpP50, l.httpP99, err = send(client, bare, evs, c); err != nil {
+		return l, fmt.Errorf("bare handler: %w", err)
+	}
+	l.p50, l.p99, err = send(client, svc, evs, c)
+	return l, err
+}
+
+// send posts at c.rate events per second (open loop: a slow answer does
+// not slow the sender) and returns the p50 and p99 time to
+// acknowledgement.
+func send(client *http.Client, srv *server, evs *events, c config) (p50, p99 time.Duration, err error) {
 	url := srv.url
 	total, interval := c.arrivals()
 	lat := make([]time.Duration, total)
@@ -493,7 +504,8 @@ func paced(client *http.Client, srv *server, evs *events, c config) (latency, er
 		}
 		ev, ok := evs.take(srv)
 		if !ok {
-			return l, errDry
+			wg.Wait()
+			return 0, 0, errDry
 		}
 		wg.Go(func() {
 			t := time.Now()
@@ -507,10 +519,10 @@ func paced(client *http.Client, srv *server, evs *events, c config) (latency, er
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return l, err
+		return 0, 0, err
 	}
-	l.p50, l.p99 = percentiles(lat)
-	return l, nil
+	p50, p99 = percentiles(lat)
+	return p50, p99, nil
 }
 
 // diskLatency is the floor under the ack latency at the paced run's rate:

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"errors"
+	"net/http"
 	"os"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -43,4 +47,51 @@ func TestGroupCommit(t *testing.T) {
 			t.Errorf("latencies %v, want %v", lat, want)
 		}
 	})
+}
+
+// TestSend: a paced run over real HTTP posts every arrival once and times
+// each; a refused post is the run's error; a run that runs out of events
+// says so only after every post it began has been answered, so none is
+// still in flight against the next run's server.
+func TestSend(t *testing.T) {
+	var posts atomic.Int64
+	status := atomic.Int64{}
+	status.Store(http.StatusAccepted)
+	url, stop, err := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond) // outlasts the sender's loop
+		posts.Add(1)
+		w.WriteHeader(int(status.Load()))
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	client := &http.Client{}
+	c := config{rate: 1000, rateFor: 100 * time.Millisecond}
+
+	bare := &server{url: url, repeats: true}
+	p50, p99, err := send(client, bare, newEvents([]byte("t"), 20, 5), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := posts.Load(); n != 100 {
+		t.Errorf("%d posts, want 100 (going round 20 events)", n)
+	}
+	if p50 < 5*time.Millisecond || p99 < p50 {
+		t.Errorf("p50 %v, p99 %v: want 5ms <= p50 <= p99", p50, p99)
+	}
+
+	posts.Store(0)
+	svc := &server{url: url}
+	if _, _, err := send(client, svc, newEvents([]byte("t"), 10, 5), c); !errors.Is(err, errDry) {
+		t.Errorf("10 events for 100 arrivals: err %v, want %v", err, errDry)
+	}
+	if n := posts.Load(); n != 10 {
+		t.Errorf("%d posts answered when send returned, want all 10", n)
+	}
+
+	status.Store(http.StatusServiceUnavailable)
+	if _, _, err := send(client, bare, newEvents([]byte("t"), 20, 5), c); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("refused posts: err %v, want status 503", err)
+	}
 }
