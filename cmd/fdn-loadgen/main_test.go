@@ -54,11 +54,11 @@ func TestGroupCommit(t *testing.T) {
 // says so only after every post it began has been answered, so none is
 // still in flight against the next run's server.
 func TestSend(t *testing.T) {
-	var posts atomic.Int64
-	status := atomic.Int64{}
+	var posts, status atomic.Int64
 	status.Store(http.StatusAccepted)
 	url, stop, err := listen(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(5 * time.Millisecond) // outlasts the sender's loop
+		// A slow answer: posts are still in flight when the sender runs dry.
+		time.Sleep(5 * time.Millisecond)
 		posts.Add(1)
 		w.WriteHeader(int(status.Load()))
 	}))
