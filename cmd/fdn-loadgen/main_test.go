@@ -66,7 +66,8 @@ func TestSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	client := &http.Client{}
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
 	c := config{rate: 1000, rateFor: 100 * time.Millisecond}
 
 	bare := &server{url: url, repeats: true}
