@@ -40,10 +40,12 @@ var (
 // refuses a newer file instead of misreading it. 2 added the settled
 // rollouts and the floors; 3 the write-ahead log, which a schema 2 binary
 // would not replay; 4 settled records of version 2 (each layer's first
-// evidence), which a schema 3 binary cannot read, and the mail log. Older
-// files are upgraded in place (their evidence and settled records are read
-// as they are), and the engine settles what it can at its first start.
-const schema = "4"
+// evidence), which a schema 3 binary cannot read, and the mail log; 5
+// binary evidence records, which a schema 4 binary would take for broken
+// JSON. Older files are upgraded in place (their evidence and settled
+// records are read as they are, JSON evidence too, rewritten as the
+// rollouts change), and the engine settles what it can at its first start.
+const schema = "5"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
@@ -95,7 +97,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return err
 		}
 		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3":
+		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4":
 			if err := meta.Put(keySchema, []byte(schema)); err != nil {
 				return err
 			}
@@ -253,9 +255,9 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 		if err != nil {
 			return err
 		}
-		ev := new(rollout.Evidence)
-		if err := json.Unmarshal(v, ev); err != nil {
-			return fmt.Errorf("decode evidence %q: %w", k, err)
+		ev, err := decodeEvidence(v)
+		if err != nil {
+			return fmt.Errorf("%q: %w", k, err)
 		}
 		return evidence(ek, ev)
 	}
@@ -312,11 +314,7 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	// Encode outside the lock.
 	puts := make(map[string][]byte, len(b.Puts))
 	for ek, ev := range b.Puts {
-		v, err := json.Marshal(ev)
-		if err != nil {
-			return fmt.Errorf("encode evidence: %w", err)
-		}
-		puts[string(encodeKey(ek))] = v
+		puts[string(encodeKey(ek))] = encodeEvidence(ev)
 	}
 	deletes := make([]string, len(b.Deletes))
 	for i, ek := range b.Deletes {

@@ -55,9 +55,11 @@ func withoutSince(t *testing.T, b []byte) string {
 // the archive, and the same mails: testdata/v1, by the release before
 // schema 2; testdata/v3, by the last release of schema 3 (bcd3250; closed
 // cleanly, so its write-ahead log was empty and is left out; the file
-// compacted with bbolt's Compact to keep it small).
+// compacted with bbolt's Compact to keep it small); testdata/v4, by the last
+// release of schema 4 (72f9674, the same way), its live rollouts' evidence
+// in JSON records.
 func TestUpgrade(t *testing.T) {
-	for _, from := range []string{"v1", "v3"} {
+	for _, from := range []string{"v1", "v3", "v4"} {
 		t.Run(from, func(t *testing.T) { testUpgrade(t, from) })
 	}
 }
