@@ -29,6 +29,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzDecode \
 	./internal/flux:FuzzParseRevision \
 	./internal/flux:FuzzParsePruneMessage \
+	./internal/store:FuzzDecodeEvidence \
 	./internal/webhook:FuzzSignature
 
 .PHONY: all build run sample test browser testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
