@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -244,6 +245,11 @@ func (w *recordWriter) optTime(t *time.Time) {
 type recordReader struct {
 	b   string
 	err error
+	// own makes every string its own copy instead of a substring of the
+	// record, for what outlives the read: a live rollout's evidence, whose
+	// revision and reasons the model shares with later evidence, would keep
+	// whole records of it alive.
+	own bool
 }
 
 func (r *recordReader) fail(what string) {
@@ -287,6 +293,9 @@ func (r *recordReader) string() string {
 	}
 	s := r.b[:n]
 	r.b = r.b[n:]
+	if r.own {
+		return strings.Clone(s)
+	}
 	return s
 }
 func (r *recordReader) count() (int, bool) {
@@ -518,8 +527,7 @@ func decodeEvidence(b []byte) (*rollout.Evidence, error) {
 		}
 		return ev, nil
 	}
-	// Every string field is a substring of one copy of the record.
-	r := &recordReader{b: string(b)}
+	r := &recordReader{b: string(b), own: true}
 	if ver := r.byte(); ver != evidenceVersion && r.err == nil {
 		return nil, fmt.Errorf("evidence of record version %d, this binary reads %d", ver, evidenceVersion)
 	}
