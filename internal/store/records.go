@@ -71,13 +71,7 @@ func (p *codec) encodeSettled(v *rollout.View) ([]byte, error) {
 		w.string(f.Layer)
 		w.string(f.Reason)
 		w.string(f.Message)
-		w.count(len(f.Objects), f.Objects == nil)
-		for _, o := range f.Objects {
-			for _, s := range []string{o.Kind, o.Namespace, o.Name, o.Error} {
-				w.string(s)
-			}
-			w.time(o.At)
-		}
+		w.objects(f.Objects, f.Objects == nil)
 		w.time(f.At)
 		w.time(f.LastAt)
 		w.bool(f.AfterApplied)
@@ -177,14 +171,7 @@ func (p *codec) decodeSettled(b []byte) (*rollout.View, error) {
 		for i := range v.Failures {
 			f := &v.Failures[i]
 			f.Layer, f.Reason, f.Message = r.string(), r.string(), r.string()
-			if m, isNil := r.count(); !isNil {
-				f.Objects = make([]rollout.Object, m)
-				for j := range f.Objects {
-					o := &f.Objects[j]
-					o.Kind, o.Namespace, o.Name, o.Error = r.string(), r.string(), r.string(), r.string()
-					o.At = r.time()
-				}
-			}
+			f.Objects = r.objects()
 			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
 		}
 	}
@@ -468,13 +455,7 @@ func encodeEvidence(ev *rollout.Evidence) []byte {
 		w.string(f.Message)
 		w.time(f.First)
 		w.time(f.Last)
-		w.count(len(f.Objects), len(f.Objects) == 0)
-		for _, o := range f.Objects {
-			for _, s := range []string{o.Kind, o.Namespace, o.Name, o.Error} {
-				w.string(s)
-			}
-			w.time(o.At)
-		}
+		w.objects(f.Objects, len(f.Objects) == 0)
 	}
 	w.time(ev.HealthPassed)
 	w.bool(ev.Member != nil)
@@ -507,6 +488,32 @@ func evidenceSize(ev *rollout.Evidence) int {
 		n += 32 + len(f.Reason) + len(f.Message) + 64*len(f.Objects)
 	}
 	return n
+}
+
+// objects writes the objects a failure names; isNil tells an absent list
+// from an empty one.
+func (w *recordWriter) objects(objs []rollout.Object, isNil bool) {
+	w.count(len(objs), isNil)
+	for _, o := range objs {
+		for _, s := range []string{o.Kind, o.Namespace, o.Name, o.Error} {
+			w.string(s)
+		}
+		w.time(o.At)
+	}
+}
+
+func (r *recordReader) objects() []rollout.Object {
+	n, isNil := r.count()
+	if isNil {
+		return nil
+	}
+	objs := make([]rollout.Object, n)
+	for i := range objs {
+		o := &objs[i]
+		o.Kind, o.Namespace, o.Name, o.Error = r.string(), r.string(), r.string(), r.string()
+		o.At = r.time()
+	}
+	return objs
 }
 
 func (w *recordWriter) mark(m *rollout.Mark) {
@@ -544,14 +551,7 @@ func decodeEvidence(b []byte) (*rollout.Evidence, error) {
 			f := &ev.Failures[i]
 			f.Reason, f.Message = r.string(), r.string()
 			f.First, f.Last = r.time(), r.time()
-			if m, isNil := r.count(); !isNil {
-				f.Objects = make([]rollout.Object, m)
-				for j := range f.Objects {
-					o := &f.Objects[j]
-					o.Kind, o.Namespace, o.Name, o.Error = r.string(), r.string(), r.string(), r.string()
-					o.At = r.time()
-				}
-			}
+			f.Objects = r.objects()
 		}
 	}
 	ev.HealthPassed = r.time()
