@@ -513,6 +513,8 @@ func TestSubmitRefusesInvalid(t *testing.T) {
 		"no revision": func(o *rollout.Observation) { o.Revision, o.Hash = "", "" },
 		"no emitter":  func(o *rollout.Observation) { o.Emitter.Name = "" },
 		"no time":     func(o *rollout.Observation) { o.At = time.Time{} },
+		"year 1":      func(o *rollout.Observation) { o.At = time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC) },
+		"year 2300":   func(o *rollout.Observation) { o.At = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) },
 		"no signal":   func(o *rollout.Observation) { o.Signal = 0 },
 	} {
 		bad := succ("apps", "R1", 0)

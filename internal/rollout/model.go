@@ -139,6 +139,13 @@ func (m *Model) reset() {
 // help, so it is answered 400 and not retried.
 var ErrInvalid = errors.New("invalid observation")
 
+// minYear and maxYear bound an observation's time, a little inside what
+// int64 Unix nanoseconds hold (1678 to 2262).
+const (
+	minYear = 1700
+	maxYear = 2199
+)
+
 // Normalise checks an observation before it is queued and bounds its
 // sizes, so that what is stored is what is judged.
 func (m *Model) Normalise(o *Observation) error {
@@ -152,6 +159,10 @@ func (m *Model) Normalise(o *Observation) error {
 		return fmt.Errorf("%w: no emitter", ErrInvalid)
 	case o.At.IsZero():
 		return fmt.Errorf("%w: no time", ErrInvalid)
+	case o.At.UTC().Year() < minYear || o.At.UTC().Year() > maxYear:
+		// The store keeps times as Unix nanoseconds: outside these, the
+		// time read back after a restart would not be the one judged.
+		return fmt.Errorf("%w: time %s outside the years %d to %d", ErrInvalid, o.At.Format(time.RFC3339), minYear, maxYear)
 	case o.Signal == 0 || o.Signal > SignalSuspended:
 		return fmt.Errorf("%w: signal %d", ErrInvalid, o.Signal)
 	}
