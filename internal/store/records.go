@@ -460,7 +460,7 @@ func encodeEvidence(ev *rollout.Evidence) []byte {
 	w.time(ev.HealthPassed)
 	w.bool(ev.Member != nil)
 	if ev.Member != nil {
-		w.mark(&ev.Member.Mark)
+		w.markFields(ev.Member.Mark)
 		w.list(ev.Member.DependsOn)
 	}
 	return w.b
@@ -516,14 +516,19 @@ func (r *recordReader) objects() []rollout.Object {
 	return objs
 }
 
+// mark writes an optional mark: a presence flag, then its fields.
 func (w *recordWriter) mark(m *rollout.Mark) {
 	w.bool(m != nil)
 	if m != nil {
-		w.time(m.At)
-		w.byte(byte(m.Signal))
-		w.string(m.Reason)
-		w.string(m.Message)
+		w.markFields(*m)
 	}
+}
+
+func (w *recordWriter) markFields(m rollout.Mark) {
+	w.time(m.At)
+	w.byte(byte(m.Signal))
+	w.string(m.Reason)
+	w.string(m.Message)
 }
 
 func decodeEvidence(b []byte) (*rollout.Evidence, error) {
@@ -556,11 +561,7 @@ func decodeEvidence(b []byte) (*rollout.Evidence, error) {
 	}
 	ev.HealthPassed = r.time()
 	if r.bool() {
-		m := r.mark()
-		if m == nil {
-			m = &rollout.Mark{}
-		}
-		ev.Member = &rollout.Member{Mark: *m, DependsOn: r.strings()}
+		ev.Member = &rollout.Member{Mark: r.markFields(), DependsOn: r.strings()}
 	}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%d bytes left over", len(r.b))
@@ -575,5 +576,10 @@ func (r *recordReader) mark() *rollout.Mark {
 	if !r.bool() {
 		return nil
 	}
-	return &rollout.Mark{At: r.time(), Signal: rollout.Signal(r.byte()), Reason: r.string(), Message: r.string()}
+	m := r.markFields()
+	return &m
+}
+
+func (r *recordReader) markFields() rollout.Mark {
+	return rollout.Mark{At: r.time(), Signal: rollout.Signal(r.byte()), Reason: r.string(), Message: r.string()}
 }
