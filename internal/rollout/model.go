@@ -159,14 +159,15 @@ func (m *Model) Normalise(o *Observation) error {
 		return fmt.Errorf("%w: no emitter", ErrInvalid)
 	case o.At.IsZero():
 		return fmt.Errorf("%w: no time", ErrInvalid)
-	case o.At.UTC().Year() < minYear || o.At.UTC().Year() > maxYear:
-		// The store keeps times as Unix nanoseconds: outside these, the
-		// time read back after a restart would not be the one judged.
-		return fmt.Errorf("%w: time %s outside the years %d to %d", ErrInvalid, o.At.Format(time.RFC3339), minYear, maxYear)
 	case o.Signal == 0 || o.Signal > SignalSuspended:
 		return fmt.Errorf("%w: signal %d", ErrInvalid, o.Signal)
 	}
 	o.At = o.At.UTC()
+	if y := o.At.Year(); y < minYear || y > maxYear {
+		// The store keeps times as Unix nanoseconds: outside these, the
+		// time read back after a restart would not be the one judged.
+		return fmt.Errorf("%w: time %s outside the years %d to %d", ErrInvalid, o.At.Format(time.RFC3339), minYear, maxYear)
+	}
 	o.Message = truncate(o.Message, maxMessage)
 	for i := range o.Objects {
 		o.Objects[i].Error = truncate(o.Objects[i].Error, maxMessage/4)
