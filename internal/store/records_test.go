@@ -59,6 +59,14 @@ func sampleBatch() *rollout.Batch {
 	}
 }
 
+// sampleEvidence is the evidence of sampleBatch: every field set.
+func sampleEvidence() *rollout.Evidence {
+	for _, ev := range sampleBatch().Puts {
+		return ev
+	}
+	panic("sampleBatch has no evidence")
+}
+
 // dump renders every record of the file, settled ones inflated, one per
 // line: the golden form of the schema.
 func dump(t *testing.T, d *DB) string {
@@ -278,18 +286,13 @@ func TestCodecReuse(t *testing.T) {
 // as none (as the JSON of schema 4 read them), and a schema 4 record, JSON,
 // reads as the same evidence.
 func TestEvidenceRecords(t *testing.T) {
-	full := sampleBatch().Puts
-	var ev *rollout.Evidence
-	for _, e := range full {
-		ev = e
-	}
 	empty := &rollout.Evidence{Revision: "main@sha1:" + strings.Repeat("0", 40), First: at, Last: at,
 		MailTo: []string{}, Failures: []rollout.Failure{{Reason: "HealthCheckFailed", Message: "timeout", First: at, Last: at, Objects: []rollout.Object{}}},
 		Member: &rollout.Member{Mark: rollout.Mark{At: at, Signal: rollout.SignalSuspended}, DependsOn: []string{}}}
 	oci := &rollout.Evidence{Revision: "latest@sha256:" + strings.Repeat("9", 64), Origin: "main@sha1:" + strings.Repeat("1", 40),
 		OriginHash: strings.Repeat("1", 40), First: at, Last: at.Add(time.Hour), LastSucceeded: at.Add(time.Hour), HealthPassed: at.Add(time.Minute),
 		Progress: &rollout.Mark{At: at, Signal: rollout.SignalWaiting, Reason: "DependencyNotReady", Message: "dependency 'flux-system/infra' is not ready"}}
-	for name, ev := range map[string]*rollout.Evidence{"full": ev, "empty lists": empty, "oci": oci, "zero": {}} {
+	for name, ev := range map[string]*rollout.Evidence{"full": sampleEvidence(), "empty lists": empty, "oci": oci, "zero": {}} {
 		t.Run(name, func(t *testing.T) {
 			rec := encodeEvidence(ev)
 			got, err := decodeEvidence(rec)
@@ -321,11 +324,7 @@ func TestEvidenceRecords(t *testing.T) {
 // byte too many, is an error, never a panic or evidence with fields
 // missing.
 func TestTruncatedEvidenceRecords(t *testing.T) {
-	var ev *rollout.Evidence
-	for _, e := range sampleBatch().Puts {
-		ev = e
-	}
-	rec := encodeEvidence(ev)
+	rec := encodeEvidence(sampleEvidence())
 	for n := range len(rec) {
 		if got, err := decodeEvidence(rec[:n]); err == nil {
 			t.Fatalf("record cut at %d of %d bytes decoded as %+v", n, len(rec), got)
