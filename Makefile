@@ -27,6 +27,7 @@ FLUX_NC   ?= v1.9.3
 # Native fuzz targets, as package:target.
 FUZZ_TARGETS := \
 	./internal/flux:FuzzDecode \
+	./internal/flux:FuzzDecodePlain \
 	./internal/flux:FuzzParseRevision \
 	./internal/flux:FuzzParsePruneMessage \
 	./internal/store:FuzzDecodeEvidence \

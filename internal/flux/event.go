@@ -73,8 +73,11 @@ type Decoded struct {
 // anything a client must fix, naming the field.
 func Decode(body []byte) (Decoded, error) {
 	var d Decoded
-	if err := json.Unmarshal(body, &d.Event); err != nil {
-		return Decoded{}, &FieldError{Field: "body", Reason: "not a JSON event: " + trimErr(err)}
+	if !decodePlain(body, &d.Event) {
+		d.Event = Event{} // what decodePlain filled in before it gave up
+		if err := json.Unmarshal(body, &d.Event); err != nil {
+			return Decoded{}, &FieldError{Field: "body", Reason: "not a JSON event: " + trimErr(err)}
+		}
 	}
 	if err := d.validate(); err != nil {
 		return Decoded{}, err
