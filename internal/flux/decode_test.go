@@ -114,6 +114,24 @@ func TestDecodePlain(t *testing.T) {
 	}
 }
 
+// TestPlainFieldNames: the names decodePlain checks keys in another case
+// against are Event's and ObjectRef's JSON names, all of them.
+func TestPlainFieldNames(t *testing.T) {
+	for _, tt := range []struct {
+		typ   reflect.Type
+		names []string
+	}{{reflect.TypeFor[Event](), eventFields}, {reflect.TypeFor[ObjectRef](), refFields}} {
+		var want []string
+		for f := range tt.typ.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			want = append(want, name)
+		}
+		if !reflect.DeepEqual(tt.names, want) {
+			t.Fatalf("%s: decodePlain knows %q, the type has %q", tt.typ, tt.names, want)
+		}
+	}
+}
+
 // TestFixturesDecodePlain: everything real Flux controllers sent takes the
 // plain decoder, and decodes as with encoding/json.
 func TestFixturesDecodePlain(t *testing.T) {
