@@ -153,27 +153,13 @@ func foldsToOneOf(key []byte, fields []string) bool {
 		}
 	}
 	for _, f := range fields {
-		if len(key) == len(f) && equalFoldASCII(key, f) {
+		// Equal lengths first: the conversion of a key that long (at most
+		// a field name's) stays on the stack.
+		if len(key) == len(f) && strings.EqualFold(string(key), f) {
 			return true
 		}
 	}
 	return false
-}
-
-func equalFoldASCII(b []byte, s string) bool {
-	for i, c := range b {
-		if lower(c) != lower(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
 }
 
 // object reads an object at s.i, calling member for each key with s.i at its
