@@ -1,6 +1,7 @@
 package flux
 
 import (
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -212,6 +213,13 @@ func (s *scanner) str(dst *string) bool {
 	return true
 }
 
+// hex4 is the value of the four hex digits b begins with (stringEnd has
+// checked them).
+func hex4(b []byte) rune {
+	v, _ := strconv.ParseUint(string(b[:4]), 16, 16)
+	return rune(v)
+}
+
 // unquote resolves the escapes of a valid JSON string's contents as
 // encoding/json does: invalid UTF-8 and unpaired surrogates become U+FFFD.
 func unquote(b []byte) string {
@@ -258,23 +266,6 @@ func unquote(b []byte) string {
 	return out.String()
 }
 
-// hex4 is the value of four hex digits stringEnd has checked.
-func hex4(b []byte) rune {
-	var r rune
-	for _, c := range b[:4] {
-		switch {
-		case c <= '9':
-			c -= '0'
-		case c <= 'F':
-			c -= 'A' - 10
-		default:
-			c -= 'a' - 10
-		}
-		r = r<<4 | rune(c)
-	}
-	return r
-}
-
 // stringEnd moves past the JSON string at s.i. plain is false when it holds
 // an escape or a byte above ASCII; ok is false when there is no valid string.
 func (s *scanner) stringEnd() (plain, ok bool) {
@@ -299,10 +290,8 @@ func (s *scanner) stringEnd() (plain, ok bool) {
 				if i+4 >= len(b) {
 					return false, false
 				}
-				for _, h := range b[i+1 : i+5] {
-					if !isHex(h) {
-						return false, false
-					}
+				if !IsHex(string(b[i+1 : i+5])) {
+					return false, false
 				}
 				i += 4
 			default:
@@ -406,10 +395,6 @@ func digits(b []byte, i int) int {
 		i++
 	}
 	return i
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 func (s *scanner) space() {

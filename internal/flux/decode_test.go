@@ -99,6 +99,7 @@ var plainCases = []struct {
 	{"last control character", "{\"message\":\"a\x1fb\"}", false},
 	{"bad escape", `{"message":"\x"}`, false},
 	{"short unicode escape", `{"message":"\u12"}`, false},
+	{"unicode escape not hex", `{"message":"\u00zz"}`, false},
 	{"missing colon", `{"message" "x"}`, false},
 	{"trailing comma", `{"message":"x",}`, false},
 	{"byte order mark", "\ufeff{}", false},
