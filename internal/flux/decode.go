@@ -8,17 +8,16 @@ import (
 )
 
 // decodePlain decodes body into ev when it is an event in the plain form
-// notification-controller sends: one object, each field spelled as in Event
-// and given once, string values, plain keys. It reports false for anything
-// else, and Decode then leaves the body to encoding/json, whose result
-// (errors included) is the reference: what decodePlain accepts, it decodes
-// exactly as encoding/json does (FuzzDecodePlain). It exists because
-// encoding/json's reflection was a sixth of the service's CPU per event.
+// notification-controller sends: one object, each field spelled as in Event,
+// string values, plain keys. It reports false for anything else, and Decode
+// then leaves the body to encoding/json, whose result (errors included) is
+// the reference: what decodePlain accepts, it decodes exactly as
+// encoding/json does (FuzzDecodePlain). It exists because encoding/json's
+// reflection was a sixth of the service's CPU per event.
 func decodePlain(body []byte, ev *Event) bool {
 	s := scanner{b: body}
-	var seen uint16
 	s.space()
-	if !s.object(func(key []byte) bool { return s.eventMember(key, ev, &seen) }) {
+	if !s.object(func(key []byte) bool { return s.eventMember(key, ev) }) {
 		return false
 	}
 	s.space()
@@ -34,97 +33,74 @@ type scanner struct {
 	i int
 }
 
-// Fields of Event and ObjectRef, as bits of a set that finds a repeated one
-// (encoding/json merges repeats; decodePlain leaves them to it).
-const (
-	fieldInvolvedObject = 1 << iota
-	fieldRelatedObject
-	fieldSeverity
-	fieldTimestamp
-	fieldMessage
-	fieldReason
-	fieldAction
-	fieldMetadata
-	fieldReportingController
-	fieldReportingInstance
-)
-
-const (
-	fieldKind = 1 << iota
-	fieldNamespace
-	fieldName
-	fieldUID
-	fieldAPIVersion
-	fieldResourceVersion
-)
-
+// eventFields and refFields are Event's and ObjectRef's JSON names, for
+// telling a key in another case (which encoding/json matches and decodePlain
+// leaves to it) from an unknown one.
 var (
 	eventFields = []string{"involvedObject", "relatedObject", "severity", "timestamp", "message",
 		"reason", "action", "metadata", "reportingController", "reportingInstance"}
 	refFields = []string{"kind", "namespace", "name", "uid", "apiVersion", "resourceVersion"}
 )
 
-func (s *scanner) eventMember(key []byte, ev *Event, seen *uint16) bool {
-	var bit uint16
-	ok := false
+// eventMember reads the value of key into its field. A field given twice is
+// read again into what the first gave, as encoding/json does: a string is
+// replaced, an object's fields and the metadata's keys are merged.
+func (s *scanner) eventMember(key []byte, ev *Event) bool {
 	switch string(key) {
 	case "involvedObject":
-		bit, ok = fieldInvolvedObject, s.objectRef(&ev.InvolvedObject)
+		return s.objectRef(&ev.InvolvedObject)
 	case "relatedObject":
-		ev.RelatedObject = new(ObjectRef)
-		bit, ok = fieldRelatedObject, s.objectRef(ev.RelatedObject)
+		if ev.RelatedObject == nil {
+			ev.RelatedObject = new(ObjectRef)
+		}
+		return s.objectRef(ev.RelatedObject)
 	case "severity":
-		bit, ok = fieldSeverity, s.str(&ev.Severity)
+		return s.str(&ev.Severity)
 	case "timestamp":
-		bit, ok = fieldTimestamp, s.str(&ev.Timestamp)
+		return s.str(&ev.Timestamp)
 	case "message":
-		bit, ok = fieldMessage, s.str(&ev.Message)
+		return s.str(&ev.Message)
 	case "reason":
-		bit, ok = fieldReason, s.str(&ev.Reason)
+		return s.str(&ev.Reason)
 	case "action":
-		bit, ok = fieldAction, s.str(&ev.Action)
+		return s.str(&ev.Action)
 	case "metadata":
-		bit, ok = fieldMetadata, s.metadata(&ev.Metadata)
+		return s.metadata(&ev.Metadata)
 	case "reportingController":
-		bit, ok = fieldReportingController, s.str(&ev.ReportingController)
+		return s.str(&ev.ReportingController)
 	case "reportingInstance":
-		bit, ok = fieldReportingInstance, s.str(&ev.ReportingInstance)
-	default:
-		return !foldsToOneOf(key, eventFields) && s.skip(0)
+		return s.str(&ev.ReportingInstance)
 	}
-	return s.once(seen, bit) && ok
+	return !foldsToOneOf(key, eventFields) && s.skip(0)
 }
 
 func (s *scanner) objectRef(ref *ObjectRef) bool {
-	var seen uint16
 	return s.object(func(key []byte) bool {
-		var bit uint16
-		ok := false
 		switch string(key) {
 		case "kind":
-			bit, ok = fieldKind, s.str(&ref.Kind)
+			return s.str(&ref.Kind)
 		case "namespace":
-			bit, ok = fieldNamespace, s.str(&ref.Namespace)
+			return s.str(&ref.Namespace)
 		case "name":
-			bit, ok = fieldName, s.str(&ref.Name)
+			return s.str(&ref.Name)
 		case "uid":
-			bit, ok = fieldUID, s.str(&ref.UID)
+			return s.str(&ref.UID)
 		case "apiVersion":
-			bit, ok = fieldAPIVersion, s.str(&ref.APIVersion)
+			return s.str(&ref.APIVersion)
 		case "resourceVersion":
-			bit, ok = fieldResourceVersion, s.str(&ref.ResourceVersion)
-		default:
-			return !foldsToOneOf(key, refFields) && s.skip(0)
+			return s.str(&ref.ResourceVersion)
 		}
-		return s.once(&seen, bit) && ok
+		return !foldsToOneOf(key, refFields) && s.skip(0)
 	})
 }
 
-// metadata reads an object of strings; a repeated key keeps its last value,
-// as encoding/json does.
+// metadata reads an object of strings into the map, made on first use; a
+// repeated key keeps its last value, as encoding/json does.
 func (s *scanner) metadata(dst *map[string]string) bool {
-	m := make(map[string]string, 4)
-	*dst = m
+	if *dst == nil {
+		*dst = make(map[string]string, 4)
+	}
+	m := *dst
 	return s.object(func(key []byte) bool {
 		var v string
 		if !s.str(&v) {
@@ -133,14 +109,6 @@ func (s *scanner) metadata(dst *map[string]string) bool {
 		m[string(key)] = v
 		return true
 	})
-}
-
-func (s *scanner) once(seen *uint16, bit uint16) bool {
-	if *seen&bit != 0 {
-		return false
-	}
-	*seen |= bit
-	return true
 }
 
 // foldsToOneOf reports whether key names one of fields in another case,
