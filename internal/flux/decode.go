@@ -112,15 +112,10 @@ func (s *scanner) metadata(dst *map[string]string) bool {
 }
 
 // foldsToOneOf reports whether key names one of fields in another case,
-// which encoding/json matches and decodePlain does not. Keys with bytes above
-// ASCII count as such: encoding/json folds some of them too (the Kelvin sign
-// to k).
+// which encoding/json matches and decodePlain does not. The key is ASCII
+// (object passes plain keys only, and leaves the others to encoding/json),
+// so ASCII folding is all encoding/json could apply to it.
 func foldsToOneOf(key []byte, fields []string) bool {
-	for _, c := range key {
-		if c >= 0x80 {
-			return true
-		}
-	}
 	for _, f := range fields {
 		// Equal lengths first: the conversion of a key that long (at most
 		// a field name's) stays on the stack.

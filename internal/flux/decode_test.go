@@ -96,6 +96,7 @@ var plainCases = []struct {
 	{"plus", `{"x":+1}`, false},
 	{"truncated literal", `{"x":tru}`, false},
 	{"too deep to skip", `{"x":` + strings.Repeat("[", 65) + strings.Repeat("]", 65) + `}`, false},
+	{"objects too deep to skip", `{"x":` + strings.Repeat(`{"a":`, 65) + `1` + strings.Repeat("}", 65) + `}`, false},
 	{"unterminated string", `{"message":"abc`, false},
 	{"control character", "{\"message\":\"a\x01b\"}", false},
 	{"last control character", "{\"message\":\"a\x1fb\"}", false},
