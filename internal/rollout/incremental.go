@@ -11,11 +11,13 @@ import (
 // The engine does not evaluate a rollout afresh on every batch: a revision
 // rolling across a thousand layers would cost a thousand layers per event.
 // It keeps each rollout's last evaluation (its expected layers, what it
-// replaced, one slot per expected layer) and, from what the batch changed,
-// reads again only the slots whose inputs changed; the rest of the view is
-// then recomputed from the slots, a flat array, without a lookup per
-// layer. A change to what a rollout expects (a new predecessor, a
-// membership mark, an entry that moved in a log) rebuilds it.
+// replaced, one slot per expected layer, and what the slots add up to,
+// tally.go) and, from what the batch changed, reads again only the slots
+// whose inputs changed, updating the tally with each; the next view copies
+// the chunks of layers those slots are in and takes the rest from the
+// tally, so its cost does not grow with the rollout's width. A change to
+// what a rollout expects (a new predecessor, a membership mark, an entry
+// that moved in a log) rebuilds it.
 //
 // evaluate (verdict.go) stays the reference. With Config.Verify, used by
 // the tests, every live view is checked against it after every batch.
@@ -28,6 +30,11 @@ type evalCache struct {
 	deps     map[string][]string
 	slots    []slot // one per expected layer
 	silent   int    // expected layers without evidence: where cluster.silent lists the rollout
+	sum      *tally // what the slots add up to
+	// shown is the view last made from the slots. While it is the
+	// rollout's view, the next one copies only the layers patched since;
+	// nil when the slots moved (a layer inserted) or were read afresh.
+	shown *View
 }
 
 // dirtySet is what a batch may have changed, by rollout: the emitters
@@ -121,19 +128,51 @@ func (d dirtySet) moved(c *cluster, r *rolloutState) {
 // changed, or reading r afresh when the evaluation cannot absorb it.
 func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Time) *View {
 	k := r.cache
-	if k == nil || d.full || !c.patchAll(r, k, d.ems) {
+	var changed []int
+	ok := k != nil && !d.full
+	if ok {
+		changed, ok = c.patchAll(r, k, d.ems)
+	}
+	if !ok {
 		k = c.recache(r, cfg)
 	}
-	return c.finish(r.folds.header(r, cfg), r, k.expected, k.slots, k.preds, k.deps, now)
+	v := r.folds.header(r, cfg)
+	at := func(i int) LayerView { return k.slots[i].lv }
+	if r.view != nil && r.view == k.shown {
+		v.Layers = r.view.Layers.patch(changed, at)
+	} else {
+		var prev Layers
+		if r.view != nil {
+			prev = r.view.Layers
+		}
+		v.Layers = prev.with(len(k.slots), at)
+	}
+	t := k.sum
+	p := t.progress(c, r, k.slots, k.preds)
+	k.shown = c.conclude(v, r, k.expected, p, t.failing, t.behind, func() string { return t.rootCause(k.slots) }, now)
+	return v
 }
 
-func (c *cluster) patchAll(r *rolloutState, k *evalCache, ems map[Emitter]struct{}) bool {
+// patchAll reads again the slots of the emitters in ems, and returns the
+// indexes of those it read; false when the evaluation cannot absorb the
+// change.
+func (c *cluster) patchAll(r *rolloutState, k *evalCache, ems map[Emitter]struct{}) ([]int, bool) {
+	var changed []int
 	for e := range ems {
-		if !c.patch(r, k, e) {
-			return false
+		i, ok := c.patch(r, k, e)
+		if !ok {
+			return nil, false
+		}
+		if i >= 0 {
+			changed = append(changed, i)
 		}
 	}
-	return true
+	if k.sum == nil {
+		// Slots moved: the tally and the last view's layers are not where
+		// the slots are now.
+		k.sum, k.shown = newTally(k.slots, k.deps), nil
+	}
+	return changed, true
 }
 
 // recache reads r's expected layers and slots afresh.
@@ -143,6 +182,7 @@ func (c *cluster) recache(r *rolloutState, cfg *Config) *evalCache {
 	for i, l := range expected {
 		k.slots[i] = c.layerSlot(r, l, was[l])
 	}
+	k.sum = newTally(k.slots, k.deps)
 	c.setCache(r, k)
 	return k
 }
@@ -185,14 +225,14 @@ func (c *cluster) unsilence(r *rolloutState) {
 	r.cache.silent = 0
 }
 
-// patch reads e's slot again. It reports false when the change is one
-// the cache cannot absorb: e now places r after a revision it did not
-// replace before.
-func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) bool {
+// patch reads e's slot again, and returns its index (-1: e is not
+// expected). It reports false when the change is one the cache cannot
+// absorb: e now places r after a revision it did not replace before.
+func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) (int, bool) {
 	ev := r.ev[e]
 	if ev != nil {
 		if p := c.logs[e].before(r.position(e)); p != "" && !k.preds[p] {
-			return false
+			return -1, false
 		}
 	}
 	i, found := slices.BinarySearchFunc(k.expected, e, compareEmitters)
@@ -200,10 +240,11 @@ func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) bool {
 		// Without membership marks, a layer that reports the revision is
 		// expected (see expected).
 		if ev == nil || !e.IsLayer() || r.known {
-			return true
+			return -1, true
 		}
 		k.expected = slices.Insert(k.expected, i, e)
 		k.slots = slices.Insert(k.slots, i, slot{})
+		k.sum = nil // patchAll counts the slots again
 	}
 	if set := c.silent[e]; ev != nil && set != nil {
 		if _, ok := set[r]; ok {
@@ -214,8 +255,12 @@ func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) bool {
 			k.silent--
 		}
 	}
+	old := k.slots[i]
 	k.slots[i] = c.layerSlot(r, e, k.was[e])
-	return true
+	if k.sum != nil {
+		k.sum.update(k.slots, k.deps, i, &old)
+	}
+	return i, true
 }
 
 // cacheIdle is how long a final rollout's evaluation is kept after its

@@ -61,6 +61,27 @@ func (l Layers) with(n int, at func(int) LayerView) Layers {
 	return out
 }
 
+// patch returns l with the layers at the indexes in changed replaced by
+// at(i), copying only the chunks where a layer differs: a view whose
+// rollout moved one layer costs one chunk, whatever its width.
+func (l Layers) patch(changed []int, at func(int) LayerView) Layers {
+	out := l
+	for _, i := range changed {
+		c, lv := i/layerChunk, at(i)
+		if sameLayer(out.chunks[c][i%layerChunk], lv) {
+			continue
+		}
+		if &out.chunks[0] == &l.chunks[0] {
+			out.chunks = slices.Clone(l.chunks)
+		}
+		if &out.chunks[c][0] == &l.chunks[c][0] {
+			out.chunks[c] = slices.Clone(l.chunks[c])
+		}
+		out.chunks[c][i%layerChunk] = lv
+	}
+	return out
+}
+
 func sameLayer(a, b LayerView) bool {
 	return a.Name == b.Name && a.State == b.State && a.Revision == b.Revision && a.Reason == b.Reason && a.Message == b.Message &&
 		sameTime(a.At, b.At) && sameTime(a.Since, b.Since) && sameTime(a.Healthy, b.Healthy) && slices.Equal(a.DependsOn, b.DependsOn)

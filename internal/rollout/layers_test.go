@@ -49,6 +49,33 @@ func TestLayersShareUnchangedChunks(t *testing.T) {
 	}
 }
 
+// TestLayersPatch: patching copies only the chunks where a layer changed
+// (the others, and a layer read again unchanged, stay shared), and never
+// changes the layers it was made from, which a published view holds.
+func TestLayersPatch(t *testing.T) {
+	ls := someLayers(3*layerChunk+5, LayerProgressing)
+	prev := MakeLayers(ls)
+	moved := slices.Clone(ls)
+	moved[2*layerChunk+3].State = LayerApplied
+	moved[3*layerChunk+4].State = LayerFailed
+	at := func(i int) LayerView { return moved[i] }
+	next := prev.patch([]int{1, 2*layerChunk + 3, 3*layerChunk + 4}, at)
+	for c, want := range []bool{true, true, false, false} {
+		if shared := &next.chunks[c][0] == &prev.chunks[c][0]; shared != want {
+			t.Errorf("chunk %d shared %v, want %v", c, shared, want)
+		}
+	}
+	if !reflect.DeepEqual(next.Slice(), moved) {
+		t.Fatal("patched layers do not hold the changed ones")
+	}
+	if !reflect.DeepEqual(prev.Slice(), ls) || ls[2*layerChunk+3].State != LayerProgressing {
+		t.Fatal("the earlier view's layers changed")
+	}
+	if same := prev.patch([]int{0, 1}, func(i int) LayerView { return ls[i] }); &same.chunks[0] != &prev.chunks[0] {
+		t.Fatal("layers read again unchanged were copied")
+	}
+}
+
 // TestLayersShared: layers made of one slice hand it out without a copy;
 // layers whose chunks are not one run of an array (a later view that
 // changed a chunk) hand out a copy holding the same layers.
@@ -91,27 +118,6 @@ func TestLayersJSON(t *testing.T) {
 		if err := json.Unmarshal(got, &back); err != nil || !reflect.DeepEqual(back, MakeLayers(ls)) {
 			t.Fatalf("%d layers decode to %+v (%v)", n, back, err)
 		}
-	}
-}
-
-// TestBehindIsSharedWhileUnchanged: the layers behind are the last view's
-// list while no layer applied, and a new list once one did.
-func TestBehindIsSharedWhileUnchanged(t *testing.T) {
-	slots := []slot{{lv: LayerView{Name: "a"}}, {lv: LayerView{Name: "b"}, succeeded: true}, {lv: LayerView{Name: "c"}}}
-	first := behindOf(slots, nil)
-	if !reflect.DeepEqual(first, []string{"a", "c"}) {
-		t.Fatalf("behind %v", first)
-	}
-	if again := behindOf(slots, first); &again[0] != &first[0] {
-		t.Fatal("an unchanged list was copied")
-	}
-	slots[0].succeeded = true
-	if moved := behindOf(slots, first); !reflect.DeepEqual(moved, []string{"c"}) || !reflect.DeepEqual(first, []string{"a", "c"}) {
-		t.Fatalf("behind %v after a applied (the last view's: %v)", moved, first)
-	}
-	slots[2].succeeded = true
-	if none := behindOf(slots, first); none != nil {
-		t.Fatalf("behind %v with every layer applied", none)
 	}
 }
 

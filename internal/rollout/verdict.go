@@ -229,18 +229,32 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 	return c.finish(header(r, cfg), r, expected, slots, preds, dependsOn(r), now)
 }
 
-// finish completes a view from its header and the expected layers' slots.
+// finish completes a view from its header and the expected layers' slots,
+// folding every slot: the reference. The engine keeps the folds as slots
+// change (tally.go).
 func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []slot, preds map[string]bool, deps map[string][]string, now time.Time) *View {
-	p := c.aggregate(r, slots, preds)
-	// Published views never change, so a rollout's next view may share
-	// what did not change with the last one.
-	var prev Layers
-	var prevBehind []string
-	if r.view != nil {
-		prev, prevBehind = r.view.Layers, r.view.Behind
+	ls := make([]LayerView, len(slots))
+	var failing []int
+	var behind []string
+	for i := range slots {
+		ls[i] = slots[i].lv
+		if !slots[i].firstFailure.IsZero() {
+			failing = append(failing, i)
+		}
+		if !slots[i].succeeded {
+			behind = append(behind, slots[i].lv.Name)
+		}
 	}
-	v.Layers = prev.with(len(slots), func(i int) LayerView { return slots[i].lv })
-	v.Failures = failureViews(r, expected, slots, p)
+	v.Layers = MakeLayers(ls)
+	return c.conclude(v, r, expected, c.aggregate(r, slots, preds), failing, behind, func() string { return rootCause(slots, deps) }, now)
+}
+
+// conclude completes a view whose layers are set from what its slots add
+// up to (p; the slots with a failure; the layers behind, in order; the
+// root cause, asked only while it is not through): supersession, the
+// decision, and the explanation people read.
+func (c *cluster) conclude(v *View, r *rolloutState, expected []Emitter, p progress, failing []int, behind []string, root func() string, now time.Time) *View {
+	v.Failures = failureViews(r, expected, failing, p)
 	if h := p.superseder(); h != "" {
 		sv := c.rollouts[h]
 		rev := sv.rev
@@ -250,46 +264,19 @@ func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []s
 		completed: p.completed, completedAt: p.completedAt, firstFailure: p.firstFailure,
 		superseded: v.SupersededBy != nil, supersededAt: p.supAt, deadline: v.Deadline,
 	}, now)
-	behind := 0
 	if p.completed {
 		// Applied, or failed before it completed: decide says no other.
 		at := p.completedAt
 		v.CompletedAt = &at
 	} else {
-		v.Behind = behindOf(slots, prevBehind)
-		behind = len(v.Behind)
+		v.Behind = behind
 	}
 	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
-		v.RootCause = rootCause(slots, deps)
+		v.RootCause = root()
 	}
 	v.Terminal = v.Verdict.Terminal()
-	v.Summary = summary(v, len(expected), behind)
+	v.Summary = summary(v, len(expected), len(v.Behind))
 	return v
-}
-
-// behindOf lists the layers that have not applied, in order: prev when it
-// lists the same (most events move a layer without it applying).
-func behindOf(slots []slot, prev []string) []string {
-	n, same := 0, true
-	for i := range slots {
-		if !slots[i].succeeded {
-			same = same && n < len(prev) && prev[n] == slots[i].lv.Name
-			n++
-		}
-	}
-	switch {
-	case n == 0:
-		return nil
-	case same && n == len(prev):
-		return prev
-	}
-	out := make([]string, 0, n)
-	for i := range slots {
-		if !slots[i].succeeded {
-			out = append(out, slots[i].lv.Name)
-		}
-	}
-	return out
 }
 
 // header is what the evidence says of the rollout as a whole: its times,
@@ -428,13 +415,12 @@ func (p progress) superseder() string {
 	return p.supHash
 }
 
-// failureViews lists every failure on an expected layer, oldest first.
-func failureViews(r *rolloutState, expected []Emitter, slots []slot, p progress) []FailureView {
+// failureViews lists every failure on the expected layers with one (the
+// indexes of failing, ascending), oldest first.
+func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress) []FailureView {
 	out := []FailureView{}
-	for i, l := range expected {
-		if slots[i].firstFailure.IsZero() {
-			continue
-		}
+	for _, i := range failing {
+		l := expected[i]
 		for _, f := range r.ev[l].Failures {
 			out = append(out, FailureView{
 				Layer: l.Layer(), Reason: f.Reason, Message: f.Message,
@@ -548,31 +534,6 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 // slots are the expected layers in order, so a dependency is found by
 // binary search.
 func rootCause(slots []slot, deps map[string][]string) string {
-	weight := func(s LayerState) int {
-		switch s {
-		case LayerFailed:
-			return 0
-		case LayerProgressing, LayerCanceled:
-			return 1
-		case LayerPending:
-			return 2
-		}
-		return 3
-	}
-	isBehind := func(name string) bool {
-		i, found := slices.BinarySearchFunc(slots, name, func(s slot, name string) int {
-			return compareLayerNames(s.lv.Name, name)
-		})
-		return found && !slots[i].succeeded
-	}
-	blocked := func(name string) bool {
-		for _, d := range deps[name] {
-			if isBehind(d) {
-				return true
-			}
-		}
-		return false
-	}
 	best, first := -1, -1
 	for i := range slots {
 		if slots[i].succeeded {
@@ -581,10 +542,10 @@ func rootCause(slots []slot, deps map[string][]string) string {
 		if first < 0 {
 			first = i
 		}
-		if deps != nil && blocked(slots[i].lv.Name) {
+		if deps != nil && blocked(slots, deps, slots[i].lv.Name) {
 			continue
 		}
-		if best < 0 || weight(slots[i].lv.State) < weight(slots[best].lv.State) {
+		if best < 0 || rootWeight(slots[i].lv.State) < rootWeight(slots[best].lv.State) {
 			best = i
 		}
 	}
@@ -595,6 +556,36 @@ func rootCause(slots []slot, deps map[string][]string) string {
 		return ""
 	}
 	return slots[best].lv.Name
+}
+
+// rootWeight ranks the layers behind as root causes, lightest first.
+func rootWeight(s LayerState) int {
+	switch s {
+	case LayerFailed:
+		return 0
+	case LayerProgressing, LayerCanceled:
+		return 1
+	case LayerPending:
+		return 2
+	}
+	return 3
+}
+
+// blocked reports whether a layer that dependsOn names is behind.
+func blocked(slots []slot, deps map[string][]string, name string) bool {
+	for _, d := range deps[name] {
+		if i, found := findLayer(slots, d); found && !slots[i].succeeded {
+			return true
+		}
+	}
+	return false
+}
+
+// findLayer finds the slot of a layer by name.
+func findLayer(slots []slot, name string) (int, bool) {
+	return slices.BinarySearchFunc(slots, name, func(s slot, name string) int {
+		return compareLayerNames(s.lv.Name, name)
+	})
 }
 
 // compareLayerNames orders "namespace/name" the way Emitter.less orders

@@ -1,0 +1,259 @@
+package rollout
+
+import (
+	"slices"
+	"time"
+)
+
+// A rollout's view reads, besides each expected layer's slot, what the
+// slots add up to: whether every layer applied and when the last did, the
+// earliest failure, whether a layer is still working, the root cause, the
+// layers that fail and those behind, and the revisions the layers moved to
+// next. Folding a thousand slots on every event made an event's cost grow
+// with its rollout's width, so the engine's evaluation (evalCache) keeps a
+// tally of them, updated slot by slot: a segment tree for the folds that
+// pick one slot, the lists, and per next revision its earliest move.
+//
+// The reference (finish) still folds every slot; with Config.Verify the
+// two are compared after every batch.
+type tally struct {
+	tree []pick // node 1 is the root; leaves from len(tree)/2, one per slot
+	// dependents are, by slot, the slots whose dependsOn names it: their
+	// root-cause eligibility changes when it applies.
+	dependents [][]int
+	failing    []int    // slots with a failure, ascending
+	behind     []string // names of the slots that did not apply, in order; views share it, so it is replaced, never changed
+	nexts      map[string]*earliest
+}
+
+// pick is what a run of slots adds up to. The indexes are slots, -1 when
+// none: the latest success, the earliest failure, the first layer behind
+// and the root-cause candidate, each the first slot of the run that
+// rootCause and aggregate would settle on.
+type pick struct {
+	succeeded, working                           int32
+	lastSuccess, firstFailure, firstBehind, root int32
+}
+
+var nopick = pick{lastSuccess: -1, firstFailure: -1, firstBehind: -1, root: -1}
+
+// earliest is when the layers that moved from a rollout to one revision
+// first did: over n slots, the least time, held by atMin of them. When the
+// slots holding it move elsewhere, the least is unknown (stale) until the
+// slots are read again.
+type earliest struct {
+	n, atMin int
+	min      time.Time
+	stale    bool
+}
+
+func newTally(slots []slot, deps map[string][]string) *tally {
+	size := 1
+	for size < len(slots) {
+		size *= 2
+	}
+	t := &tally{tree: make([]pick, 2*size), nexts: map[string]*earliest{}}
+	if deps != nil {
+		t.dependents = make([][]int, len(slots))
+		for i := range slots {
+			for _, d := range deps[slots[i].lv.Name] {
+				if j, found := findLayer(slots, d); found {
+					t.dependents[j] = append(t.dependents[j], i)
+				}
+			}
+		}
+	}
+	for i := range t.tree[size:] {
+		t.tree[size+i] = nopick
+		if i < len(slots) {
+			t.tree[size+i] = leaf(slots, deps, i)
+		}
+	}
+	for j := size - 1; j >= 1; j-- {
+		t.tree[j] = combine(slots, t.tree[2*j], t.tree[2*j+1])
+	}
+	for i := range slots {
+		s := &slots[i]
+		if !s.firstFailure.IsZero() {
+			t.failing = append(t.failing, i)
+		}
+		if !s.succeeded {
+			t.behind = append(t.behind, s.lv.Name)
+		}
+		if s.hasNext {
+			t.addNext(s.next)
+		}
+	}
+	return t
+}
+
+// update follows slots[i], which was old.
+func (t *tally) update(slots []slot, deps map[string][]string, i int, old *slot) {
+	s := &slots[i]
+	t.set(slots, deps, i)
+	if s.succeeded != old.succeeded {
+		if t.dependents != nil {
+			for _, j := range t.dependents[i] {
+				t.set(slots, deps, j)
+			}
+		}
+		t.behind = flip(t.behind, s.lv.Name, !s.succeeded)
+	}
+	if s.firstFailure.IsZero() != old.firstFailure.IsZero() {
+		at, found := slices.BinarySearch(t.failing, i)
+		if found {
+			t.failing = slices.Delete(t.failing, at, at+1)
+		} else {
+			t.failing = slices.Insert(t.failing, at, i)
+		}
+	}
+	if s.hasNext != old.hasNext || s.next.hash != old.next.hash || !s.next.first.Equal(old.next.first) {
+		if old.hasNext {
+			t.removeNext(old.next)
+		}
+		if s.hasNext {
+			t.addNext(s.next)
+		}
+	}
+}
+
+// set reads slot i's leaf again and refolds the nodes above it.
+func (t *tally) set(slots []slot, deps map[string][]string, i int) {
+	j := len(t.tree)/2 + i
+	t.tree[j] = leaf(slots, deps, i)
+	for j /= 2; j >= 1; j /= 2 {
+		t.tree[j] = combine(slots, t.tree[2*j], t.tree[2*j+1])
+	}
+}
+
+func leaf(slots []slot, deps map[string][]string, i int) pick {
+	s, p := &slots[i], nopick
+	if s.succeeded {
+		p.succeeded, p.lastSuccess = 1, int32(i)
+	} else {
+		p.firstBehind = int32(i)
+		if deps == nil || !blocked(slots, deps, s.lv.Name) {
+			p.root = int32(i)
+		}
+	}
+	if !s.firstFailure.IsZero() {
+		p.firstFailure = int32(i)
+	}
+	if s.working {
+		p.working = 1
+	}
+	return p
+}
+
+// combine folds two adjacent runs, a before b; on a tie the earlier slot
+// wins, as in the reference's scan.
+func combine(slots []slot, a, b pick) pick {
+	out := pick{succeeded: a.succeeded + b.succeeded, working: a.working + b.working,
+		lastSuccess: a.lastSuccess, firstFailure: a.firstFailure, firstBehind: a.firstBehind, root: a.root}
+	if b.lastSuccess >= 0 && (a.lastSuccess < 0 || slots[b.lastSuccess].succAt.After(slots[a.lastSuccess].succAt)) {
+		out.lastSuccess = b.lastSuccess
+	}
+	if b.firstFailure >= 0 && (a.firstFailure < 0 || slots[b.firstFailure].firstFailure.Before(slots[a.firstFailure].firstFailure)) {
+		out.firstFailure = b.firstFailure
+	}
+	if a.firstBehind < 0 {
+		out.firstBehind = b.firstBehind
+	}
+	if b.root >= 0 && (a.root < 0 || rootWeight(slots[b.root].lv.State) < rootWeight(slots[a.root].lv.State)) {
+		out.root = b.root
+	}
+	return out
+}
+
+// flip returns names with name taken out (applied) or put back in (in
+// again), as a new list: the old one may be a published view's. Layers
+// mostly apply in order, so the one taken out is often the first.
+func flip(names []string, name string, in bool) []string {
+	at, found := slices.BinarySearchFunc(names, name, compareLayerNames)
+	switch {
+	case in && found, !in && !found:
+		return names
+	case in:
+		return slices.Insert(slices.Clip(names), at, name)
+	case len(names) == 1:
+		return nil
+	case at == 0:
+		return names[1:]
+	case at == len(names)-1:
+		return names[:at:at]
+	}
+	return slices.Delete(slices.Clone(names), at, at+1)
+}
+
+func (t *tally) addNext(e logEntry) {
+	x := t.nexts[e.hash]
+	if x == nil {
+		x = &earliest{}
+		t.nexts[e.hash] = x
+	}
+	x.add(e.first)
+}
+
+func (x *earliest) add(at time.Time) {
+	switch {
+	case x.n == 0, at.Before(x.min), x.stale && at.Equal(x.min):
+		// When stale, every other slot is later than the old least.
+		x.min, x.atMin, x.stale = at, 1, false
+	case !x.stale && at.Equal(x.min):
+		x.atMin++
+	}
+	x.n++
+}
+
+func (t *tally) removeNext(e logEntry) {
+	x := t.nexts[e.hash]
+	if x.n--; x.n == 0 {
+		delete(t.nexts, e.hash)
+		return
+	}
+	if !x.stale && e.first.Equal(x.min) {
+		x.atMin--
+		x.stale = x.atMin == 0
+	}
+}
+
+// progress is what aggregate folds, from the tally: the nodes' picks, and
+// of the next revisions, the earliest move to one newer than r.
+func (t *tally) progress(c *cluster, r *rolloutState, slots []slot, preds map[string]bool) progress {
+	top := t.tree[1]
+	p := progress{completed: len(slots) > 0 && int(top.succeeded) == len(slots), working: top.working > 0}
+	if i := top.lastSuccess; i >= 0 && slots[i].succAt.After(p.completedAt) {
+		p.completedAt = slots[i].succAt
+	}
+	if i := top.firstFailure; i >= 0 {
+		p.firstFailure = slots[i].firstFailure
+	}
+	for h, x := range t.nexts {
+		if x.stale {
+			// The slots holding the least moved on (a revision between
+			// r and h arrived late): read the rest again.
+			*x = earliest{}
+			for i := range slots {
+				if s := &slots[i]; s.hasNext && s.next.hash == h {
+					x.add(s.next.first)
+				}
+			}
+		}
+		if c.newer(h, r, preds) && (p.supHash == "" || x.min.Before(p.supAt) || x.min.Equal(p.supAt) && h < p.supHash) {
+			p.supAt, p.supHash = x.min, h
+		}
+	}
+	return p
+}
+
+// rootCause is rootCause's answer, from the tree.
+func (t *tally) rootCause(slots []slot) string {
+	top := t.tree[1]
+	switch {
+	case top.root >= 0:
+		return slots[top.root].lv.Name
+	case top.firstBehind >= 0:
+		return slots[top.firstBehind].lv.Name // a dependency cycle
+	}
+	return ""
+}
