@@ -17,7 +17,10 @@ import (
 // The reference (finish) still folds every slot; with Config.Verify the
 // two are compared after every batch.
 type tally struct {
-	tree []pick // node 1 is the root; leaves from len(tree)/2, one per slot
+	// tree is a segment tree: node 1 is the root, the leaves from
+	// len(tree)/2 on, one per block of tallyBlock slots (a leaf per slot
+	// took more memory than the slots' views).
+	tree []pick
 	// dependents are, by slot, the slots whose dependsOn names it: their
 	// root-cause eligibility changes when it applies.
 	dependents [][]int
@@ -37,6 +40,9 @@ type pick struct {
 
 var nopick = pick{lastSuccess: -1, firstFailure: -1, firstBehind: -1, root: -1}
 
+// tallyBlock is how many slots a leaf of the tree folds.
+const tallyBlock = 8
+
 // earliest is when the layers that moved from a rollout to one revision
 // first did: over n slots, the least time, held by atMin of them. When the
 // slots holding it move elsewhere, the least is unknown (stale) until the
@@ -49,7 +55,7 @@ type earliest struct {
 
 func newTally(slots []slot, deps map[string][]string) *tally {
 	size := 1
-	for size < len(slots) {
+	for size*tallyBlock < len(slots) {
 		size *= 2
 	}
 	t := &tally{tree: make([]pick, 2*size), nexts: map[string]*earliest{}}
@@ -63,11 +69,8 @@ func newTally(slots []slot, deps map[string][]string) *tally {
 			}
 		}
 	}
-	for i := range t.tree[size:] {
-		t.tree[size+i] = nopick
-		if i < len(slots) {
-			t.tree[size+i] = leaf(slots, deps, i)
-		}
+	for b := range size {
+		t.tree[size+b] = block(slots, deps, b)
 	}
 	for j := size - 1; j >= 1; j-- {
 		t.tree[j] = combine(slots, t.tree[2*j], t.tree[2*j+1])
@@ -90,11 +93,17 @@ func newTally(slots []slot, deps map[string][]string) *tally {
 // update follows slots[i], which was old.
 func (t *tally) update(slots []slot, deps map[string][]string, i int, old *slot) {
 	s := &slots[i]
-	t.set(slots, deps, i)
+	t.set(slots, deps, i/tallyBlock)
 	if s.succeeded != old.succeeded {
 		if t.dependents != nil {
+			// Ascending: a block is read once however many of its slots
+			// depend on slot i.
+			last := -1
 			for _, j := range t.dependents[i] {
-				t.set(slots, deps, j)
+				if b := j / tallyBlock; b != last {
+					t.set(slots, deps, b)
+					last = b
+				}
 			}
 		}
 		t.behind = flip(t.behind, s.lv.Name, !s.succeeded)
@@ -117,13 +126,22 @@ func (t *tally) update(slots []slot, deps map[string][]string, i int, old *slot)
 	}
 }
 
-// set reads slot i's leaf again and refolds the nodes above it.
-func (t *tally) set(slots []slot, deps map[string][]string, i int) {
-	j := len(t.tree)/2 + i
-	t.tree[j] = leaf(slots, deps, i)
+// set reads block b's leaf again and refolds the nodes above it.
+func (t *tally) set(slots []slot, deps map[string][]string, b int) {
+	j := len(t.tree)/2 + b
+	t.tree[j] = block(slots, deps, b)
 	for j /= 2; j >= 1; j /= 2 {
 		t.tree[j] = combine(slots, t.tree[2*j], t.tree[2*j+1])
 	}
+}
+
+// block folds the slots of block b.
+func block(slots []slot, deps map[string][]string, b int) pick {
+	p := nopick
+	for i := b * tallyBlock; i < min(len(slots), (b+1)*tallyBlock); i++ {
+		p = combine(slots, p, leaf(slots, deps, i))
+	}
+	return p
 }
 
 func leaf(slots []slot, deps map[string][]string, i int) pick {

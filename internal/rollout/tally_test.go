@@ -236,7 +236,8 @@ func TestStaleEarliestIsReadAgain(t *testing.T) {
 }
 
 // TestRootCauseFollowsDependencies: when a layer applies, the layers
-// depending on it can be the root cause without an event of their own.
+// depending on it can be the root cause without an event of their own,
+// in another block of the tally too.
 func TestRootCauseFollowsDependencies(t *testing.T) {
 	m, err := NewModel(Config{StuckAfter: time.Hour, Verify: true})
 	if err != nil {
@@ -244,12 +245,17 @@ func TestRootCauseFollowsDependencies(t *testing.T) {
 	}
 	app := stepObs("app", "a", 0, SignalExpected)
 	app.DependsOn = []string{"flux-system/base"}
-	for _, o := range []Observation{
+	var obs []Observation
+	for i := range tallyBlock - 1 { // applied, before app: app ends block 0, base begins block 1
+		obs = append(obs, stepObs(fmt.Sprintf("a%d", i), "a", 0, SignalExpected), stepObs(fmt.Sprintf("a%d", i), "a", 1, SignalSucceeded))
+	}
+	obs = append(obs,
 		app, stepObs("base", "a", 0, SignalExpected), stepObs("x", "a", 0, SignalExpected),
 		stepObs("x", "a", 1, SignalWaiting),
 		stepObs("base", "a", 2, SignalProgressing),
 		stepObs("base", "a", 3, SignalSucceeded),
-	} {
+	)
+	for _, o := range obs {
 		if err := m.Normalise(&o); err != nil {
 			t.Fatal(err)
 		}
