@@ -21,12 +21,14 @@ type tally struct {
 	// len(tree)/2 on, one per block of tallyBlock slots (a leaf per slot
 	// took more memory than the slots' views).
 	tree []pick
-	// dependents are, by slot, the slots whose dependsOn names it: their
-	// root-cause eligibility changes when it applies.
-	dependents [][]int
-	failing    []int    // slots with a failure, ascending
-	behind     []string // names of the slots that did not apply, in order; views share it, so it is replaced, never changed
-	nexts      map[string]*earliest
+	// The slots whose dependsOn names slot j, ascending, are
+	// dependents[from[j]:from[j+1]]: their root-cause eligibility changes
+	// when it applies. One array, not a list per slot: a list per slot
+	// cost more than the tree.
+	dependents, from []int32
+	failing          []int    // slots with a failure, ascending
+	behind           []string // names of the slots that did not apply, in order; views share it, so it is replaced, never changed
+	nexts            map[string]*earliest
 }
 
 // pick is what a run of slots adds up to. The indexes are slots, -1 when
@@ -38,7 +40,7 @@ type pick struct {
 	lastSuccess, firstFailure, firstBehind, root int32
 }
 
-var nopick = pick{lastSuccess: -1, firstFailure: -1, firstBehind: -1, root: -1}
+func nopick() pick { return pick{lastSuccess: -1, firstFailure: -1, firstBehind: -1, root: -1} }
 
 // tallyBlock is how many slots a leaf of the tree folds.
 const tallyBlock = 8
@@ -60,14 +62,7 @@ func newTally(slots []slot, deps map[string][]string) *tally {
 	}
 	t := &tally{tree: make([]pick, 2*size), nexts: map[string]*earliest{}}
 	if deps != nil {
-		t.dependents = make([][]int, len(slots))
-		for i := range slots {
-			for _, d := range deps[slots[i].lv.Name] {
-				if j, found := findLayer(slots, d); found {
-					t.dependents[j] = append(t.dependents[j], i)
-				}
-			}
-		}
+		t.dependencies(slots, deps)
 	}
 	for b := range size {
 		t.tree[size+b] = block(slots, deps, b)
@@ -90,17 +85,43 @@ func newTally(slots []slot, deps map[string][]string) *tally {
 	return t
 }
 
+// dependencies indexes the slots by the slots they depend on.
+func (t *tally) dependencies(slots []slot, deps map[string][]string) {
+	type edge struct{ on, by int32 }
+	var edges []edge
+	for i := range slots {
+		for _, d := range deps[slots[i].lv.Name] {
+			if j, found := findLayer(slots, d); found {
+				edges = append(edges, edge{int32(j), int32(i)})
+			}
+		}
+	}
+	t.from = make([]int32, len(slots)+1)
+	for _, e := range edges {
+		t.from[e.on+1]++
+	}
+	for j := range slots {
+		t.from[j+1] += t.from[j]
+	}
+	t.dependents = make([]int32, len(edges))
+	next := slices.Clone(t.from[:len(slots)])
+	for _, e := range edges { // by ascending i: each slot's dependents ascend
+		t.dependents[next[e.on]] = e.by
+		next[e.on]++
+	}
+}
+
 // update follows slots[i], which was old.
 func (t *tally) update(slots []slot, deps map[string][]string, i int, old *slot) {
 	s := &slots[i]
 	t.set(slots, deps, i/tallyBlock)
 	if s.succeeded != old.succeeded {
-		if t.dependents != nil {
+		if t.from != nil {
 			// Ascending: a block is read once however many of its slots
 			// depend on slot i.
 			last := -1
-			for _, j := range t.dependents[i] {
-				if b := j / tallyBlock; b != last {
+			for _, j := range t.dependents[t.from[i]:t.from[i+1]] {
+				if b := int(j) / tallyBlock; b != last {
 					t.set(slots, deps, b)
 					last = b
 				}
@@ -137,7 +158,7 @@ func (t *tally) set(slots []slot, deps map[string][]string, b int) {
 
 // block folds the slots of block b.
 func block(slots []slot, deps map[string][]string, b int) pick {
-	p := nopick
+	p := nopick()
 	for i := b * tallyBlock; i < min(len(slots), (b+1)*tallyBlock); i++ {
 		p = combine(slots, p, leaf(slots, deps, i))
 	}
@@ -145,7 +166,7 @@ func block(slots []slot, deps map[string][]string, b int) pick {
 }
 
 func leaf(slots []slot, deps map[string][]string, i int) pick {
-	s, p := &slots[i], nopick
+	s, p := &slots[i], nopick()
 	if s.succeeded {
 		p.succeeded, p.lastSuccess = 1, int32(i)
 	} else {

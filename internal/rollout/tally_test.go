@@ -246,7 +246,7 @@ func TestRootCauseFollowsDependencies(t *testing.T) {
 	app := stepObs("app", "a", 0, SignalExpected)
 	app.DependsOn = []string{"flux-system/base"}
 	var obs []Observation
-	for i := range tallyBlock - 1 { // applied, before app: app ends block 0, base begins block 1
+	for i := range 2*tallyBlock - 1 { // applied, before app: app ends block 1, base begins block 2
 		obs = append(obs, stepObs(fmt.Sprintf("a%d", i), "a", 0, SignalExpected), stepObs(fmt.Sprintf("a%d", i), "a", 1, SignalSucceeded))
 	}
 	obs = append(obs,
