@@ -210,27 +210,17 @@ func BenchmarkApplyWidth(b *testing.B) {
 // rather than keep the old one (100 s, before it), which would make a's
 // verdict superseded.
 func TestStaleEarliestIsReadAgain(t *testing.T) {
-	m, err := NewModel(Config{StuckAfter: 105 * time.Second, Verify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range []Observation{
+	v := viewOfA(t, 105*time.Second,
 		stepObs("l3", "b", -10, SignalSucceeded), // b began before a: it does not supersede a
 		stepObs("l1", "a", 0, SignalSucceeded),
 		stepObs("l2", "a", 0, SignalProgressing),
 		stepObs("l1", "c", 100, SignalProgressing),
 		stepObs("l2", "c", 110, SignalProgressing),
 		stepObs("l1", "b", 50, SignalProgressing), // l1 moved from a to b, not c
-	} {
-		if err := m.Normalise(&o); err != nil {
-			t.Fatal(err)
-		}
-		m.Apply(&Change{}, [][]Observation{{o}}, nil, mt0.Add(time.Minute))
-		m.Verify()
-	}
+	)
 	// c replaced a on every layer, after a's deadline: a newer revision,
 	// not a's verdict.
-	if v := m.clusters["prod"].rollouts["a"].view; v.Verdict != VerdictApplying || v.SupersededBy == nil || *v.SupersededBy != "main@sha1:c" {
+	if v.Verdict != VerdictApplying || v.SupersededBy == nil || *v.SupersededBy != "main@sha1:c" {
 		t.Fatalf("a is %s, superseded by %v; want applying, superseded by c", v.Verdict, v.SupersededBy)
 	}
 }
@@ -239,10 +229,6 @@ func TestStaleEarliestIsReadAgain(t *testing.T) {
 // depending on it can be the root cause without an event of their own,
 // in another block of the tally too.
 func TestRootCauseFollowsDependencies(t *testing.T) {
-	m, err := NewModel(Config{StuckAfter: time.Hour, Verify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	app := stepObs("app", "a", 0, SignalExpected)
 	app.DependsOn = []string{"flux-system/base"}
 	var obs []Observation
@@ -255,15 +241,8 @@ func TestRootCauseFollowsDependencies(t *testing.T) {
 		stepObs("base", "a", 2, SignalProgressing),
 		stepObs("base", "a", 3, SignalSucceeded),
 	)
-	for _, o := range obs {
-		if err := m.Normalise(&o); err != nil {
-			t.Fatal(err)
-		}
-		m.Apply(&Change{}, [][]Observation{{o}}, nil, mt0.Add(time.Minute))
-		m.Verify()
-	}
 	// app (pending) weighs less than x (waiting on a dependency).
-	if v := m.clusters["prod"].rollouts["a"].view; v.RootCause != "flux-system/app" {
+	if v := viewOfA(t, time.Hour, obs...); v.RootCause != "flux-system/app" {
 		t.Fatalf("root cause %q, want flux-system/app", v.RootCause)
 	}
 }
@@ -272,24 +251,14 @@ func TestRootCauseFollowsDependencies(t *testing.T) {
 // for the revision it moved to moves that revision's earliest move
 // earlier: here before a's deadline, so a was superseded.
 func TestEarlierMoveIsSeen(t *testing.T) {
-	m, err := NewModel(Config{StuckAfter: 105 * time.Second, Verify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range []Observation{
+	v := viewOfA(t, 105*time.Second,
 		stepObs("l1", "a", 0, SignalSucceeded),
 		stepObs("l2", "a", 0, SignalProgressing),
 		stepObs("l2", "c", 120, SignalProgressing),
 		stepObs("l1", "c", 110, SignalProgressing),
 		stepObs("l1", "c", 100, SignalWaiting),
-	} {
-		if err := m.Normalise(&o); err != nil {
-			t.Fatal(err)
-		}
-		m.Apply(&Change{}, [][]Observation{{o}}, nil, mt0.Add(time.Minute))
-		m.Verify()
-	}
-	if v := m.clusters["prod"].rollouts["a"].view; v.Verdict != VerdictSuperseded {
+	)
+	if v.Verdict != VerdictSuperseded {
 		t.Fatalf("a is %s, want superseded", v.Verdict)
 	}
 }
@@ -297,24 +266,32 @@ func TestEarlierMoveIsSeen(t *testing.T) {
 // TestRootCauseInACycle: when every layer behind waits on another, the
 // first of them is named.
 func TestRootCauseInACycle(t *testing.T) {
-	m, err := NewModel(Config{StuckAfter: time.Hour, Verify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	b, c := stepObs("b", "a", 0, SignalExpected), stepObs("c", "a", 0, SignalExpected)
 	b.DependsOn, c.DependsOn = []string{"flux-system/c"}, []string{"flux-system/b"}
-	for _, o := range []Observation{
+	v := viewOfA(t, time.Hour,
 		stepObs("a", "a", 0, SignalExpected), b, c,
 		stepObs("a", "a", 1, SignalSucceeded),
 		stepObs("c", "a", 2, SignalWaiting),
-	} {
+	)
+	if v.RootCause != "flux-system/b" {
+		t.Fatalf("root cause %q, want flux-system/b", v.RootCause)
+	}
+}
+
+// viewOfA applies obs one batch each, checking every view against the
+// reference after each, and returns rollout a's view.
+func viewOfA(t *testing.T, stuckAfter time.Duration, obs ...Observation) *View {
+	t.Helper()
+	m, err := NewModel(Config{StuckAfter: stuckAfter, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range obs {
 		if err := m.Normalise(&o); err != nil {
 			t.Fatal(err)
 		}
 		m.Apply(&Change{}, [][]Observation{{o}}, nil, mt0.Add(time.Minute))
 		m.Verify()
 	}
-	if v := m.clusters["prod"].rollouts["a"].view; v.RootCause != "flux-system/b" {
-		t.Fatalf("root cause %q, want flux-system/b", v.RootCause)
-	}
+	return m.clusters["prod"].rollouts["a"].view
 }
