@@ -147,9 +147,8 @@ func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Tim
 		}
 		v.Layers = prev.with(len(k.slots), at)
 	}
-	t := k.sum
-	p := t.progress(c, r, k.slots, k.preds)
-	k.shown = c.conclude(v, r, k.expected, p, t.failing, t.behind, func() string { return t.rootCause(k.slots) }, now)
+	c.conclude(v, r, k.expected, k.sum.sums(c, r, k.slots, k.preds), now)
+	k.shown = v
 	return v
 }
 

@@ -256,6 +256,11 @@ func (t *tally) removeNext(e logEntry) {
 	}
 }
 
+// sums are what the view is concluded from, from the tally.
+func (t *tally) sums(c *cluster, r *rolloutState, slots []slot, preds map[string]bool) sums {
+	return sums{t.progress(c, r, slots, preds), t.failing, t.behind, t.rootCause(slots)}
+}
+
 // progress is what aggregate folds, from the tally: the nodes' picks, and
 // of the next revisions, the earliest move to one newer than r.
 func (t *tally) progress(c *cluster, r *rolloutState, slots []slot, preds map[string]bool) progress {

@@ -246,15 +246,21 @@ func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []s
 		}
 	}
 	v.Layers = MakeLayers(ls)
-	return c.conclude(v, r, expected, c.aggregate(r, slots, preds), failing, behind, func() string { return rootCause(slots, deps) }, now)
+	return c.conclude(v, r, expected, sums{c.aggregate(r, slots, preds), failing, behind, rootCause(slots, deps)}, now)
+}
+
+// sums are what a view is concluded from: what its slots add up to.
+type sums struct {
+	progress
+	failing []int    // slots with a failure, ascending
+	behind  []string // names of the layers that did not apply, in order
+	root    string   // the root cause, shown while the rollout is under way or stuck
 }
 
 // conclude completes a view whose layers are set from what its slots add
-// up to (p; the slots with a failure; the layers behind, in order; the
-// root cause, asked only while it is not through): supersession, the
-// decision, and the explanation people read.
-func (c *cluster) conclude(v *View, r *rolloutState, expected []Emitter, p progress, failing []int, behind []string, root func() string, now time.Time) *View {
-	v.Failures = failureViews(r, expected, failing, p)
+// up to: supersession, the decision, and the explanation people read.
+func (c *cluster) conclude(v *View, r *rolloutState, expected []Emitter, p sums, now time.Time) *View {
+	v.Failures = failureViews(r, expected, p.failing, p.progress)
 	if h := p.superseder(); h != "" {
 		sv := c.rollouts[h]
 		rev := sv.rev
@@ -269,10 +275,10 @@ func (c *cluster) conclude(v *View, r *rolloutState, expected []Emitter, p progr
 		at := p.completedAt
 		v.CompletedAt = &at
 	} else {
-		v.Behind = behind
+		v.Behind = p.behind
 	}
 	if v.Verdict == VerdictStuck || v.Verdict == VerdictApplying {
-		v.RootCause = root()
+		v.RootCause = p.root
 	}
 	v.Terminal = v.Verdict.Terminal()
 	v.Summary = summary(v, len(expected), len(v.Behind))
