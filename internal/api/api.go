@@ -110,6 +110,7 @@ type server struct {
 	checks   []Check
 	warn     func() []string
 	draining context.Context
+	answers  answers
 }
 
 func (s *server) warnings() []string {
@@ -207,7 +208,7 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 	case s.lookupFailed(w, err, "look up verdict"):
 		return
 	}
-	writeJSON(w, http.StatusOK, s.verdictOf(v).wire())
+	s.answers.write(w, http.StatusOK, s.verdictOf(v))
 }
 
 // CommitResponse is the body of GET /commits/{rev}: one commit's verdict
@@ -232,11 +233,11 @@ func (s *server) commit(w http.ResponseWriter, r *http.Request) {
 	case s.lookupFailed(w, err, "look up commit"):
 		return
 	}
-	resp := CommitResponse{Hash: hash, Clusters: make([]verdictJSON, len(views))}
+	c := commitAnswer{hash: hash, verdicts: make([]VerdictResponse, len(views))}
 	for i, v := range views {
-		resp.Clusters[i] = s.verdictOf(v).wire()
+		c.verdicts[i] = s.verdictOf(v)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	s.answers.write(w, http.StatusOK, c)
 }
 
 // lookupFailed answers a lookup's error other than not found, 409 for a
@@ -254,44 +255,6 @@ func (s *server) lookupFailed(w http.ResponseWriter, err error, what string) boo
 		writeError(w, http.StatusInternalServerError, "", "internal error")
 	}
 	return true
-}
-
-// The layers are written as a plain array. A view's own Layers marshals
-// through json.Marshaler, whose output encoding/json compacts again: that
-// was most of the time of a settled /verdict (BenchmarkVerdictSettled). A
-// field at a shallower depth hides the view's.
-type (
-	verdictJSON struct {
-		VerdictResponse
-		Layers []rollout.LayerView `json:"layers"`
-	}
-	viewJSON struct {
-		*rollout.View
-		Layers []rollout.LayerView `json:"layers"`
-	}
-)
-
-func (r VerdictResponse) wire() verdictJSON { return verdictJSON{r, r.View.Layers.Shared()} }
-
-// rolloutsJSON is RolloutsResponse as the service writes it.
-type rolloutsJSON struct {
-	Rollouts []viewJSON `json:"rollouts"`
-	Next     string     `json:"next,omitempty"`
-	Warnings []string   `json:"warnings"`
-}
-
-// listed is the /rollouts answer of views, with their layers or with
-// none (layers=none: what a client looking for commits needs, at a
-// fraction of the bytes for wide rollouts).
-func (s *server) listed(views []*rollout.View, layers bool) rolloutsJSON {
-	out := make([]viewJSON, len(views))
-	for i, v := range views {
-		out[i] = viewJSON{v, []rollout.LayerView{}}
-		if layers {
-			out[i].Layers = v.Layers.Shared()
-		}
-	}
-	return rolloutsJSON{Rollouts: out, Warnings: s.warnings()}
 }
 
 // verdictOf is v as /verdict answers it.
@@ -354,11 +317,11 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "", "internal error")
 		return
 	}
-	out := s.listed(page.Views, layers)
+	out := listing{views: page.Views, layers: layers, warnings: s.warnings()}
 	if page.Next != nil {
-		out.Next = page.Next.String()
+		out.next = page.Next.String()
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.answers.write(w, http.StatusOK, out)
 }
 
 func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
