@@ -26,6 +26,7 @@ FLUX_NC   ?= v1.9.3
 
 # Native fuzz targets, as package:target.
 FUZZ_TARGETS := \
+	./internal/api:FuzzWireString \
 	./internal/flux:FuzzDecode \
 	./internal/flux:FuzzDecodePlain \
 	./internal/flux:FuzzParseRevision \

@@ -27,7 +27,7 @@ type jsonWriter struct {
 
 // field starts a member of the object being written.
 func (w *jsonWriter) field(name string) {
-	if c := w.b[len(w.b)-1]; c != '{' && c != '[' {
+	if w.b[len(w.b)-1] != '{' {
 		w.b = append(w.b, ',')
 	}
 	w.b = append(w.b, '"')
@@ -97,19 +97,29 @@ func (w *jsonWriter) str(s string) {
 
 func (w *jsonWriter) boolean(x bool) { w.b = strconv.AppendBool(w.b, x) }
 
-// time writes t as time.Time.MarshalJSON does, and refuses what it refuses:
-// a year of other than four digits, a zone offset of 24 hours or more.
+// time writes t as time.Time.MarshalJSON does, and refuses what it refuses.
 func (w *jsonWriter) time(t time.Time) {
 	w.b = append(w.b, '"')
 	n := len(w.b)
 	w.b = t.AppendFormat(w.b, time.RFC3339Nano)
-	if w.b[n+len("2006")] != '-' {
-		w.ok = false
-	} else if c, hh := w.b[len(w.b)-len("Z07:00")], w.b[len(w.b)-len("07:00"):]; w.b[len(w.b)-1] != 'Z' &&
-		('0' <= c && c <= '9' || 10*(hh[0]-'0')+hh[1]-'0' >= 24) {
+	if !strictRFC3339(w.b[n:]) {
 		w.ok = false
 	}
 	w.b = append(w.b, '"')
+}
+
+// strictRFC3339 reports whether b, a time formatted as RFC 3339, is one
+// time.Time.MarshalJSON accepts: a year of four digits, a zone offset under
+// 24 hours.
+func strictRFC3339(b []byte) bool {
+	if b[len("2006")] != '-' {
+		return false
+	}
+	if b[len(b)-1] == 'Z' {
+		return true
+	}
+	sign, hh := b[len(b)-len("-07:00")], b[len(b)-len("07:00"):]
+	return (sign == '+' || sign == '-') && 10*(hh[0]-'0')+hh[1]-'0' < 24
 }
 
 func (w *jsonWriter) null() { w.b = append(w.b, "null"...) }

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -186,5 +189,34 @@ func (f filler) fill(v reflect.Value) {
 		}
 	default:
 		panic("fill: no values for " + v.Type().String())
+	}
+}
+
+// TestAnswersWrite checks what goes on the wire: json.Encoder's bytes with
+// a Content-Length, or, for what the writer refuses, json.Encoder's answer
+// itself.
+func TestAnswersWrite(t *testing.T) {
+	good := VerdictResponse{View: &rollout.View{Cluster: "prod", Hash: "abc", Verdict: rollout.VerdictApplied, FirstSeen: time.Unix(1, 5).UTC()}}
+	bad := VerdictResponse{View: &rollout.View{Hash: "abc", FirstSeen: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}}
+	var a answers
+	for _, tc := range []struct {
+		name   string
+		ans    answer
+		length bool
+	}{{"written", good, true}, {"refused", bad, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := httptest.NewRecorder()
+			writeJSON(want, http.StatusOK, tc.ans.wire())
+			for range 2 { // the second from a reused buffer
+				got := httptest.NewRecorder()
+				a.write(got, http.StatusOK, tc.ans)
+				if got.Code != want.Code || got.Body.String() != want.Body.String() || got.Header().Get("Content-Type") != "application/json" {
+					t.Fatalf("got %d %q %v, want %d %q", got.Code, got.Body, got.Header(), want.Code, want.Body)
+				}
+				if cl := got.Header().Get("Content-Length"); (cl == strconv.Itoa(got.Body.Len())) != tc.length {
+					t.Fatalf("Content-Length %q for %d bytes", cl, got.Body.Len())
+				}
+			}
+		})
 	}
 }
