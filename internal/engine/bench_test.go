@@ -130,6 +130,32 @@ func BenchmarkLookupSettled(b *testing.B) {
 	}
 }
 
+// BenchmarkLookupLive finds one of 3,000 live rollouts by its hash: the
+// snapshot's index, not a scan of every live view.
+func BenchmarkLookupLive(b *testing.B) {
+	h := start(b, b.TempDir(), settleConfig(never), fixedClock(t0))
+	obs := widthObservations(3000*2*3, 2)
+	for i := 0; i < len(obs); i += 1000 {
+		if err := h.engine.SubmitAll(context.Background(), obs[i:min(i+1000, len(obs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := engine.Query{Hash: hashOf("width-2-1234")}
+	live := 0
+	for _, n := range h.engine.Live() {
+		live += n
+	}
+	if v, err := h.engine.Lookup(q); err != nil || v.Layers.Len() != 2 || live != 3000 {
+		b.Fatalf("%v %v, %d live", v, err, live)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := h.engine.Lookup(q); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // fleetObservations is what one source of the fleet benchmark produces for
 // revs commits: each rolls across width layers in dependsOn order (layer i
 // depends on (i-1)/4), which first wait, then progress and succeed. Every

@@ -39,15 +39,59 @@ type Query struct {
 // snapshot is the read model: immutable views behind a short lock, and
 // channels that wake long-polling readers when a view changes.
 type snapshot struct {
-	mu      sync.RWMutex
-	views   map[rollout.Key]*rollout.View
-	watch   map[rollout.Key]chan struct{}
-	created chan struct{} // closed when a rollout appears
-	ready   atomic.Bool
+	mu    sync.RWMutex
+	views map[rollout.Key]*rollout.View
+	// byHash and byOrigin index views by their hash and their origin
+	// revision's, so that a lookup reads the views its query can name
+	// instead of every live one.
+	byHash, byOrigin hashIndex
+	watch            map[rollout.Key]chan struct{}
+	created          chan struct{} // closed when a rollout appears
+	ready            atomic.Bool
 }
 
 func newSnapshot() *snapshot {
-	return &snapshot{views: map[rollout.Key]*rollout.View{}, watch: map[rollout.Key]chan struct{}{}, created: make(chan struct{})}
+	return &snapshot{views: map[rollout.Key]*rollout.View{}, byHash: hashIndex{}, byOrigin: hashIndex{},
+		watch: map[rollout.Key]chan struct{}{}, created: make(chan struct{})}
+}
+
+// hashIndex finds keys by the first digits of a hash. A query names at
+// least indexDigits of them (a pipeline's shortest prefix), so the keys
+// sharing its first digits are all it can match, usually one.
+type hashIndex map[string][]rollout.Key
+
+const indexDigits = 7
+
+func indexed(hash string) string { return hash[:min(len(hash), indexDigits)] }
+
+func (x hashIndex) add(hash string, k rollout.Key) {
+	p := indexed(hash)
+	x[p] = append(x[p], k)
+}
+
+func (x hashIndex) remove(hash string, k rollout.Key) {
+	p := indexed(hash)
+	if ks := slices.DeleteFunc(x[p], func(o rollout.Key) bool { return o == k }); len(ks) > 0 {
+		x[p] = ks
+	} else {
+		delete(x, p)
+	}
+}
+
+// index indexes v in place of old (either may be nil).
+func (s *snapshot) index(old, v *rollout.View) {
+	switch {
+	case old == nil:
+		s.byHash.add(v.Hash, v.Key())
+	case v == nil:
+		s.byHash.remove(old.Hash, old.Key())
+	}
+	if old != nil && old.OriginHash != "" && (v == nil || v.OriginHash != old.OriginHash) {
+		s.byOrigin.remove(old.OriginHash, old.Key())
+	}
+	if v != nil && v.OriginHash != "" && (old == nil || v.OriginHash != old.OriginHash) {
+		s.byOrigin.add(v.OriginHash, v.Key())
+	}
 }
 
 func (s *snapshot) setReady(b bool) { s.ready.Store(b) }
@@ -70,13 +114,15 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 	defer s.mu.Unlock()
 	if replace {
 		clear(s.views)
+		clear(s.byHash)
+		clear(s.byOrigin)
 	}
 	appeared := false
 	for _, v := range views {
 		k := v.Key()
-		if _, ok := s.views[k]; !ok {
-			appeared = true
-		}
+		old := s.views[k]
+		appeared = appeared || old == nil
+		s.index(old, v)
 		s.views[k] = v
 		if ch, ok := s.watch[k]; ok {
 			close(ch)
@@ -84,6 +130,9 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 		}
 	}
 	for _, k := range removed {
+		if old := s.views[k]; old != nil {
+			s.index(old, nil)
+		}
 		delete(s.views, k)
 		if ch, ok := s.watch[k]; ok {
 			close(ch)
@@ -245,16 +294,31 @@ func compareKeys(a, b rollout.Key) int {
 // candidates are the live views a query names: by their own hash, and by
 // their origin revision's.
 func (s *snapshot) candidates(q Query) (own, origin []*rollout.View) {
-	if !q.Prefix && q.Cluster != "" {
-		if v := s.views[rollout.Key{Cluster: q.Cluster, Hash: q.Hash}]; v != nil {
-			own = append(own, v)
+	p := indexed(q.Hash)
+	if q.Prefix && len(p) < indexDigits {
+		return s.scan(q) // shorter than any query the API takes
+	}
+	for _, k := range s.byHash[p] {
+		if (q.Cluster == "" || k.Cluster == q.Cluster) && matches(k.Hash, q) {
+			own = append(own, s.views[k])
 		}
 	}
+	for _, k := range s.byOrigin[p] {
+		if v := s.views[k]; (q.Cluster == "" || k.Cluster == q.Cluster) && matches(v.OriginHash, q) {
+			origin = append(origin, v)
+		}
+	}
+	return own, origin
+}
+
+// scan is candidates read from every live view: for a prefix shorter than
+// the index's, and as the index's reference in tests.
+func (s *snapshot) scan(q Query) (own, origin []*rollout.View) {
 	for k, v := range s.views {
 		if q.Cluster != "" && k.Cluster != q.Cluster {
 			continue
 		}
-		if matches(k.Hash, q) && (q.Prefix || q.Cluster == "") {
+		if matches(k.Hash, q) {
 			own = append(own, v)
 		}
 		if v.OriginHash != "" && matches(v.OriginHash, q) {
