@@ -95,6 +95,18 @@ func (w *jsonWriter) str(s string) {
 	w.b = append(b, '"')
 }
 
+func (w *jsonWriter) strField(name, s string) {
+	w.field(name)
+	w.str(s)
+}
+
+// optStr writes a string field tagged omitempty.
+func (w *jsonWriter) optStr(name, s string) {
+	if s != "" {
+		w.strField(name, s)
+	}
+}
+
 func (w *jsonWriter) boolean(x bool) { w.b = strconv.AppendBool(w.b, x) }
 
 // time writes t as time.Time.MarshalJSON does, and refuses what it refuses.
@@ -122,6 +134,11 @@ func strictRFC3339(b []byte) bool {
 	return (sign == '+' || sign == '-') && 10*(hh[0]-'0')+hh[1]-'0' < 24
 }
 
+func (w *jsonWriter) timeField(name string, t time.Time) {
+	w.field(name)
+	w.time(t)
+}
+
 func (w *jsonWriter) null() { w.b = append(w.b, "null"...) }
 
 func (w *jsonWriter) timePtr(t *time.Time) {
@@ -132,56 +149,41 @@ func (w *jsonWriter) timePtr(t *time.Time) {
 	w.time(*t)
 }
 
-func (w *jsonWriter) strs(ss []string) {
-	if ss == nil {
+// list writes xs as an array, each element with one; nil as null.
+func list[T any](w *jsonWriter, xs []T, one func(T)) {
+	if xs == nil {
 		w.null()
 		return
 	}
 	w.b = append(w.b, '[')
-	for i, s := range ss {
+	for i, x := range xs {
 		w.element(i)
-		w.str(s)
+		one(x)
 	}
 	w.b = append(w.b, ']')
 }
+
+func (w *jsonWriter) strs(ss []string) { list(w, ss, w.str) }
 
 // view writes v's fields as verdictJSON (sup set or not) and viewJSON do:
 // the view's own in order, then superseded_by_verdict, then the layers,
 // which shadow the view's own (none: an empty list).
 func (w *jsonWriter) view(v *rollout.View, sup *rollout.Verdict, layers bool) {
 	w.b = append(w.b, '{')
-	w.field("cluster")
-	w.str(v.Cluster)
-	w.field("revision")
-	w.str(v.Revision)
-	w.field("hash")
-	w.str(v.Hash)
-	if v.Origin != "" {
-		w.field("origin_revision")
-		w.str(v.Origin)
-	}
-	w.field("verdict")
-	w.str(v.Verdict.String())
+	w.strField("cluster", v.Cluster)
+	w.strField("revision", v.Revision)
+	w.strField("hash", v.Hash)
+	w.optStr("origin_revision", v.Origin)
+	w.strField("verdict", v.Verdict.String())
 	w.field("terminal")
 	w.boolean(v.Terminal)
-	w.field("summary")
-	w.str(v.Summary)
-	if v.Subject != "" {
-		w.field("subject")
-		w.str(v.Subject)
-	}
-	if v.Source != "" {
-		w.field("source")
-		w.str(v.Source)
-	}
-	w.field("expected_from")
-	w.str(v.ExpectedFrom)
-	w.field("first_seen")
-	w.time(v.FirstSeen)
-	w.field("last_seen")
-	w.time(v.LastSeen)
-	w.field("deadline")
-	w.time(v.Deadline)
+	w.strField("summary", v.Summary)
+	w.optStr("subject", v.Subject)
+	w.optStr("source", v.Source)
+	w.strField("expected_from", v.ExpectedFrom)
+	w.timeField("first_seen", v.FirstSeen)
+	w.timeField("last_seen", v.LastSeen)
+	w.timeField("deadline", v.Deadline)
 	w.field("completed_at")
 	w.timePtr(v.CompletedAt)
 	if v.Late {
@@ -198,15 +200,11 @@ func (w *jsonWriter) view(v *rollout.View, sup *rollout.Verdict, layers bool) {
 		w.field("behind")
 		w.strs(v.Behind)
 	}
-	if v.RootCause != "" {
-		w.field("root_cause")
-		w.str(v.RootCause)
-	}
+	w.optStr("root_cause", v.RootCause)
 	w.field("failures")
 	w.failures(v.Failures)
 	if sup != nil {
-		w.field("superseded_by_verdict")
-		w.str(sup.String())
+		w.strField("superseded_by_verdict", sup.String())
 	}
 	w.field("layers")
 	w.b = append(w.b, '[')
@@ -221,25 +219,18 @@ func (w *jsonWriter) view(v *rollout.View, sup *rollout.Verdict, layers bool) {
 
 func (w *jsonWriter) layer(l rollout.LayerView) {
 	w.b = append(w.b, '{')
-	w.field("name")
-	w.str(l.Name)
-	w.field("state")
-	w.str(string(l.State))
-	w.field("revision")
-	w.str(l.Revision)
-	w.field("reason")
-	w.str(l.Reason)
-	w.field("message")
-	w.str(l.Message)
+	w.strField("name", l.Name)
+	w.strField("state", string(l.State))
+	w.strField("revision", l.Revision)
+	w.strField("reason", l.Reason)
+	w.strField("message", l.Message)
 	w.field("at")
 	w.timePtr(l.At)
 	if l.Since != nil {
-		w.field("since")
-		w.time(*l.Since)
+		w.timeField("since", *l.Since)
 	}
 	if l.Healthy != nil {
-		w.field("healthy_at")
-		w.time(*l.Healthy)
+		w.timeField("healthy_at", *l.Healthy)
 	}
 	if len(l.DependsOn) > 0 {
 		w.field("depends_on")
@@ -249,59 +240,31 @@ func (w *jsonWriter) layer(l rollout.LayerView) {
 }
 
 func (w *jsonWriter) failures(fs []rollout.FailureView) {
-	if fs == nil {
-		w.null()
-		return
-	}
-	w.b = append(w.b, '[')
-	for i, f := range fs {
-		w.element(i)
+	list(w, fs, func(f rollout.FailureView) {
 		w.b = append(w.b, '{')
-		w.field("layer")
-		w.str(f.Layer)
-		w.field("reason")
-		w.str(f.Reason)
-		w.field("message")
-		w.str(f.Message)
+		w.strField("layer", f.Layer)
+		w.strField("reason", f.Reason)
+		w.strField("message", f.Message)
 		w.field("objects")
-		w.objects(f.Objects)
-		w.field("at")
-		w.time(f.At)
-		w.field("last_at")
-		w.time(f.LastAt)
+		list(w, f.Objects, w.object)
+		w.timeField("at", f.At)
+		w.timeField("last_at", f.LastAt)
 		if f.AfterApplied {
 			w.field("after_applied")
 			w.boolean(true)
 		}
 		w.b = append(w.b, '}')
-	}
-	w.b = append(w.b, ']')
+	})
 }
 
-func (w *jsonWriter) objects(os []rollout.Object) {
-	if os == nil {
-		w.null()
-		return
-	}
-	w.b = append(w.b, '[')
-	for i, o := range os {
-		w.element(i)
-		w.b = append(w.b, '{')
-		w.field("kind")
-		w.str(o.Kind)
-		if o.Namespace != "" {
-			w.field("namespace")
-			w.str(o.Namespace)
-		}
-		w.field("name")
-		w.str(o.Name)
-		w.field("error")
-		w.str(o.Error)
-		w.field("at")
-		w.time(o.At)
-		w.b = append(w.b, '}')
-	}
-	w.b = append(w.b, ']')
+func (w *jsonWriter) object(o rollout.Object) {
+	w.b = append(w.b, '{')
+	w.strField("kind", o.Kind)
+	w.optStr("namespace", o.Namespace)
+	w.strField("name", o.Name)
+	w.strField("error", o.Error)
+	w.timeField("at", o.At)
+	w.b = append(w.b, '}')
 }
 
 // An answer is written by hand (encode) or, the same JSON, by
@@ -350,8 +313,7 @@ func (c commitAnswer) wire() any {
 
 func (c commitAnswer) encode(w *jsonWriter) {
 	w.b = append(w.b, '{')
-	w.field("hash")
-	w.str(c.hash)
+	w.strField("hash", c.hash)
 	w.field("clusters")
 	w.b = append(w.b, '[')
 	for i, r := range c.verdicts {
@@ -391,10 +353,7 @@ func (l listing) encode(w *jsonWriter) {
 		w.view(v, nil, l.layers)
 	}
 	w.b = append(w.b, ']')
-	if l.next != "" {
-		w.field("next")
-		w.str(l.next)
-	}
+	w.optStr("next", l.next)
 	w.field("warnings")
 	w.strs(l.warnings)
 	w.b = append(w.b, '}')
