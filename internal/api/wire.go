@@ -14,8 +14,7 @@ import (
 // written by hand, byte for byte what encoding/json makes of the wire
 // types below (TestWireIsEncodingJSON holds them to it): reflection, a
 // MarshalJSON and a compaction pass for every time, and the allocations
-// they made, were half of a settled /verdict's CPU (BenchmarkVerdictSettled)
-// and what a slow machine turned into the fleet's /verdict p99.
+// they made, were half of a settled /verdict's CPU (BenchmarkVerdictSettled).
 
 // jsonWriter appends JSON. ok turns false at a time that has no RFC 3339
 // form, which encoding/json refuses too: the caller answers with
