@@ -292,7 +292,7 @@ type (
 	}
 )
 
-func (r VerdictResponse) wire() any { return verdictJSON{r, r.View.Layers.Shared()} }
+func (r VerdictResponse) wire() any { return verdictJSON{r, r.View.Layers.Slice()} }
 
 func (r VerdictResponse) encode(w *jsonWriter) { w.view(r.View, r.SupersededByVerdict, true) }
 
@@ -337,7 +337,7 @@ func (l listing) wire() any {
 	for i, v := range l.views {
 		out[i] = viewJSON{v, []rollout.LayerView{}}
 		if l.layers {
-			out[i].Layers = v.Layers.Shared()
+			out[i].Layers = v.Layers.Slice()
 		}
 	}
 	return rolloutsJSON{Rollouts: out, Next: l.next, Warnings: l.warnings}

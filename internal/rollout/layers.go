@@ -117,23 +117,7 @@ func (l Layers) Slice() []LayerView {
 	return out
 }
 
-// Shared returns the layers as one slice the caller must not change: their
-// own array when they are one run of it, as a decoded view's are, else a
-// copy. A settled /verdict encodes its layers without copying them.
-func (l Layers) Shared() []LayerView {
-	if l.n == 0 || cap(l.chunks[0]) < l.n {
-		return l.Slice()
-	}
-	run := l.chunks[0][:l.n]
-	for c, ch := range l.chunks {
-		if &run[c*layerChunk] != &ch[0] {
-			return l.Slice()
-		}
-	}
-	return run
-}
-
-func (l Layers) MarshalJSON() ([]byte, error) { return json.Marshal(l.Shared()) }
+func (l Layers) MarshalJSON() ([]byte, error) { return json.Marshal(l.Slice()) }
 
 func (l *Layers) UnmarshalJSON(b []byte) error {
 	var ls []LayerView

@@ -76,35 +76,6 @@ func TestLayersPatch(t *testing.T) {
 	}
 }
 
-// TestLayersShared: layers made of one slice hand it out without a copy;
-// layers whose chunks are not one run of an array (a later view that
-// changed a chunk) hand out a copy holding the same layers.
-func TestLayersShared(t *testing.T) {
-	for _, n := range []int{1, layerChunk, 2*layerChunk + 5} {
-		ls := someLayers(n, LayerProgressing)
-		made := MakeLayers(ls)
-		if got := made.Shared(); &got[0] != &ls[0] || len(got) != n {
-			t.Fatalf("%d layers: Shared copied the slice they were made of", n)
-		}
-		moved := slices.Clone(ls)
-		moved[n-1].State = LayerApplied
-		next := made.with(n, func(i int) LayerView { return moved[i] })
-		got := next.Shared()
-		if n > layerChunk && &got[0] == &ls[0] {
-			t.Fatalf("%d layers: Shared handed out the old array after a chunk changed", n)
-		}
-		if !reflect.DeepEqual(got, moved) {
-			t.Fatalf("%d layers: Shared does not hold the layers", n)
-		}
-		if shorter := made.with(n-1, func(i int) LayerView { return ls[i] }).Shared(); !reflect.DeepEqual(shorter, ls[:n-1]) {
-			t.Fatalf("%d layers: a shorter list's Shared holds %d layers", n, len(shorter))
-		}
-	}
-	if got := (Layers{}).Shared(); len(got) != 0 {
-		t.Fatalf("no layers: Shared gives %d", len(got))
-	}
-}
-
 // TestLayersJSON: the layers encode as the array of LayerView they hold.
 func TestLayersJSON(t *testing.T) {
 	for _, n := range []int{0, 1, layerChunk, 2*layerChunk + 1} {
