@@ -486,8 +486,7 @@ func ingest(client *http.Client, url string, evs []event, n int, refused *atomic
 	if err := <-errs; err != nil {
 		return 0, 0, err
 	}
-	slices.Sort(lat)
-	return float64(len(evs)) / el.Seconds(), lat[len(lat)*99/100], nil
+	return float64(len(evs)) / el.Seconds(), percentile(lat, 99), nil
 }
 
 func post(client *http.Client, url string, ev event) (int, error) {
@@ -536,9 +535,7 @@ func (f *fleet) verdicts(client *http.Client, url string, n int) (sampled, error
 		}
 		health = append(health, took)
 	}
-	slices.Sort(lat)
-	slices.Sort(health)
-	return sampled{lat[len(lat)/2], lat[len(lat)*99/100], health[len(health)*99/100]}, nil
+	return sampled{percentile(lat, 50), percentile(lat, 99), percentile(health, 99)}, nil
 }
 
 // checkAll counts the revisions of the history whose verdict is not applied.
@@ -596,8 +593,13 @@ func latency(client *http.Client, url string, n int) (time.Duration, error) {
 		}
 		lat = append(lat, took)
 	}
+	return percentile(lat, 99), nil
+}
+
+// percentile sorts lat and returns its pct-th percentile.
+func percentile(lat []time.Duration, pct int) time.Duration {
 	slices.Sort(lat)
-	return lat[len(lat)*99/100], nil
+	return lat[len(lat)*pct/100]
 }
 
 // timedGet is a GET's time to the last byte of a 200 answer.
