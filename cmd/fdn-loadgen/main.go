@@ -52,6 +52,7 @@ type config struct {
 	concurrency int
 	rate        int
 	rateFor     time.Duration
+	rounds      int
 }
 
 // arrivals is how many events a paced run sends, and how far apart.
@@ -66,10 +67,14 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent connections in saturation runs")
 	fs.IntVar(&c.rate, "rate", 1000, "events per second of the latency run")
 	fs.DurationVar(&c.rateFor, "rate-duration", 5*time.Second, "how long the latency run lasts")
+	fs.IntVar(&c.rounds, "rounds", 5, "slices each run is cut into, the sides of a comparison taking turns")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service to this file")
 	serve := fs.String("serve", "", "internal: serve bare or service and print the address")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if c.rounds < 1 || c.concurrency < 2 || c.rate < 1 {
+		return errors.New("-rounds and -rate must be at least 1, -concurrency at least 2")
 	}
 	token := []byte("loadgen-token")
 	if *serve != "" {
@@ -94,65 +99,58 @@ func run(args []string, out io.Writer) error {
 	events := newEvents(token, n, 20)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency * 2, MaxConnsPerHost: c.concurrency * 2}}
 
-	bareRate, err := saturate(client, bare, events, c)
+	rates, err := saturate(client, []target{{"bare handler", bare, events}, {"service", svc, events}}, c)
 	if err != nil {
-		return fmt.Errorf("bare handler: %w", err)
+		return err
 	}
-	fmt.Fprintf(out, "bare handler (read + decode): %.0f events/s\n", bareRate)
-	durable, err := saturate(client, svc, events, c)
-	if err != nil {
-		return fmt.Errorf("service: %w", err)
-	}
-	fmt.Fprintf(out, "service (HMAC, decode, engine, bbolt commit before 202): %.0f events/s\n", durable)
+	fmt.Fprintf(out, "bare handler (read + decode): %.0f events/s\n", rates[0])
+	fmt.Fprintf(out, "service (HMAC, decode, engine, bbolt commit before 202): %.0f events/s\n", rates[1])
 	lat, err := paced(client, svc, bare, events, c)
 	if err != nil {
 		return fmt.Errorf("paced: %w", err)
 	}
 	fmt.Fprintf(out, "ack latency at %d events/s: %v\n", c.rate, lat)
 	fmt.Fprintf(out, "ingest: %.0f events/s durable, %.2f of bare handler, ack p99 %.2f ms at %d events/s (%s)\n",
-		durable, durable/bareRate, ms(lat.p99), c.rate, lat.floors())
+		rates[1], rates[1]/rates[0], ms(lat.p99), c.rate, lat.floors())
 
 	// The same at half the connections, fewer requests per group commit,
 	// on a fresh service: the same start as the run above, and its own
 	// supply of distinct events.
 	half := c
 	half.concurrency = c.concurrency / 2
-	bareHalf, err := saturate(client, bare, events, half)
-	if err != nil {
-		return fmt.Errorf("bare handler: %w", err)
-	}
 	svc.stop()
 	if svc, err = spawn("service", ""); err != nil {
 		return err
 	}
-	durableHalf, err := saturate(client, svc, events, half)
-	if err != nil {
-		return fmt.Errorf("service: %w", err)
+	if rates, err = saturate(client, []target{{"bare handler", bare, events}, {"service", svc, events}}, half); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "ingest at %d connections: %.0f events/s durable, %.2f of bare handler (%.0f events/s)\n",
-		half.concurrency, durableHalf, durableHalf/bareHalf, bareHalf)
+		half.concurrency, rates[1], rates[1]/rates[0], rates[0])
 
 	// Width: revisions rolling across 50 and 1,000 layers, each on a fresh
 	// service, at half the connections; then the ack latency at 1,000.
-	rates := map[int]float64{}
-	var wide latency
-	for _, width := range []int{50, 1000} {
-		ws, err := spawn("service", "")
-		if err != nil {
-			return err
-		}
-		evs := newEvents(token, n, width)
-		rates[width], err = saturate(client, ws, evs, half)
-		if err == nil && width == 1000 {
-			wide, err = paced(client, ws, bare, evs, c)
-		}
-		ws.stop()
-		if err != nil {
-			return fmt.Errorf("width %d: %w", width, err)
-		}
+	narrow, err := spawn("service", "")
+	if err != nil {
+		return err
+	}
+	defer narrow.stop()
+	wide, err := spawn("service", "")
+	if err != nil {
+		return err
+	}
+	defer wide.stop()
+	wideEvents := newEvents(token, n, 1000)
+	if rates, err = saturate(client, []target{{"width 50", narrow, newEvents(token, n, 50)}, {"width 1000", wide, wideEvents}}, half); err != nil {
+		return err
+	}
+	narrow.stop()
+	wideLat, err := paced(client, wide, bare, wideEvents, c)
+	if err != nil {
+		return fmt.Errorf("width 1000: %w", err)
 	}
 	fmt.Fprintf(out, "width: %.0f events/s at 50 layers a revision, %.0f at 1000 (%.2f of it), ack p99 %.2f ms at %d events/s with 1000 (%s)\n",
-		rates[50], rates[1000], rates[1000]/rates[50], ms(wide.p99), c.rate, wide.floors())
+		rates[0], rates[1], rates[1]/rates[0], ms(wideLat.p99), c.rate, wideLat.floors())
 	return nil
 }
 
@@ -417,36 +415,71 @@ func post(client *http.Client, url string, ev event) error {
 	return nil
 }
 
-// saturate posts from c.concurrency connections for c.duration and returns
-// events acknowledged per second.
 // errDry is a run that used every distinct event before its end.
 var errDry = errors.New("ran out of distinct events before the run's end")
 
-func saturate(client *http.Client, srv *server, evs *events, c config) (float64, error) {
-	url := srv.url
+// target is one side of a comparison: a server and the events it takes.
+type target struct {
+	name string
+	srv  *server
+	evs  *events
+}
+
+// saturate posts to the targets in turn, c.rounds slices of
+// c.duration/c.rounds each from c.concurrency connections, and returns
+// each target's events acknowledged per second over its slices. Taking
+// turns puts the machine's slow spells on every side of a ratio: run
+// whole, one after the other, a spell of slow fdatasyncs that began
+// between two runs halved a ratio (the width's 0.50 of 2026-12-03, its
+// 1,000-layer side waiting on the disk with its cores 0.6 busy).
+func saturate(client *http.Client, targets []target, c config) ([]float64, error) {
+	type tally struct {
+		events          int64
+		spent, srv, gen time.Duration
+	}
+	tallies := make([]tally, len(targets))
+	slice := c.duration / time.Duration(c.rounds)
+	for range c.rounds {
+		for i, t := range targets {
+			start, srv0, gen0 := time.Now(), t.srv.cpu(), cpuTime()
+			n, err := postUntil(client, t, c.concurrency, start.Add(slice))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", t.name, err)
+			}
+			tl := &tallies[i]
+			tl.events += n
+			tl.spent += time.Since(start)
+			tl.srv += t.srv.cpu() - srv0
+			tl.gen += cpuTime() - gen0
+		}
+	}
+	rates := make([]float64, len(targets))
+	for i, tl := range tallies {
+		rates[i] = float64(tl.events) / tl.spent.Seconds()
+		fmt.Fprintf(os.Stderr, "  (%s, cores busy: server %.2f, load generator %.2f)\n",
+			targets[i].name, tl.srv.Seconds()/tl.spent.Seconds(), tl.gen.Seconds()/tl.spent.Seconds())
+	}
+	return rates, nil
+}
+
+// postUntil posts t's events from conns connections until stop and returns
+// how many were acknowledged.
+func postUntil(client *http.Client, t target, conns int, stop time.Time) (int64, error) {
 	var (
 		n        atomic.Int64
 		firstErr error
 		errOnce  sync.Once
 		wg       sync.WaitGroup
 	)
-	stop := time.Now().Add(c.duration)
-	start := time.Now()
-	cpu0, srv0 := cpuTime(), srv.cpu()
-	defer func() {
-		el := time.Since(start).Seconds()
-		fmt.Fprintf(os.Stderr, "  (cores busy: server %.2f, load generator %.2f)\n",
-			(srv.cpu()-srv0).Seconds()/el, (cpuTime()-cpu0).Seconds()/el)
-	}()
-	for range c.concurrency {
+	for range conns {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
-				ev, ok := evs.take(srv)
+				ev, ok := t.evs.take(t.srv)
 				if !ok {
 					errOnce.Do(func() { firstErr = errDry })
 					return
 				}
-				if err := post(client, url, ev); err != nil {
+				if err := post(client, t.srv.url, ev); err != nil {
 					errOnce.Do(func() { firstErr = err })
 					return
 				}
@@ -455,11 +488,11 @@ func saturate(client *http.Client, srv *server, evs *events, c config) (float64,
 		})
 	}
 	wg.Wait()
-	return float64(n.Load()) / time.Since(start).Seconds(), firstErr
+	return n.Load(), firstErr
 }
 
-// latency is a paced run's time to acknowledgement and, measured just
-// before it at the same rate, the two floors under it: the disk's
+// latency is a paced run's time to acknowledgement and, measured in turns
+// with it at the same rate, the two floors under it: the disk's
 // (diskLatency) and the HTTP round trip's, the bare handler's at that rate.
 type latency struct{ p50, p99, diskP50, diskP99, httpP50, httpP99 time.Duration }
 
@@ -473,30 +506,44 @@ func (l latency) floors() string {
 	return fmt.Sprintf("disk alone %.2f, HTTP alone %.2f", ms(l.diskP99), ms(l.httpP99))
 }
 
-// paced measures the floors, then the service's time to acknowledgement
-// at c.rate events per second.
+// paced measures the service's time to acknowledgement at c.rate events
+// per second, and its two floors, in turns: c.rounds rounds of the disk
+// alone, HTTP alone and the service, each c.rateFor/c.rounds long, so that
+// the floors describe the same minutes as the service's figure.
 func paced(client *http.Client, svc, bare *server, evs *events, c config) (latency, error) {
 	// The saturation run before this one leaves tens of megabytes of dirty
 	// pages; their writeback, started by the kernel in the middle of this
 	// run, would queue every fsync of the service behind it. Flush them
 	// first, so that the latency is the service's at this rate.
 	syscall.Sync()
+	round := c
+	round.rateFor = c.rateFor / time.Duration(c.rounds)
+	var disk, wire, acks []time.Duration
+	for range c.rounds {
+		lat, err := diskLatency(os.TempDir(), round)
+		if err != nil {
+			return latency{}, err
+		}
+		disk = append(disk, lat...)
+		if lat, err = send(client, bare, evs, round); err != nil {
+			return latency{}, fmt.Errorf("bare handler: %w", err)
+		}
+		wire = append(wire, lat...)
+		if lat, err = send(client, svc, evs, round); err != nil {
+			return latency{}, err
+		}
+		acks = append(acks, lat...)
+	}
 	var l latency
-	var err error
-	if l.diskP50, l.diskP99, err = diskLatency(os.TempDir(), c); err != nil {
-		return l, err
-	}
-	if l.httpP50, l.httpP99, err = send(client, bare, evs, c); err != nil {
-		return l, fmt.Errorf("bare handler: %w", err)
-	}
-	l.p50, l.p99, err = send(client, svc, evs, c)
-	return l, err
+	l.diskP50, l.diskP99 = percentiles(disk)
+	l.httpP50, l.httpP99 = percentiles(wire)
+	l.p50, l.p99 = percentiles(acks)
+	return l, nil
 }
 
 // send posts at c.rate events per second (open loop: a slow answer does
-// not slow the sender) and returns the p50 and p99 time to
-// acknowledgement.
-func send(client *http.Client, srv *server, evs *events, c config) (p50, p99 time.Duration, err error) {
+// not slow the sender) and returns each one's time to acknowledgement.
+func send(client *http.Client, srv *server, evs *events, c config) ([]time.Duration, error) {
 	url := srv.url
 	total, interval := c.arrivals()
 	lat := make([]time.Duration, total)
@@ -510,7 +557,7 @@ func send(client *http.Client, srv *server, evs *events, c config) (p50, p99 tim
 		ev, ok := evs.take(srv)
 		if !ok {
 			wg.Wait()
-			return 0, 0, errDry
+			return nil, errDry
 		}
 		wg.Go(func() {
 			t := time.Now()
@@ -524,43 +571,37 @@ func send(client *http.Client, srv *server, evs *events, c config) (p50, p99 tim
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	p50, p99 = percentiles(lat)
-	return p50, p99, nil
+	return lat, nil
 }
 
 // diskLatency is the floor under the ack latency at the paced run's rate:
 // an ideal group commit (groupCommit) with nothing but the disk, no HTTP
 // and no engine. Each commit writes one page into a preallocated file, as
 // the service's log is, and fdatasyncs it.
-func diskLatency(dir string, c config) (p50, p99 time.Duration, err error) {
+func diskLatency(dir string, c config) ([]time.Duration, error) {
 	f, err := os.CreateTemp(dir, "fdn-loadgen-disk-")
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
 	const page = 4096
 	total, interval := c.arrivals()
 	if _, err := f.Write(make([]byte, total*page)); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	if err := f.Sync(); err != nil {
-		return 0, 0, err
+		return nil, err
 	}
 	buf := bytes.Repeat([]byte{1}, 1024)
-	lat, err := groupCommit(total, interval, func(i int) error {
+	return groupCommit(total, interval, func(i int) error {
 		if _, err := f.WriteAt(buf, int64(i)*page); err != nil {
 			return err
 		}
 		return syscall.Fdatasync(int(f.Fd()))
 	})
-	if err != nil {
-		return 0, 0, err
-	}
-	p50, p99 = percentiles(lat)
-	return p50, p99, nil
 }
 
 // groupCommit returns the time to acknowledgement of total arrivals, one
