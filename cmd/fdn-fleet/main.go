@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
@@ -157,11 +158,12 @@ func run(args []string, out io.Writer) (err error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency}, Timeout: 30 * time.Second}
 	fmt.Fprintf(out, "fleet: %d sources x %d layers, %d commits a day per source, %d days, %d connections, service GOMEMLIMIT %q GOGC %q\n",
 		c.sources, c.layers, c.commits, c.days, c.concurrency, c.memLimit, c.gogc)
-	fmt.Fprintf(out, "%4s %8s %8s %8s %8s %9s %8s %8s %8s %8s %8s %8s\n",
-		"day", "RSS MiB", "peak", "anon", "heap", "data MiB", "ev/s", "ack p99", "vrd p50", "vrd p99", "hlz p99", "lst p99")
+	fmt.Fprintf(out, "%4s %8s %8s %8s %8s %9s %8s %8s %8s %8s %8s %7s %8s\n",
+		"day", "RSS MiB", "peak", "anon", "heap", "data MiB", "ev/s", "ack p99", "vrd p50", "vrd p99", "hlz p99", "stolen", "lst p99")
 	var refused atomic.Int64
-	// hp99 is /healthz's p99 on the day of the worst /verdict p99.
-	worst := struct{ rss, anon, heap, data, vp99, hp99 float64 }{}
+	// hp99 and stolen are /healthz's p99 and the CPU stolen on the day of
+	// the worst /verdict p99.
+	worst := struct{ rss, anon, heap, data, vp99, hp99, stolen float64 }{}
 	for day := range c.days {
 		evs := fleet.day(day)
 		rate, ackP99, err := ingest(client, svc.url, evs, c.concurrency, &refused)
@@ -193,10 +195,10 @@ func run(args []string, out io.Writer) (err error) {
 		worst.rss, worst.anon, worst.heap = max(worst.rss, peak), max(worst.anon, anon), max(worst.heap, heap)
 		worst.data = max(worst.data, data)
 		if ms(v.p99) > worst.vp99 {
-			worst.vp99, worst.hp99 = ms(v.p99), ms(v.healthP99)
+			worst.vp99, worst.hp99, worst.stolen = ms(v.p99), ms(v.healthP99), 100*v.stolen
 		}
-		fmt.Fprintf(out, "%4d %8.0f %8.0f %8.0f %8.0f %9.0f %8.0f %8.2f %8.2f %8.2f %8.2f %8.2f\n",
-			day+1, rss, peak, anon, heap, data, rate, ms(ackP99), ms(v.p50), ms(v.p99), ms(v.healthP99), ms(lp99))
+		fmt.Fprintf(out, "%4d %8.0f %8.0f %8.0f %8.0f %9.0f %8.0f %8.2f %8.2f %8.2f %8.2f %6.0f%% %8.2f\n",
+			day+1, rss, peak, anon, heap, data, rate, ms(ackP99), ms(v.p50), ms(v.p99), ms(v.healthP99), 100*v.stolen, ms(lp99))
 	}
 
 	// Every revision of the history, once more: all applied, none lost.
@@ -228,8 +230,8 @@ func run(args []string, out io.Writer) (err error) {
 	if cg != nil {
 		fmt.Fprintln(out, cg.report())
 	}
-	fmt.Fprintf(out, "summary: peak RSS %.0f MiB (anonymous at most %.0f), max heap %.0f MiB, max data %.0f MiB, max /verdict p99 %.2f ms (/healthz p99 that day %.2f ms), %d events refused, %d of %d verdicts not applied\n",
-		worst.rss, worst.anon, worst.heap, worst.data, worst.vp99, worst.hp99, refused.Load(), wrong, len(fleet.revs))
+	fmt.Fprintf(out, "summary: peak RSS %.0f MiB (anonymous at most %.0f), max heap %.0f MiB, max data %.0f MiB, max /verdict p99 %.2f ms (that day /healthz p99 %.2f ms, CPU stolen %.0f%%), %d events refused, %d of %d verdicts not applied\n",
+		worst.rss, worst.anon, worst.heap, worst.data, worst.vp99, worst.hp99, worst.stolen, refused.Load(), wrong, len(fleet.revs))
 	if refused.Load() > 0 || wrong > 0 || wrongAfter > 0 {
 		return errors.New("events were refused or verdicts were wrong")
 	}
@@ -508,8 +510,12 @@ func post(client *http.Client, url string, ev event) (int, error) {
 // sampled is a day's /verdict latency and, from the same moments, the
 // service's cheapest answer's: /healthz after each /verdict, on the same
 // connection. A stall of the machine or of the process delays both; what
-// /verdict takes beyond /healthz is its own.
-type sampled struct{ p50, p99, healthP99 time.Duration }
+// /verdict takes beyond /healthz is its own. stolen is the share of the
+// machine's CPU time the hypervisor took meanwhile.
+type sampled struct {
+	p50, p99, healthP99 time.Duration
+	stolen              float64
+}
 
 // verdicts asks for n random revisions of the whole history, checks each is
 // applied, and returns the latency: from the request to the last byte of
@@ -519,6 +525,7 @@ func (f *fleet) verdicts(client *http.Client, url string, n int) (sampled, error
 	lat := make([]time.Duration, 0, n)
 	health := make([]time.Duration, 0, n)
 	var body bytes.Buffer
+	ticks := procstat.Read()
 	for range n {
 		hash := f.revs[rand.IntN(len(f.revs))]
 		v, took, err := verdictOf(client, url, hash, &body)
@@ -535,7 +542,7 @@ func (f *fleet) verdicts(client *http.Client, url string, n int) (sampled, error
 		}
 		health = append(health, took)
 	}
-	return sampled{percentile(lat, 50), percentile(lat, 99), percentile(health, 99)}, nil
+	return sampled{percentile(lat, 50), percentile(lat, 99), percentile(health, 99), procstat.Read().Since(ticks).Stolen()}, nil
 }
 
 // checkAll counts the revisions of the history whose verdict is not applied.

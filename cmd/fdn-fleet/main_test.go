@@ -35,9 +35,9 @@ func TestSmallFleet(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{
-		`(?m)^ +1 +\d+ `, `(?m)^ +2 +\d+ `, `(?m)vrd p99 +hlz p99 +lst p99$`,
+		`(?m)^ +1 +\d+ `, `(?m)^ +2 +\d+ `, `(?m)vrd p99 +hlz p99 +stolen +lst p99$`, `(?m)^ +1( +[\d.]+){10} +\d+% +[\d.]+$`,
 		`restart: stopped in [\d.]+ s, ready in [\d.]+ s \(8 revisions checked after it, 0 not applied\)`,
-		`max /verdict p99 [\d.]+ ms \(/healthz p99 that day [\d.]+ ms\), 0 events refused, 0 of 8 verdicts not applied`,
+		`max /verdict p99 [\d.]+ ms \(that day /healthz p99 [\d.]+ ms, CPU stolen \d+%\), 0 events refused, 0 of 8 verdicts not applied`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {
 			t.Errorf("no %q in the output:\n%s", want, out.String())

@@ -35,6 +35,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
@@ -436,12 +437,14 @@ func saturate(client *http.Client, targets []target, c config) ([]float64, error
 	type tally struct {
 		events          int64
 		spent, srv, gen time.Duration
+		ticks           procstat.Ticks
 	}
 	tallies := make([]tally, len(targets))
 	slice := c.duration / time.Duration(c.rounds)
 	for range c.rounds {
 		for i, t := range targets {
 			start, srv0, gen0 := time.Now(), t.srv.cpu(), cpuTime()
+			ticks0 := procstat.Read()
 			n, err := postUntil(client, t, c.concurrency, start.Add(slice))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", t.name, err)
@@ -451,13 +454,15 @@ func saturate(client *http.Client, targets []target, c config) ([]float64, error
 			tl.spent += time.Since(start)
 			tl.srv += t.srv.cpu() - srv0
 			tl.gen += cpuTime() - gen0
+			tl.ticks = tl.ticks.Add(procstat.Read().Since(ticks0))
 		}
 	}
 	rates := make([]float64, len(targets))
 	for i, tl := range tallies {
 		rates[i] = float64(tl.events) / tl.spent.Seconds()
-		fmt.Fprintf(os.Stderr, "  (%s, cores busy: server %.2f, load generator %.2f)\n",
-			targets[i].name, tl.srv.Seconds()/tl.spent.Seconds(), tl.gen.Seconds()/tl.spent.Seconds())
+		fmt.Fprintf(os.Stderr, "  (%s, cores busy: server %.2f, load generator %.2f; CPU stolen %.0f%%)\n",
+			targets[i].name, tl.srv.Seconds()/tl.spent.Seconds(), tl.gen.Seconds()/tl.spent.Seconds(),
+			100*tl.ticks.Stolen())
 	}
 	return rates, nil
 }
@@ -494,16 +499,21 @@ func postUntil(client *http.Client, t target, conns int, stop time.Time) (int64,
 // latency is a paced run's time to acknowledgement and, measured in turns
 // with it at the same rate, the two floors under it: the disk's
 // (diskLatency) and the HTTP round trip's, the bare handler's at that rate.
-type latency struct{ p50, p99, diskP50, diskP99, httpP50, httpP99 time.Duration }
+// stolen is the share of the machine's CPU time its hypervisor took while
+// the service was timed.
+type latency struct {
+	p50, p99, diskP50, diskP99, httpP50, httpP99 time.Duration
+	stolen                                       float64
+}
 
 func (l latency) String() string {
-	return fmt.Sprintf("p50 %.2f ms, p99 %.2f ms (the disk alone at that rate: p50 %.2f, p99 %.2f; HTTP alone: p50 %.2f, p99 %.2f)",
-		ms(l.p50), ms(l.p99), ms(l.diskP50), ms(l.diskP99), ms(l.httpP50), ms(l.httpP99))
+	return fmt.Sprintf("p50 %.2f ms, p99 %.2f ms (the disk alone at that rate: p50 %.2f, p99 %.2f; HTTP alone: p50 %.2f, p99 %.2f; CPU stolen %.0f%%)",
+		ms(l.p50), ms(l.p99), ms(l.diskP50), ms(l.diskP99), ms(l.httpP50), ms(l.httpP99), 100*l.stolen)
 }
 
 // floors is the summary lines' note of the two floors' p99s.
 func (l latency) floors() string {
-	return fmt.Sprintf("disk alone %.2f, HTTP alone %.2f", ms(l.diskP99), ms(l.httpP99))
+	return fmt.Sprintf("disk alone %.2f, HTTP alone %.2f, CPU stolen %.0f%%", ms(l.diskP99), ms(l.httpP99), 100*l.stolen)
 }
 
 // paced measures the service's time to acknowledgement at c.rate events
@@ -519,6 +529,7 @@ func paced(client *http.Client, svc, bare *server, evs *events, c config) (laten
 	round := c
 	round.rateFor = c.rateFor / time.Duration(c.rounds)
 	var disk, wire, acks []time.Duration
+	var ticks procstat.Ticks
 	for range c.rounds {
 		lat, err := diskLatency(os.TempDir(), round)
 		if err != nil {
@@ -529,12 +540,14 @@ func paced(client *http.Client, svc, bare *server, evs *events, c config) (laten
 			return latency{}, fmt.Errorf("bare handler: %w", err)
 		}
 		wire = append(wire, lat...)
+		ticks0 := procstat.Read()
 		if lat, err = send(client, svc, evs, round); err != nil {
 			return latency{}, err
 		}
 		acks = append(acks, lat...)
+		ticks = ticks.Add(procstat.Read().Since(ticks0))
 	}
-	var l latency
+	l := latency{stolen: ticks.Stolen()}
 	l.diskP50, l.diskP99 = percentiles(disk)
 	l.httpP50, l.httpP99 = percentiles(wire)
 	l.p50, l.p99 = percentiles(acks)

@@ -193,4 +193,7 @@ func TestPacedTakesTurns(t *testing.T) {
 			t.Errorf("p50 %v, p99 %v: want 0 < p50 <= p99 (%+v)", p[0], p[1], l)
 		}
 	}
+	if l.stolen < 0 || l.stolen > 1 {
+		t.Errorf("CPU stolen %v, want a share between 0 and 1", l.stolen)
+	}
 }

@@ -1,0 +1,61 @@
+// Package procstat reads the machine's CPU accounting for the benchmark
+// tools: on a virtual machine, the share of the CPUs its hypervisor took
+// while they measured, which no design of the service can win back.
+package procstat
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Ticks is the machine's CPU time so far, in clock ticks: all of it, and
+// what the hypervisor stole. Zero where /proc/stat cannot be read.
+type Ticks struct{ Total, Steal int64 }
+
+// Read reads Ticks from /proc/stat.
+func Read() Ticks {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return Ticks{}
+	}
+	return Parse(b)
+}
+
+// Parse reads Ticks from the text of /proc/stat: the first eight figures
+// of its cpu line (user, nice, system, idle, iowait, irq, softirq, steal;
+// guest time is counted in user time already).
+func Parse(b []byte) Ticks {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return Ticks{}
+	}
+	var t Ticks
+	for i, v := range f[1:9] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		t.Total += n
+		if i == 7 {
+			t.Steal = n
+		}
+	}
+	return t
+}
+
+// Add sums two spans of Ticks.
+func (t Ticks) Add(u Ticks) Ticks { return Ticks{t.Total + u.Total, t.Steal + u.Steal} }
+
+// Since is the span from earlier to t.
+func (t Ticks) Since(earlier Ticks) Ticks {
+	return Ticks{t.Total - earlier.Total, t.Steal - earlier.Steal}
+}
+
+// Stolen is the share of a span's CPU time the hypervisor took: 0 for an
+// empty span.
+func (t Ticks) Stolen() float64 {
+	if t.Total <= 0 {
+		return 0
+	}
+	return float64(t.Steal) / float64(t.Total)
+}
