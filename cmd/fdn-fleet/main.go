@@ -2,8 +2,9 @@
 // Flux events, one simulated day at a time, and prints what an operator
 // sizing it needs per day: memory (RSS and Go heap), data dir size, ingest
 // rate and ack latency, /verdict and /rollouts latency over the whole
-// history (with /healthz's from the same moments, to tell the machine's
-// stalls from the service's work), and at the end the time to ready after
+// history (with /healthz's from the same moments and the CPU share the
+// hypervisor stole meanwhile, to tell the machine's stalls from the
+// service's work), and at the end the time to ready after
 // a restart. Every verdict is checked: each commit rolls across all layers
 // of its source, so each must read applied.
 //
