@@ -499,21 +499,21 @@ func postUntil(client *http.Client, t target, conns int, stop time.Time) (int64,
 // latency is a paced run's time to acknowledgement and, measured in turns
 // with it at the same rate, the two floors under it: the disk's
 // (diskLatency) and the HTTP round trip's, the bare handler's at that rate.
-// stolen is the share of the machine's CPU time its hypervisor took while
-// the service was timed.
+// cpu is the machine's CPU time while the service was timed, and what its
+// hypervisor stole of it.
 type latency struct {
 	p50, p99, diskP50, diskP99, httpP50, httpP99 time.Duration
-	stolen                                       float64
+	cpu                                          procstat.Ticks
 }
 
 func (l latency) String() string {
 	return fmt.Sprintf("p50 %.2f ms, p99 %.2f ms (the disk alone at that rate: p50 %.2f, p99 %.2f; HTTP alone: p50 %.2f, p99 %.2f; CPU stolen %.0f%%)",
-		ms(l.p50), ms(l.p99), ms(l.diskP50), ms(l.diskP99), ms(l.httpP50), ms(l.httpP99), 100*l.stolen)
+		ms(l.p50), ms(l.p99), ms(l.diskP50), ms(l.diskP99), ms(l.httpP50), ms(l.httpP99), 100*l.cpu.Stolen())
 }
 
 // floors is the summary lines' note of the two floors' p99s.
 func (l latency) floors() string {
-	return fmt.Sprintf("disk alone %.2f, HTTP alone %.2f, CPU stolen %.0f%%", ms(l.diskP99), ms(l.httpP99), 100*l.stolen)
+	return fmt.Sprintf("disk alone %.2f, HTTP alone %.2f, CPU stolen %.0f%%", ms(l.diskP99), ms(l.httpP99), 100*l.cpu.Stolen())
 }
 
 // paced measures the service's time to acknowledgement at c.rate events
@@ -529,7 +529,7 @@ func paced(client *http.Client, svc, bare *server, evs *events, c config) (laten
 	round := c
 	round.rateFor = c.rateFor / time.Duration(c.rounds)
 	var disk, wire, acks []time.Duration
-	var ticks procstat.Ticks
+	var l latency
 	for range c.rounds {
 		lat, err := diskLatency(os.TempDir(), round)
 		if err != nil {
@@ -545,9 +545,8 @@ func paced(client *http.Client, svc, bare *server, evs *events, c config) (laten
 			return latency{}, err
 		}
 		acks = append(acks, lat...)
-		ticks = ticks.Add(procstat.Read().Since(ticks0))
+		l.cpu = l.cpu.Add(procstat.Read().Since(ticks0))
 	}
-	l := latency{stolen: ticks.Stolen()}
 	l.diskP50, l.diskP99 = percentiles(disk)
 	l.httpP50, l.httpP99 = percentiles(wire)
 	l.p50, l.p99 = percentiles(acks)
