@@ -108,11 +108,19 @@ E2E_TIMEOUT ?= 20m
 e2e: e2ebin
 	$(GO) test -race -tags e2e -count=1 -v -parallel 13 -timeout $(E2E_TIMEOUT) -run '^TestFlux$$' ./internal/e2e/
 
-vet:
+# go vet, and staticcheck with every check (tools/staticcheck pins it; built
+# in seconds), over the build tags the tests use too.
+vet: bin/staticcheck
 	@unformatted=$$(gofmt -l cmd internal templates); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./internal/e2e/
 	$(GO) vet -tags image ./internal/imagetest/
+	bin/staticcheck -checks all ./...
+	bin/staticcheck -checks all -tags e2e ./internal/e2e/
+	bin/staticcheck -checks all -tags image ./internal/imagetest/
+
+bin/staticcheck: tools/staticcheck/go.mod tools/staticcheck/go.sum
+	cd tools/staticcheck && $(GO) build -o ../../bin/staticcheck honnef.co/go/tools/cmd/staticcheck
 
 unit:
 	FDN_REQUIRE_BROWSER=1 $(GO) test -race -count=1 ./...

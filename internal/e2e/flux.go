@@ -20,7 +20,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 )
 
-// Shard labels route a Kustomization to one of three kustomize-controllers
+// ShardLabel routes a Kustomization to one of three kustomize-controllers
 // (Flux's own sharding), each with different feature gates: the shards
 // below, and the default one for every other Kustomization.
 const ShardLabel = "sharding.fluxcd.io/key"

@@ -13,10 +13,10 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
-// ErrNotFound: no rollout matches the query.
+// ErrNotFound is returned when no rollout matches the query.
 var ErrNotFound = errors.New("revision not seen")
 
-// AmbiguousError: the query matches more than one rollout.
+// AmbiguousError is returned when the query matches more than one rollout.
 type AmbiguousError struct{ Matches []rollout.Key }
 
 func (e *AmbiguousError) Error() string {

@@ -315,19 +315,6 @@ func (c *cluster) drop(hash string) {
 	delete(c.rollouts, hash)
 }
 
-func (lg *emitterLog) insert(x logEntry) {
-	i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
-	if !found {
-		lg.revs = slices.Insert(lg.revs, i, x)
-	}
-}
-
-func (lg *emitterLog) remove(x logEntry) {
-	if i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare); found {
-		lg.revs = slices.Delete(lg.revs, i, i+1)
-	}
-}
-
 // before returns the revision the emitter reported just before x, or "".
 func (lg *emitterLog) before(x logEntry) string {
 	p, _ := lg.prev(x)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fsync"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -136,7 +137,7 @@ func open(path string) (*bolt.DB, error) {
 		InitialMmapSize: 1 << 28,
 	})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: another process holds it", path)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
