@@ -73,9 +73,6 @@ func (p *Process) AwaitReady(t testing.TB, client *http.Client, url string, time
 	}
 }
 
-// Exited is closed once the process has exited.
-func (p *Process) Exited() <-chan struct{} { return p.exited }
-
 // Kill stops the process with SIGKILL, by its PID, and waits for it.
 func (p *Process) Kill() {
 	_ = p.cmd.Process.Kill()
