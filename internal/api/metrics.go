@@ -65,6 +65,13 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 		Buckets: []float64{30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
 	}, []string{"verdict"})
 	reg.MustRegister(toTerminal)
+	// Every verdict's series exists from the start at 0: a series born at
+	// its first failure has no increase to alert on (Prometheus's
+	// increase and rate need a sample before it), so the first failed
+	// rollout after each start would page no one.
+	for _, v := range []rollout.Verdict{rollout.VerdictApplied, rollout.VerdictFailed, rollout.VerdictSuperseded, rollout.VerdictStuck} {
+		toTerminal.WithLabelValues(v.String())
+	}
 	return func(v *rollout.View) {
 		toTerminal.WithLabelValues(v.Verdict.String()).Observe(max(now().Sub(v.FirstSeen).Seconds(), 0))
 	}

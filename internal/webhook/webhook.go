@@ -86,6 +86,10 @@ func New(token []byte, sub Submitter, log *slog.Logger, reg prometheus.Registere
 		// newline (the usual Secret) is matched without it.
 		h.bearer = bytes.TrimRight(token, "\r\n")
 	}
+	// Rejections from 0, so that the first one after a start is an
+	// increase an alert sees (a rotated token that no longer matches
+	// loses every event: Flux does not retry a 401).
+	h.events.WithLabelValues("", "", resultRejected)
 	if reg != nil {
 		reg.MustRegister(h.events, h.latency)
 	}
