@@ -23,6 +23,9 @@ ENGINE    ?= docker
 FLUX_KC   ?= v1.9.6
 FLUX_SC   ?= v1.9.1
 FLUX_NC   ?= v1.9.3
+# prometheus-operator, whose module zip carries the ServiceMonitor and
+# PrometheusRule CRDs the manifests' optional components are checked against.
+PROM_OP   ?= v0.88.0
 
 # Native fuzz targets, as package:target.
 FUZZ_TARGETS := \
@@ -67,7 +70,7 @@ browser:
 # modules (tools/, pinned there; rebuilt only when a pin changes: about ten
 # minutes on 2 cores the first time), and the Flux CRDs from the controllers'
 # module zips.
-testbin: bin/kube-apiserver bin/etcd bin/crds/.stamp
+testbin: bin/kube-apiserver bin/etcd bin/crds/.stamp bin/crds/monitoring/.stamp bin/promtool
 
 # The version ldflags make the apiserver report v1.37.2, not v0.0.0-master,
 # which clients such as kubectl cannot parse.
@@ -89,6 +92,21 @@ bin/crds/.stamp: Makefile
 	for f in $$kc/config/crd/bases/*.yaml $$sc/config/crd/bases/*.yaml $$nc/config/crd/bases/*.yaml; do \
 		install -m 644 $$f bin/crds/; done
 	@touch $@
+
+bin/crds/monitoring/.stamp: Makefile
+	@mkdir -p bin/crds/monitoring
+	@po=$$($(GO) mod download -json github.com/prometheus-operator/prometheus-operator@$(PROM_OP) | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p'); \
+	test -n "$$po" || { echo "could not download prometheus-operator's module"; exit 1; }; \
+	for k in servicemonitors prometheusrules; do \
+		install -m 644 $$po/example/prometheus-operator-crd/monitoring.coreos.com_$$k.yaml bin/crds/monitoring/; done
+	@touch $@
+
+# promtool, which unit-tests the alert rules of
+# manifests/components/prometheusrule (pinned in tools/promtool; without
+# Prometheus's service discoveries, which it does not need: about two
+# minutes on 2 cores the first time).
+bin/promtool: tools/promtool/go.mod tools/promtool/go.sum
+	cd tools/promtool && $(GO) build -tags remove_all_sd -o ../../bin/promtool github.com/prometheus/prometheus/cmd/promtool
 
 # The Flux controllers the end-to-end tests run, built from their Go modules
 # (tools/, pinned there; rebuilt only when a pin changes: about five minutes
@@ -169,7 +187,7 @@ ui-preview: browser
 # manifests/ applied with server-side dry-run to the real kube-apiserver of
 # make testbin, with the Flux CRDs installed; `make unit` runs it too.
 manifests-check: testbin
-	$(GO) test -count=1 -run 'TestManifests' ./cmd/flux-deploy-notifier
+	$(GO) test -count=1 -run 'TestManifests|TestAlertRules' ./cmd/flux-deploy-notifier
 
 # The canonical multi-stage build (golang, then distroless nonroot); needs a
 # registry to pull the base images from.

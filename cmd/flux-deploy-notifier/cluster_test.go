@@ -105,6 +105,35 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+
+		// The alert rules read only metrics this service exposes: a name
+		// misspelt there would be an alert that never fires. Blind, the
+		// gauge its alert reads is 1.
+		resp, err = http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		exposed := map[string]bool{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, _, ok := strings.Cut(line, " "); ok && !strings.HasPrefix(line, "#") {
+				name, _, _ = strings.Cut(name, "{")
+				exposed[name] = true
+			}
+		}
+		names := alertMetrics(t)
+		if len(names) < 6 {
+			t.Fatalf("the alert rules read %v: fewer than the six they have", names)
+		}
+		for _, name := range names {
+			if !exposed[name] {
+				t.Errorf("the alert rules read %s, which /metrics lacks", name)
+			}
+		}
+		if !strings.Contains(string(b), "\nfdn_flux_events_silent 1\n") {
+			t.Errorf("blind, but /metrics lacks fdn_flux_events_silent 1")
+		}
 	})
 }
 

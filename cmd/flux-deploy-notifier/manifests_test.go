@@ -5,8 +5,12 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -85,13 +89,17 @@ func TestManifestsGrantExactlyTheReaderRules(t *testing.T) {
 	t.Fatal("no ClusterRole in manifests/")
 }
 
-// TestManifestsApplyToRealAPIServer applies manifests/ (and the tenant
-// example) with server-side dry-run to a real kube-apiserver with the Flux
-// CRDs installed: every object must be valid as written.
+// TestManifestsApplyToRealAPIServer applies manifests/, the tenant example
+// and the optional components with server-side dry-run to a real
+// kube-apiserver with the Flux and the Prometheus Operator's CRDs
+// installed: every object must be valid as written.
 func TestManifestsApplyToRealAPIServer(t *testing.T) {
 	c := clustertest.Start(t)
+	c.InstallCRDs(t, "crds/monitoring") // the optional components' ServiceMonitor and PrometheusRule
 	docs := manifestDocs(t, manifestsDir)
-	docs = append(docs, manifestDocs(t, filepath.Join(manifestsDir, "examples", "tenant"))...)
+	for _, dir := range []string{"examples/tenant", "components/servicemonitor", "components/prometheusrule"} {
+		docs = append(docs, manifestDocs(t, filepath.Join(manifestsDir, dir))...)
+	}
 	// Namespaces for real, so that the objects in them can be tried.
 	for _, ns := range []string{"flux-system", "flux-deploy-notifier", "team-a"} {
 		c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+ns+"}\n")
@@ -108,7 +116,119 @@ func TestManifestsApplyToRealAPIServer(t *testing.T) {
 			t.Errorf("%s: %v", id, err)
 		}
 	}
-	if len(seen) < 10 {
+	if len(seen) < 13 {
 		t.Fatalf("only %d objects checked", len(seen))
+	}
+}
+
+const alertRules = "components/prometheusrule"
+
+// alertGroups is the spec of the PrometheusRule, which is Prometheus's own
+// rule file format.
+func alertGroups(t *testing.T) map[string]any {
+	t.Helper()
+	docs := manifestDocs(t, filepath.Join(manifestsDir, alertRules))
+	if len(docs) != 1 || docs[0].GetKind() != "PrometheusRule" {
+		t.Fatalf("%s: want one PrometheusRule, got %d objects", alertRules, len(docs))
+	}
+	spec, ok := docs[0].Object["spec"].(map[string]any)
+	if !ok {
+		t.Fatal("PrometheusRule without spec")
+	}
+	return spec
+}
+
+// alertExprs maps each alert to its expression.
+func alertExprs(t *testing.T) map[string]string {
+	t.Helper()
+	var spec struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	b, _ := yaml.Marshal(alertGroups(t))
+	if err := yaml.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, g := range spec.Groups {
+		for _, r := range g.Rules {
+			out[r.Alert] = r.Expr
+		}
+	}
+	return out
+}
+
+// alertMetrics is every metric of the service the alerts read.
+func alertMetrics(t *testing.T) []string {
+	t.Helper()
+	var names []string
+	for _, expr := range alertExprs(t) {
+		names = append(names, regexp.MustCompile(`\bfdn_[a-z_]+`).FindAllString(expr, -1)...)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// TestAlertRules runs promtool's unit tests of the alert rules
+// (testdata/alerts-test.yaml) on the PrometheusRule's groups, and requires
+// of them a case where each alert fires and one where it does not.
+func TestAlertRules(t *testing.T) {
+	promtool := filepath.Join(clustertest.BinDir(), "promtool")
+	if _, err := os.Stat(promtool); err != nil {
+		t.Fatalf("%v: run `make testbin`", err)
+	}
+	dir := t.TempDir()
+	rules, err := yaml.Marshal(alertGroups(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile(filepath.Join("testdata", "alerts-test.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "alerts-test.yaml"), tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "alerts-test.yaml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	var spec struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string
+				ExpAlerts []any `json:"exp_alerts"`
+			} `json:"alert_rule_test"`
+		}
+	}
+	if err := yaml.Unmarshal(tests, &spec); err != nil {
+		t.Fatal(err)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, g := range spec.Tests {
+		for _, a := range g.AlertRuleTest {
+			if len(a.ExpAlerts) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	exprs := alertExprs(t)
+	if len(exprs) < 7 {
+		t.Fatalf("%d alerts, want 7 or more", len(exprs))
+	}
+	for name := range exprs {
+		if !fires[name] || !quiet[name] {
+			t.Errorf("alert %s: tested firing %v, tested quiet %v; want both", name, fires[name], quiet[name])
+		}
 	}
 }

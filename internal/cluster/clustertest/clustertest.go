@@ -124,7 +124,7 @@ func Start(t testing.TB) *Cluster {
 	c := &Cluster{Config: cfg, Dir: dir, Kubeconfig: filepath.Join(dir, "kubeconfig"), pki: pki, ports: ports,
 		apiserver: apiserver, apiserverArgs: args}
 	writeKubeconfig(t, c.Kubeconfig, host, pki.adminCert, pki.adminKey)
-	installCRDs(t, cfg)
+	installCRDs(t, cfg, "crds")
 	return c
 }
 
@@ -149,17 +149,21 @@ func waitReady(t testing.TB, cfg *rest.Config, apiserver *Process) {
 	apiserver.AwaitReady(t, &http.Client{Transport: rt, Timeout: 2 * time.Second}, cfg.Host+"/readyz", 90*time.Second)
 }
 
-// installCRDs creates the Kustomization, GitRepository and OCIRepository
-// CRDs and waits until they are served.
-func installCRDs(t testing.TB, cfg *rest.Config) {
+// InstallCRDs creates the CRDs in bin/<dir> (a directory make testbin
+// fills, such as crds/monitoring) and waits until they are served.
+func (c *Cluster) InstallCRDs(t testing.TB, dir string) { installCRDs(t, c.Config, dir) }
+
+// installCRDs creates the CRDs of the YAML files in bin/<dir> and waits
+// until they are served: at Start, the Flux ones of bin/crds.
+func installCRDs(t testing.TB, cfg *rest.Config, dir string) {
 	t.Helper()
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, _ := filepath.Glob(filepath.Join(BinDir(), "crds", "*.yaml"))
+	files, _ := filepath.Glob(filepath.Join(BinDir(), dir, "*.yaml"))
 	if len(files) == 0 {
-		t.Fatal("no CRDs in bin/crds: run `make testbin`")
+		t.Fatalf("no CRDs in bin/%s: run `make testbin`", dir)
 	}
 	ctx := context.Background()
 	var names []string
