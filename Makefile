@@ -184,8 +184,10 @@ mail-preview:
 ui-preview: browser
 	$(GO) run ./cmd/fdn-ui-preview -out out/ui-preview
 
-# manifests/ applied with server-side dry-run to the real kube-apiserver of
-# make testbin, with the Flux CRDs installed; `make unit` runs it too.
+# manifests/ (the components and the tenant example too) applied with
+# server-side dry-run to the real kube-apiserver of make testbin, with the
+# Flux and the Prometheus Operator's CRDs installed, and promtool's tests of
+# the alert rules; `make unit` runs it too.
 manifests-check: testbin
 	$(GO) test -count=1 -run 'TestManifests|TestAlertRules' ./cmd/flux-deploy-notifier
 
