@@ -162,9 +162,10 @@ func alertExprs(t *testing.T) map[string]string {
 // alertMetrics is every metric of the service the alerts read.
 func alertMetrics(t *testing.T) []string {
 	t.Helper()
+	metric := regexp.MustCompile(`\bfdn_[a-z_]+`)
 	var names []string
 	for _, expr := range alertExprs(t) {
-		names = append(names, regexp.MustCompile(`\bfdn_[a-z_]+`).FindAllString(expr, -1)...)
+		names = append(names, metric.FindAllString(expr, -1)...)
 	}
 	slices.Sort(names)
 	return slices.Compact(names)
