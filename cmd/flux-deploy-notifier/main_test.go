@@ -293,6 +293,7 @@ var metricsBeforeEvents = []string{
 	`fdn_rollout_terminal_seconds_count{verdict="failed"} 0`,
 	`fdn_rollout_terminal_seconds_count{verdict="stuck"} 0`,
 	`fdn_rollout_terminal_seconds_count{verdict="superseded"} 0`,
+	`fdn_rollout_verdicts_total{verdict="failed"} 0`, `fdn_rollout_verdicts_total{verdict="stuck"} 0`,
 	`fdn_events_received_total{kind="",reason="",result="rejected"} 0`,
 	`fdn_store_commit_failures_total 0`, `fdn_mails_dead_lettered_total 0`, `fdn_mails_stuck 0`,
 }
@@ -301,7 +302,8 @@ var metricsBeforeEvents = []string{
 var metricsAfterSamples = []string{
 	`fdn_rollouts{verdict="applied"} 1`, `fdn_rollouts{verdict="failed"} 1`,
 	`fdn_rollout_terminal_seconds_count{verdict="applied"} 1`,
-	`fdn_rollout_terminal_seconds_count{verdict="failed"} 1`, `fdn_outbox_depth 0`,
+	`fdn_rollout_terminal_seconds_count{verdict="failed"} 1`, `fdn_rollout_verdicts_total{verdict="failed"} 1`,
+	`fdn_outbox_depth 0`,
 	`fdn_mails_sent_total 4`, `fdn_webhook_duration_seconds_count 21`,
 	`fdn_events_received_total{kind="Kustomization",reason="PruneFailed",result="stored"} 1`,
 }

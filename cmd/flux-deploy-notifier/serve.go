@@ -160,7 +160,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	eng.OnMail(dispatcher.Wake)
-	eng.OnTerminal(api.RegisterMetrics(reg, eng, db, time.Now))
+	eng.OnVerdict(api.RegisterMetrics(reg, eng, db, time.Now))
 	var watchdog *silence.Watchdog
 	statusMoved := func() {
 		if watchdog != nil {

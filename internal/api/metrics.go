@@ -17,9 +17,9 @@ type Store interface {
 }
 
 // RegisterMetrics adds the service's gauges, read at scrape time from the
-// engine's snapshot and the outbox, and returns the function that observes
-// the time from a rollout's first evidence to its terminal verdict.
-func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now func() time.Time) func(v *rollout.View) {
+// engine's snapshot and the outbox, and returns the function that counts
+// each change of a rollout's verdict.
+func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now func() time.Time) func(ch rollout.VerdictChange) {
 	reg.MustRegister(&rolloutsCollector{rs: rs, desc: prometheus.NewDesc("fdn_rollouts",
 		"Live rollouts (in memory: they can still change), by verdict.", []string{"verdict"}, nil)})
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -64,16 +64,28 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 		Help:    "Time from a rollout's first evidence to its terminal verdict, by verdict.",
 		Buckets: []float64{30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
 	}, []string{"verdict"})
-	reg.MustRegister(toTerminal)
+	verdicts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fdn_rollout_verdicts_total",
+		Help: "Terminal verdicts rollouts reached, by verdict: a change from one terminal verdict to another counts too (superseded then failed, stuck then applied, a failure after applied).",
+	}, []string{"verdict"})
+	reg.MustRegister(toTerminal, verdicts)
 	// Every verdict's series exists from the start at 0: a series born at
 	// its first failure has no increase to alert on (Prometheus's
 	// increase and rate need a sample before it), so the first failed
 	// rollout after each start would page no one.
 	for _, v := range []rollout.Verdict{rollout.VerdictApplied, rollout.VerdictFailed, rollout.VerdictSuperseded, rollout.VerdictStuck} {
 		toTerminal.WithLabelValues(v.String())
+		verdicts.WithLabelValues(v.String())
 	}
-	return func(v *rollout.View) {
-		toTerminal.WithLabelValues(v.Verdict.String()).Observe(max(now().Sub(v.FirstSeen).Seconds(), 0))
+	return func(ch rollout.VerdictChange) {
+		v := ch.View
+		if !v.Terminal {
+			return
+		}
+		verdicts.WithLabelValues(v.Verdict.String()).Inc()
+		if ch.New || !ch.From.Terminal() {
+			toTerminal.WithLabelValues(v.Verdict.String()).Observe(max(now().Sub(v.FirstSeen).Seconds(), 0))
+		}
 	}
 }
 

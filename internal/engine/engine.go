@@ -91,7 +91,7 @@ type Engine struct {
 	settleMore atomic.Bool   // the last settle pass ran out of time
 	rearm      chan struct{} // tells Run an earlier deadline was armed
 	notify     func()        // told when mails were enqueued
-	onTerm     func(v *rollout.View)
+	onVerdict  func(ch rollout.VerdictChange)
 
 	snap   *snapshot
 	stats  Stats
@@ -145,9 +145,9 @@ func New(store Store, cfg rollout.Config, log *slog.Logger, now func() time.Time
 // outbox dispatcher's wake-up). Call it before Run.
 func (e *Engine) OnMail(f func()) { e.notify = f }
 
-// OnTerminal sets a function called, after the commit, for each rollout
-// whose verdict just turned terminal (metrics). Call it before Run.
-func (e *Engine) OnTerminal(f func(v *rollout.View)) { e.onTerm = f }
+// OnVerdict sets a function called, after the commit, for each rollout
+// whose verdict changed (metrics). Call it before Run.
+func (e *Engine) OnVerdict(f func(ch rollout.VerdictChange)) { e.onVerdict = f }
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() *Stats { return &e.stats }
@@ -385,8 +385,8 @@ func (e *Engine) write(c *rollout.Change) error {
 		}
 		e.log.Info("rollout verdict", "cluster", ch.View.Cluster, "revision", ch.View.Revision,
 			"verdict", ch.View.Verdict.String(), "from", from, "summary", ch.View.Summary)
-		if e.onTerm != nil && ch.View.Terminal && (ch.New || !ch.From.Terminal()) {
-			e.onTerm(ch.View)
+		if e.onVerdict != nil {
+			e.onVerdict(ch)
 		}
 	}
 	e.snap.publish(c.Views, c.Forget, false)
