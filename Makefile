@@ -70,7 +70,7 @@ browser:
 # modules (tools/, pinned there; rebuilt only when a pin changes: about ten
 # minutes on 2 cores the first time), and the Flux CRDs from the controllers'
 # module zips.
-testbin: bin/kube-apiserver bin/etcd bin/crds/.stamp bin/crds/monitoring/.stamp bin/promtool
+testbin: bin/kube-apiserver bin/etcd bin/crds/.stamp bin/crds/monitoring/.stamp bin/promtool bin/kustomize
 
 # The version ldflags make the apiserver report v1.37.2, not v0.0.0-master,
 # which clients such as kubectl cannot parse.
@@ -107,6 +107,11 @@ bin/crds/monitoring/.stamp: Makefile
 # minutes on 2 cores the first time).
 bin/promtool: tools/promtool/go.mod tools/promtool/go.sum
 	cd tools/promtool && $(GO) build -tags remove_all_sd -o ../../bin/promtool github.com/prometheus/prometheus/cmd/promtool
+
+# kustomize, which builds manifests/ for the manifests' tests as `kubectl
+# apply -k` would (pinned in tools/kustomize; under a minute).
+bin/kustomize: tools/kustomize/go.mod tools/kustomize/go.sum
+	cd tools/kustomize && $(GO) build -o ../../bin/kustomize sigs.k8s.io/kustomize/kustomize/v5
 
 # The Flux controllers the end-to-end tests run, built from their Go modules
 # (tools/, pinned there; rebuilt only when a pin changes: about five minutes
@@ -184,10 +189,10 @@ mail-preview:
 ui-preview: browser
 	$(GO) run ./cmd/fdn-ui-preview -out out/ui-preview
 
-# manifests/ (the components and the tenant example too) applied with
-# server-side dry-run to the real kube-apiserver of make testbin, with the
-# Flux and the Prometheus Operator's CRDs installed, and promtool's tests of
-# the alert rules; `make unit` runs it too.
+# manifests/ (the components and the tenant example too) built by kustomize
+# and applied with server-side dry-run to the real kube-apiserver of make
+# testbin, with the Flux and the Prometheus Operator's CRDs installed, and
+# promtool's tests of the alert rules; `make unit` runs it too.
 manifests-check: testbin
 	$(GO) test -count=1 -run 'TestManifests|TestAlertRules' ./cmd/flux-deploy-notifier
 

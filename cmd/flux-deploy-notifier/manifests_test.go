@@ -23,35 +23,44 @@ import (
 
 const manifestsDir = "../../manifests"
 
-// manifestDocs reads the objects of the files a kustomization lists.
-func manifestDocs(t *testing.T, dir string) []*unstructured.Unstructured {
+// kustomize builds dir as `kubectl apply -k` would, with the kustomize
+// make testbin builds, and returns its objects.
+func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	var k struct{ Resources []string }
-	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	bin := filepath.Join(clustertest.BinDir(), "kustomize")
+	out, err := exec.Command(bin, "build", dir).Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			t.Fatalf("kustomize build %s: %v\n%s", dir, err, ee.Stderr)
+		}
+		t.Fatalf("kustomize build %s: %v (run `make testbin`)", dir, err)
+	}
+	objs, err := clustertest.ParseYAML(out)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	return objs
+}
+
+// withComponents builds manifests/ with both optional components, as an
+// overlay of the user's would.
+func withComponents(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	dir := t.TempDir()
+	abs, err := filepath.Abs(manifestsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(b, &k); err != nil {
+	// kustomize takes no absolute path.
+	base, err := filepath.Rel(dir, abs)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*unstructured.Unstructured
-	for _, r := range k.Resources {
-		path := filepath.Join(dir, r)
-		if st, err := os.Stat(path); err == nil && st.IsDir() {
-			out = append(out, manifestDocs(t, path)...)
-			continue
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := clustertest.ParseYAML(b)
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, objs...)
+	overlay := "resources: [" + base + "]\ncomponents: [" + base + "/components/servicemonitor, " + base + "/components/prometheusrule]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return kustomize(t, dir)
 }
 
 // TestManifestsMatchTheCommand: manifests/flux.yaml is what the manifests
@@ -72,7 +81,7 @@ func TestManifestsMatchTheCommand(t *testing.T) {
 
 // TestManifestsGrantExactlyTheReaderRules: the ClusterRole is least privilege.
 func TestManifestsGrantExactlyTheReaderRules(t *testing.T) {
-	for _, u := range manifestDocs(t, manifestsDir) {
+	for _, u := range kustomize(t, manifestsDir) {
 		if u.GetKind() != "ClusterRole" {
 			continue
 		}
@@ -96,10 +105,7 @@ func TestManifestsGrantExactlyTheReaderRules(t *testing.T) {
 func TestManifestsApplyToRealAPIServer(t *testing.T) {
 	c := clustertest.Start(t)
 	c.InstallCRDs(t, "crds/monitoring") // the optional components' ServiceMonitor and PrometheusRule
-	docs := manifestDocs(t, manifestsDir)
-	for _, dir := range []string{"examples/tenant", "components/servicemonitor", "components/prometheusrule"} {
-		docs = append(docs, manifestDocs(t, filepath.Join(manifestsDir, dir))...)
-	}
+	docs := append(withComponents(t), kustomize(t, filepath.Join(manifestsDir, "examples", "tenant"))...)
 	// Namespaces for real, so that the objects in them can be tried.
 	for _, ns := range []string{"flux-system", "flux-deploy-notifier", "team-a"} {
 		c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+ns+"}\n")
@@ -116,26 +122,24 @@ func TestManifestsApplyToRealAPIServer(t *testing.T) {
 			t.Errorf("%s: %v", id, err)
 		}
 	}
-	if len(seen) < 13 {
+	if len(seen) < 17 {
 		t.Fatalf("only %d objects checked", len(seen))
 	}
 }
 
-const alertRules = "components/prometheusrule"
-
-// alertGroups is the spec of the PrometheusRule, which is Prometheus's own
-// rule file format.
+// alertGroups is the spec of the PrometheusRule of
+// components/prometheusrule, which is Prometheus's own rule file format.
 func alertGroups(t *testing.T) map[string]any {
 	t.Helper()
-	docs := manifestDocs(t, filepath.Join(manifestsDir, alertRules))
-	if len(docs) != 1 || docs[0].GetKind() != "PrometheusRule" {
-		t.Fatalf("%s: want one PrometheusRule, got %d objects", alertRules, len(docs))
+	for _, u := range withComponents(t) {
+		if u.GetKind() == "PrometheusRule" {
+			if spec, ok := u.Object["spec"].(map[string]any); ok {
+				return spec
+			}
+		}
 	}
-	spec, ok := docs[0].Object["spec"].(map[string]any)
-	if !ok {
-		t.Fatal("PrometheusRule without spec")
-	}
-	return spec
+	t.Fatal("no PrometheusRule with a spec in manifests/ with its components")
+	return nil
 }
 
 // alertExprs maps each alert to its expression.
