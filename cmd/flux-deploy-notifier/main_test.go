@@ -132,7 +132,19 @@ func TestGeneratedTokenAndSample(t *testing.T) {
 	if err != nil || len(tok) < 32 {
 		t.Fatalf("generated token %q: %v", tok, err)
 	}
-	checkMetrics(t, url, metricsBeforeEvents)
+	// The series alerts take an increase of
+	// (manifests/components/prometheusrule) exist at 0 before their first
+	// event. Born at 1, the first failed rollout or rejected event after a
+	// start would be no increase to Prometheus, and alert no one.
+	checkMetrics(t, url, []string{
+		`fdn_rollout_terminal_seconds_count{verdict="applied"} 0`,
+		`fdn_rollout_terminal_seconds_count{verdict="failed"} 0`,
+		`fdn_rollout_terminal_seconds_count{verdict="stuck"} 0`,
+		`fdn_rollout_terminal_seconds_count{verdict="superseded"} 0`,
+		`fdn_rollout_verdicts_total{verdict="failed"} 0`, `fdn_rollout_verdicts_total{verdict="stuck"} 0`,
+		`fdn_events_received_total{kind="",reason="",result="rejected"} 0`,
+		`fdn_store_commit_failures_total 0`, `fdn_mails_dead_lettered_total 0`, `fdn_mails_stuck 0`,
+	})
 	// A minute apart: rollouts within the same seconds would order by hash.
 	start := time.Now().UTC().Add(-5 * time.Minute)
 	for i, s := range []struct{ scenario, want string }{{"clean", `"verdict": "applied"`}, {"prune-failed", `"verdict": "failed"`}} {
@@ -165,7 +177,13 @@ func TestGeneratedTokenAndSample(t *testing.T) {
 			if joined := strings.Join(subjects, "\n"); !strings.Contains(joined, "prune failed on dev: ConfigMap apps/old-config") {
 				t.Fatalf("mails:\n%s", joined)
 			}
-			checkMetrics(t, url, metricsAfterSamples)
+			checkMetrics(t, url, []string{
+				`fdn_rollouts{verdict="applied"} 1`, `fdn_rollouts{verdict="failed"} 1`,
+				`fdn_rollout_terminal_seconds_count{verdict="applied"} 1`,
+				`fdn_rollout_terminal_seconds_count{verdict="failed"} 1`, `fdn_rollout_verdicts_total{verdict="failed"} 1`,
+				`fdn_outbox_depth 0`, `fdn_mails_sent_total 4`, `fdn_webhook_duration_seconds_count 21`,
+				`fdn_events_received_total{kind="Kustomization",reason="PruneFailed",result="stored"} 1`,
+			})
 			return
 		}
 		if time.Now().After(deadline) {
@@ -282,30 +300,6 @@ func readListening(t *testing.T, r io.Reader) string {
 	}
 	t.Fatalf("child exited before listening: %v", sc.Err())
 	return ""
-}
-
-// metricsBeforeEvents: the series alerts take an increase of
-// (manifests/components/prometheusrule) exist at 0 before their first
-// event. Born at 1, the first failed rollout or rejected event after a
-// start would be no increase to Prometheus, and alert no one.
-var metricsBeforeEvents = []string{
-	`fdn_rollout_terminal_seconds_count{verdict="applied"} 0`,
-	`fdn_rollout_terminal_seconds_count{verdict="failed"} 0`,
-	`fdn_rollout_terminal_seconds_count{verdict="stuck"} 0`,
-	`fdn_rollout_terminal_seconds_count{verdict="superseded"} 0`,
-	`fdn_rollout_verdicts_total{verdict="failed"} 0`, `fdn_rollout_verdicts_total{verdict="stuck"} 0`,
-	`fdn_events_received_total{kind="",reason="",result="rejected"} 0`,
-	`fdn_store_commit_failures_total 0`, `fdn_mails_dead_lettered_total 0`, `fdn_mails_stuck 0`,
-}
-
-// metricsAfterSamples: /metrics after the two sample rollouts.
-var metricsAfterSamples = []string{
-	`fdn_rollouts{verdict="applied"} 1`, `fdn_rollouts{verdict="failed"} 1`,
-	`fdn_rollout_terminal_seconds_count{verdict="applied"} 1`,
-	`fdn_rollout_terminal_seconds_count{verdict="failed"} 1`, `fdn_rollout_verdicts_total{verdict="failed"} 1`,
-	`fdn_outbox_depth 0`,
-	`fdn_mails_sent_total 4`, `fdn_webhook_duration_seconds_count 21`,
-	`fdn_events_received_total{kind="Kustomization",reason="PruneFailed",result="stored"} 1`,
 }
 
 // checkMetrics polls /metrics until it has every line of want.
