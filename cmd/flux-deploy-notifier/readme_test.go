@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestREADMEConfiguration: the README's configuration table lists every
+// flag of serve, no other, each with its environment variable and, where
+// the flag has one, its default.
+func TestREADMEConfiguration(t *testing.T) {
+	var usage bytes.Buffer
+	if _, err := parseServe([]string{"-h"}, func(string) string { return "" }, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("serve -h: %v", err)
+	}
+	type flagDoc struct{ env, def string }
+	// "  -name type\n    \tusage (FDN_NAME) (default "x")"
+	entry := regexp.MustCompile(`(?m)^  -([a-z-]+)[^\n]*\n\s+[^\n]*\((FDN_[A-Z_]+)\)(?: \(default "?([^")]*)"?\))?$`)
+	flags := map[string]flagDoc{}
+	for _, m := range entry.FindAllStringSubmatch(usage.String(), -1) {
+		flags[m[1]] = flagDoc{m[2], m[3]}
+	}
+	if n := strings.Count(usage.String(), "\n  -"); len(flags) != n || n < 30 {
+		t.Fatalf("read %d flags of %d in serve's usage:\n%s", len(flags), n, usage.String())
+	}
+
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	start := strings.Index(section, "\n## Configuration\n")
+	if start < 0 {
+		t.Fatal("README has no Configuration section")
+	}
+	section = section[start:]
+	section = section[:strings.Index(section[1:], "\n## ")+1]
+	row := regexp.MustCompile("(?m)^\\| `--([a-z-]+)` \\| `(FDN_[A-Z_]+)` \\|([^|]*)\\|")
+	documented := map[string]bool{}
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		name, env, def := m[1], m[2], strings.Trim(strings.TrimSpace(m[3]), "`")
+		documented[name] = true
+		f, ok := flags[name]
+		switch {
+		case !ok:
+			t.Errorf("README documents --%s, which serve does not have", name)
+		case env != f.env:
+			t.Errorf("README: --%s reads %s, serve reads %s", name, env, f.env)
+		case f.def != "" && !sameDefault(def, f.def):
+			t.Errorf("README: --%s defaults to %q, serve to %q", name, def, f.def)
+		}
+	}
+	for name := range flags {
+		if !documented[name] {
+			t.Errorf("--%s is not in the README's configuration table", name)
+		}
+	}
+}
+
+// sameDefault compares a README default with a flag's, durations by value
+// (the README says 30m where the flag prints 30m0s).
+func sameDefault(readme, flag string) bool {
+	if readme == flag {
+		return true
+	}
+	a, errA := time.ParseDuration(readme)
+	b, errB := time.ParseDuration(flag)
+	return errA == nil && errB == nil && a == b
+}
+
+// TestREADMECommandFlags: every flag of the other commands is named in the
+// README or docs/ci.md.
+func TestREADMECommandFlags(t *testing.T) {
+	var docs []byte
+	for _, f := range []string{"../../README.md", "../../docs/ci.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b...)
+	}
+	name := regexp.MustCompile(`(?m)^  -([a-z-]+)`)
+	for _, cmd := range []string{"wait", "sample", "manifests"} {
+		var usage bytes.Buffer
+		_ = run(t.Context(), []string{cmd, "-h"}, func(string) string { return "" }, io.Discard, &usage)
+		names := name.FindAllStringSubmatch(usage.String(), -1)
+		if len(names) < 3 {
+			t.Fatalf("%s -h printed %d flags:\n%s", cmd, len(names), usage.String())
+		}
+		for _, m := range names {
+			if !regexp.MustCompile(`--` + m[1] + `\b`).Match(docs) {
+				t.Errorf("%s --%s is not in the README or docs/ci.md", cmd, m[1])
+			}
+		}
+	}
+}
