@@ -134,6 +134,7 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 		if !strings.Contains(string(b), "\nfdn_flux_events_silent 1\n") {
 			t.Errorf("blind, but /metrics lacks fdn_flux_events_silent 1")
 		}
+		checkMetricsDocumented(t, string(b))
 	})
 }
 

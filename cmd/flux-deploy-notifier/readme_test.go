@@ -35,13 +35,7 @@ func TestREADMEConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := string(readme)
-	start := strings.Index(section, "\n## Configuration\n")
-	if start < 0 {
-		t.Fatal("README has no Configuration section")
-	}
-	section = section[start:]
-	section = section[:strings.Index(section[1:], "\n## ")+1]
+	section := readmeSection(t, string(readme), "Configuration")
 	row := regexp.MustCompile("(?m)^\\| `--([a-z-]+)` \\| `(FDN_[A-Z_]+)` \\|([^|]*)\\|")
 	documented := map[string]bool{}
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
@@ -62,6 +56,19 @@ func TestREADMEConfiguration(t *testing.T) {
 			t.Errorf("--%s is not in the README's configuration table", name)
 		}
 	}
+}
+
+// readmeSection is the text of the README's "## title" section.
+func readmeSection(t *testing.T, readme, title string) string {
+	t.Helper()
+	_, section, ok := strings.Cut(readme, "\n## "+title+"\n")
+	if !ok {
+		t.Fatalf("README has no %q section", title)
+	}
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	return section
 }
 
 // sameDefault compares a README default with a flag's, durations by value
@@ -98,6 +105,39 @@ func TestREADMECommandFlags(t *testing.T) {
 			if !regexp.MustCompile(`--` + m[1] + `\b`).Match(docs) {
 				t.Errorf("%s --%s is not in the README or docs/ci.md", cmd, m[1])
 			}
+		}
+	}
+}
+
+// checkMetricsDocumented: the README's metrics table lists every fdn_
+// metric family of metrics (a /metrics page of a service with cluster
+// access, which has them all), and no other.
+func checkMetricsDocumented(t *testing.T, metrics string) {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := readmeSection(t, string(readme), "Metrics")
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| (.*?) \\|").FindAllStringSubmatch(section, -1) {
+		for _, name := range regexp.MustCompile("`(fdn_[a-z_]+)").FindAllStringSubmatch(m[1], -1) {
+			documented[name[1]] = true
+		}
+	}
+	exposed := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (fdn_[a-z_]+) `).FindAllStringSubmatch(metrics, -1) {
+		exposed[m[1]] = true
+		if !documented[m[1]] {
+			t.Errorf("/metrics has %s, which the README's metrics table lacks", m[1])
+		}
+	}
+	if len(exposed) < 15 {
+		t.Fatalf("only %d fdn_ metric families on /metrics", len(exposed))
+	}
+	for name := range documented {
+		if !exposed[name] {
+			t.Errorf("the README's metrics table lists %s, which /metrics lacks", name)
 		}
 	}
 }
