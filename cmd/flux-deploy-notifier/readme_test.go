@@ -120,7 +120,7 @@ func checkMetricsDocumented(t *testing.T, metrics string) {
 	}
 	section := readmeSection(t, string(readme), "Metrics")
 	documented := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| (.*?) \\|").FindAllStringSubmatch(section, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\| (.*?) \|`).FindAllStringSubmatch(section, -1) {
 		for _, name := range regexp.MustCompile("`(fdn_[a-z_]+)").FindAllStringSubmatch(m[1], -1) {
 			documented[name[1]] = true
 		}
