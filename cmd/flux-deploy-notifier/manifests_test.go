@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -30,7 +31,7 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	bin := filepath.Join(clustertest.BinDir(), "kustomize")
 	out, err := exec.Command(bin, "build", dir).Output()
 	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			t.Fatalf("kustomize build %s: %v\n%s", dir, err, ee.Stderr)
 		}
 		t.Fatalf("kustomize build %s: %v (run `make testbin`)", dir, err)
@@ -127,31 +128,32 @@ func TestManifestsApplyToRealAPIServer(t *testing.T) {
 	}
 }
 
-// alertGroups is the spec of the PrometheusRule of
-// components/prometheusrule, which is Prometheus's own rule file format.
-func alertGroups(t *testing.T) map[string]any {
+// alertRules is the spec of the PrometheusRule of
+// components/prometheusrule, as YAML: Prometheus's own rule file format.
+func alertRules(t *testing.T) []byte {
 	t.Helper()
 	for _, u := range withComponents(t) {
-		if u.GetKind() == "PrometheusRule" {
-			if spec, ok := u.Object["spec"].(map[string]any); ok {
-				return spec
+		if spec, ok := u.Object["spec"].(map[string]any); ok && u.GetKind() == "PrometheusRule" {
+			b, err := yaml.Marshal(spec)
+			if err != nil {
+				t.Fatal(err)
 			}
+			return b
 		}
 	}
 	t.Fatal("no PrometheusRule with a spec in manifests/ with its components")
 	return nil
 }
 
-// alertExprs maps each alert to its expression.
-func alertExprs(t *testing.T) map[string]string {
+// alertExprs maps each alert of rules to its expression.
+func alertExprs(t *testing.T, rules []byte) map[string]string {
 	t.Helper()
 	var spec struct {
 		Groups []struct {
 			Rules []struct{ Alert, Expr string }
 		}
 	}
-	b, _ := yaml.Marshal(alertGroups(t))
-	if err := yaml.Unmarshal(b, &spec); err != nil {
+	if err := yaml.Unmarshal(rules, &spec); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
@@ -168,7 +170,7 @@ func alertMetrics(t *testing.T) []string {
 	t.Helper()
 	metric := regexp.MustCompile(`\bfdn_[a-z_]+`)
 	var names []string
-	for _, expr := range alertExprs(t) {
+	for _, expr := range alertExprs(t, alertRules(t)) {
 		names = append(names, metric.FindAllString(expr, -1)...)
 	}
 	slices.Sort(names)
@@ -184,10 +186,7 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("%v: run `make testbin`", err)
 	}
 	dir := t.TempDir()
-	rules, err := yaml.Marshal(alertGroups(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := alertRules(t)
 	tests, err := os.ReadFile(filepath.Join("testdata", "alerts-test.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +226,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	exprs := alertExprs(t)
+	exprs := alertExprs(t, rules)
 	if len(exprs) < 7 {
 		t.Fatalf("%d alerts, want 7 or more", len(exprs))
 	}
