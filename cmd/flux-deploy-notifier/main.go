@@ -27,9 +27,11 @@ func main() {
 		if errors.As(err, &exit) {
 			os.Exit(int(exit))
 		}
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "flux-deploy-notifier:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			// The flags were printed, as asked: not a failure.
+			os.Exit(0)
 		}
+		fmt.Fprintln(os.Stderr, "flux-deploy-notifier:", err)
 		os.Exit(2)
 	}
 }

@@ -357,3 +357,32 @@ func TestRootsInsideTheBinary(t *testing.T) {
 		t.Fatalf("no roots without the system's: %v\n%s", err, out)
 	}
 }
+
+// TestHelpExitsZero: asking for the flags is not a failure, whatever the
+// command. A script that runs `wait -h` to check its flags, or a shell with
+// `set -e`, would otherwise stop on it (wait said "flag: help requested"
+// and exited 3, its code for trouble).
+func TestHelpExitsZero(t *testing.T) {
+	bin := buildBinary(t)
+	for _, args := range [][]string{{"-h"}, {"help"}, {"serve", "-h"}, {"sample", "-h"}, {"wait", "-h"}, {"wait", "--help"}, {"manifests", "-h"}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = []string{} // the FDN_* variables of the machine running the test stay out
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%v: %v\n%s", args, err, out)
+			continue
+		}
+		if !strings.Contains(string(out), "  -") && !strings.Contains(string(out), "Usage:") {
+			t.Errorf("%v printed no usage:\n%s", args, out)
+		}
+		if strings.Contains(string(out), "help requested") {
+			t.Errorf("%v called help an error:\n%s", args, out)
+		}
+	}
+	// And a wrong flag is still a usage error.
+	if err := exec.Command(bin, "wait", "--no-such-flag").Run(); err == nil {
+		t.Error("wait --no-such-flag exited 0")
+	} else if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != int(exitTrouble) {
+		t.Errorf("wait --no-such-flag: %v, want exit %d", err, exitTrouble)
+	}
+}

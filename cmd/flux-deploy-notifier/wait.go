@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -51,6 +52,9 @@ func wait(ctx context.Context, args []string, getenv func(string) string, stdout
 	gitDir := f.String("git-dir", "FDN_GIT_DIR", "", "the repository holding the commit, to find the later revision it deployed in when it did not deploy on its own (default: the working directory's)")
 	noAncestry := f.Bool("no-ancestry", "FDN_NO_ANCESTRY", false, "wait for the commit itself only, never for a later revision that contains it")
 	if err := f.parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		fmt.Fprintln(stderr, "wait:", err)
 		return exitTrouble
 	}
