@@ -8,6 +8,8 @@ require (
 	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6
 	github.com/emersion/go-smtp v0.25.1
 	github.com/fluxcd/notification-controller/api v1.9.0
+	github.com/fluxcd/pkg/apis/acl v0.10.0
+	github.com/fluxcd/pkg/apis/event v0.29.0
 	github.com/fluxcd/pkg/apis/meta v1.30.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/prometheus/client_golang v1.25.0

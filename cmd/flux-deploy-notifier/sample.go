@@ -95,29 +95,29 @@ func sampleEvents(scenario, cluster string, t0 time.Time) []flux.Event {
 		{
 			InvolvedObject: flux.ObjectRef{Kind: flux.KindGitRepository, Namespace: "flux-system", Name: "flux-system",
 				APIVersion: "source.toolkit.fluxcd.io/v1"},
-			Severity: "info", Timestamp: at(0), Reason: flux.ReasonNewArtifact, Metadata: meta,
+			Severity: flux.SeverityInfo, Timestamp: at(0), Reason: flux.ReasonNewArtifact, Metadata: meta,
 			Message:             "stored artifact for commit 'Bump web to v1.4.2'",
 			ReportingController: "source-controller",
 		},
-		ks("platform", "info", flux.ReasonDependencyNotReady, "Dependencies do not meet ready condition, retrying in 30s", 1),
-		ks("apps", "info", flux.ReasonDependencyNotReady, "Dependencies do not meet ready condition, retrying in 30s", 1),
-		ks("infra", "info", flux.ReasonProgressing, "ConfigMap/infra/cluster-settings configured", 2),
-		ks("infra", "info", flux.ReasonReconciliationSucceeded, "Reconciliation finished in 212ms, next run in 10m0s", 2),
-		ks("platform", "info", flux.ReasonProgressing, "Deployment/platform/ingress-nginx configured", 4),
-		ks("platform", "info", flux.ReasonProgressing, "Health check passed in 2.1s", 6),
-		ks("platform", "info", flux.ReasonReconciliationSucceeded, "Reconciliation finished in 2.4s, next run in 10m0s", 6),
-		ks("apps", "info", flux.ReasonProgressing, "Deployment/apps/web configured\nConfigMap/apps/old-config deleted", 8),
+		ks("platform", flux.SeverityInfo, flux.ReasonDependencyNotReady, "Dependencies do not meet ready condition, retrying in 30s", 1),
+		ks("apps", flux.SeverityInfo, flux.ReasonDependencyNotReady, "Dependencies do not meet ready condition, retrying in 30s", 1),
+		ks("infra", flux.SeverityInfo, flux.ReasonProgressing, "ConfigMap/infra/cluster-settings configured", 2),
+		ks("infra", flux.SeverityInfo, flux.ReasonReconciliationSucceeded, "Reconciliation finished in 212ms, next run in 10m0s", 2),
+		ks("platform", flux.SeverityInfo, flux.ReasonProgressing, "Deployment/platform/ingress-nginx configured", 4),
+		ks("platform", flux.SeverityInfo, flux.ReasonProgressing, "Health check passed in 2.1s", 6),
+		ks("platform", flux.SeverityInfo, flux.ReasonReconciliationSucceeded, "Reconciliation finished in 2.4s, next run in 10m0s", 6),
+		ks("apps", flux.SeverityInfo, flux.ReasonProgressing, "Deployment/apps/web configured\nConfigMap/apps/old-config deleted", 8),
 	}
 	if scenario == "prune-failed" {
 		evs[len(evs)-1].Message = "Deployment/apps/web configured"
-		return append(evs, ks("apps", "error", flux.ReasonPruneFailed,
+		return append(evs, ks("apps", flux.SeverityError, flux.ReasonPruneFailed,
 			`delete failed, errors: ConfigMap/apps/old-config delete failed: configmaps "old-config" is forbidden: `+
 				`ValidatingAdmissionPolicy 'protect-configmaps' with binding 'protect-configmaps' denied request: `+
 				`ConfigMaps labelled protect=true may not be deleted;`, 9))
 	}
 	return append(evs,
-		ks("apps", "info", flux.ReasonProgressing, "Health check passed in 3.4s", 12),
-		ks("apps", "info", flux.ReasonReconciliationSucceeded, "Reconciliation finished in 3.9s, next run in 10m0s", 12))
+		ks("apps", flux.SeverityInfo, flux.ReasonProgressing, "Health check passed in 3.4s", 12),
+		ks("apps", flux.SeverityInfo, flux.ReasonReconciliationSucceeded, "Reconciliation finished in 3.9s, next run in 10m0s", 12))
 }
 
 // postEvents posts events to /webhook, signed as notification-controller

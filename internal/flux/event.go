@@ -7,11 +7,17 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/fluxcd/pkg/apis/acl"
+	eventv1beta1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
 )
 
 // Event is what notification-controller posts: the union of the event
-// v1beta1 and v1 shapes (v1 adds action and relatedObject). Decoding ignores
+// v1beta1 and v1 shapes of github.com/fluxcd/pkg/apis/event (v1 adds action
+// and relatedObject). It is not that module's type because its timestamp
+// and references are Kubernetes types that only encoding/json's reflection
+// decodes, and the plain decoder below is what keeps decoding cheap; a test
+// holds the two to the same JSON (TestEventIsFluxEvent). Decoding ignores
 // unknown fields, so a newer Flux that adds one does not break delivery.
 type Event struct {
 	InvolvedObject      ObjectRef         `json:"involvedObject"`
@@ -109,9 +115,9 @@ func (d *Decoded) validate() error {
 	d.At = at.UTC()
 	for k, v := range d.Metadata {
 		switch metaKey(k) {
-		case "revision":
+		case eventv1beta1.MetaRevisionKey:
 			d.Revision = v
-		case "originRevision":
+		case eventv1beta1.MetaOriginRevisionKey:
 			d.Origin = v
 		case "cluster":
 			d.Cluster = v
@@ -194,11 +200,17 @@ const (
 	ReasonReconciliationFailed    = meta.ReconciliationFailedReason
 	ReasonBuildFailed             = meta.BuildFailedReason
 	ReasonArtifactFailed          = meta.ArtifactFailedReason
-	// source-controller's event reason for a new artifact, and
-	// kustomize-controller's for a denied cross-namespace reference: no
-	// Flux API module exports them (they are literals in the controllers).
-	ReasonNewArtifact  = "NewArtifact"
-	ReasonAccessDenied = "AccessDenied"
+	// kustomize-controller's for a denied cross-namespace reference.
+	ReasonAccessDenied = acl.AccessDeniedReason
+	// source-controller's event reason for a new artifact: no Flux API
+	// module exports it (it is a literal in the controller).
+	ReasonNewArtifact = "NewArtifact"
+)
+
+// Severities of an event: Flux's own (trace is never sent to a Provider).
+const (
+	SeverityInfo  = eventv1beta1.EventSeverityInfo
+	SeverityError = eventv1beta1.EventSeverityError
 )
 
 // FailureReason reports whether reason fails a revision whatever the

@@ -15,7 +15,7 @@ func Signal(kind, reason, severity string) rollout.Signal {
 	if flux.IsSource(kind) {
 		// A source event with a revision is the earliest sign of it; source
 		// errors concern fetching, not the rollout of any revision.
-		if severity == "error" {
+		if severity == flux.SeverityError {
 			return 0
 		}
 		return rollout.SignalArtifact
@@ -28,7 +28,7 @@ func Signal(kind, reason, severity string) rollout.Signal {
 		return rollout.SignalWaiting
 	case reason == flux.ReasonHealthCheckCanceled:
 		return rollout.SignalCanceled
-	case flux.FailureReason(reason) || severity == "error":
+	case flux.FailureReason(reason) || severity == flux.SeverityError:
 		return rollout.SignalFailed
 	case reason == flux.ReasonReconciliationSucceeded:
 		return rollout.SignalSucceeded

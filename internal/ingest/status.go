@@ -124,7 +124,7 @@ func reconcilingRevision(msg string) string {
 // severity is what the event for a Ready condition would carry.
 func severity(c condition) string {
 	if c.Status == metav1.ConditionFalse {
-		return "error"
+		return flux.SeverityError
 	}
-	return "info"
+	return flux.SeverityInfo
 }

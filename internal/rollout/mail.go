@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fluxcd/pkg/apis/meta"
 )
 
 // MailKind names the mails of design.md's mail table.
@@ -50,8 +52,6 @@ type Queued struct {
 	LastError   string    `json:"last_error,omitempty"`
 }
 
-const pruneFailed = "PruneFailed"
-
 // dueMails is the pure decision of which mails a rollout's view makes due,
 // to whom. It does not look at what was sent: the outbox drops a mail whose
 // key it has seen, so a condition that still holds never mails twice.
@@ -80,7 +80,7 @@ func dueMails(v *View, to []string, routes routing) []Mail {
 	}
 	for _, f := range v.Failures {
 		rcpts := recipients(to, routes, f.Layer)
-		if f.Reason == pruneFailed && len(f.Objects) > 0 {
+		if f.Reason == meta.PruneFailedReason && len(f.Objects) > 0 {
 			for _, o := range f.Objects {
 				o := o
 				add(Mail{Kind: MailPruneFailed, Layer: f.Layer, Object: &o}, rcpts,

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fluxcd/pkg/apis/meta"
+
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -127,7 +129,7 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 		}
 		for _, f := range failures[l.Name] {
 			kind := "failed"
-			if f.Reason == "HealthCheckFailed" {
+			if f.Reason == meta.HealthCheckFailedReason {
 				kind = "health"
 			}
 			row.Marks = append(row.Marks, timelineMark{X: x(f.At), Y: float64(row.Y) + 8, Kind: kind, Title: f.Reason + ": " + f.Message})
