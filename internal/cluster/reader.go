@@ -12,10 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -30,7 +32,7 @@ import (
 // The kinds read, and nothing else: the ClusterRole grants get, list and
 // watch on exactly these.
 var (
-	kustomizations = schema.GroupVersionResource{Group: "kustomize.toolkit.fluxcd.io", Version: "v1", Resource: "kustomizations"}
+	kustomizations = kustomizev1.GroupVersion.WithResource("kustomizations")
 	sources        = map[string]schema.GroupVersionResource{
 		flux.KindGitRepository: {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"},
 		flux.KindOCIRepository: {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"},
@@ -80,7 +82,7 @@ type Reader struct {
 	health  *apiHealth // NewForConfig's
 
 	mu      sync.Mutex
-	deleted map[objectKey]*unstructured.Unstructured // Kustomizations deleted, until looked at
+	deleted map[objectKey]*kustomizev1.Kustomization // Kustomizations deleted, until looked at
 }
 
 // objectKey names an object the reader looks at.
@@ -93,7 +95,7 @@ func (k objectKey) String() string { return k.Kind + "/" + k.Namespace + "/" + k
 const sourceIndex = "sourceRef"
 
 func indexBySource(obj any) ([]string, error) {
-	if k, ok := obj.(*unstructured.Unstructured); ok {
+	if k, ok := obj.(*kustomizev1.Kustomization); ok {
 		return []string{sourceRef(k).String()}, nil
 	}
 	return nil, nil
@@ -105,7 +107,7 @@ func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now
 		cfg.SyncTimeout = 2 * time.Minute
 	}
 	return &Reader{dyn: dyn, sub: sub, cfg: cfg, log: log, now: now,
-		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*unstructured.Unstructured{},
+		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*kustomizev1.Kustomization{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
 			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "cluster-reader"})}
 }
@@ -174,7 +176,9 @@ func (r *Reader) Run(ctx context.Context) error {
 			return fmt.Errorf("index Kustomizations by source: %w", err)
 		}
 		r.watch(ki.Informer(), flux.KindKustomization)
-		r.layers = append(r.layers, ki.Lister())
+		// Not the dynamic lister, which asserts unstructured objects: the
+		// cache holds Flux's type.
+		r.layers = append(r.layers, cache.NewGenericLister(ki.Informer().GetIndexer(), kustomizations.GroupResource()))
 		r.bySource = append(r.bySource, ki.Informer().GetIndexer())
 		synced = append(synced, ki.Informer().HasSynced)
 		for kind, g := range sources {
@@ -239,18 +243,26 @@ func (r *Reader) next(ctx context.Context) bool {
 	return true
 }
 
-// watch strips managedFields (never read, and most of an object's size)
+// watch caches objects slimmed to what is read (slimLayer, slimSource)
 // and queues every change.
 func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 	_ = inf.SetTransform(func(obj any) (any, error) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			u.SetManagedFields(nil)
+		u, ok := obj.(*unstructured.Unstructured)
+		switch {
+		case !ok:
+			return obj, nil
+		case kind != flux.KindKustomization:
+			return slimSource(u), nil
 		}
-		return obj, nil
+		k, err := slimLayer(u)
+		if err != nil {
+			r.log.Error("read a Kustomization; it counts as no layer until it changes", "err", err, "object", kind+"/"+u.GetNamespace()+"/"+u.GetName())
+		}
+		return k, nil
 	})
 	enqueue := func(obj any) {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			r.queue.Add(objectKey{kind, u.GetNamespace(), u.GetName()})
+		if o, ok := obj.(metav1.Object); ok {
+			r.queue.Add(objectKey{kind, o.GetNamespace(), o.GetName()})
 		}
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -268,10 +280,10 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				key := objectKey{kind, u.GetNamespace(), u.GetName()}
+			if k, ok := obj.(*kustomizev1.Kustomization); ok {
+				key := objectKey{kind, k.Namespace, k.Name}
 				r.mu.Lock()
-				r.deleted[key] = u
+				r.deleted[key] = k
 				r.mu.Unlock()
 				r.queue.Add(key)
 			}
@@ -280,9 +292,9 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 }
 
 func statusChanged(old, obj any) bool {
-	o, ok1 := old.(*unstructured.Unstructured)
-	n, ok2 := obj.(*unstructured.Unstructured)
-	return ok1 && ok2 && !reflect.DeepEqual(o.Object["status"], n.Object["status"])
+	o, ok1 := old.(*kustomizev1.Kustomization)
+	n, ok2 := obj.(*kustomizev1.Kustomization)
+	return ok1 && ok2 && !reflect.DeepEqual(o.Status, n.Status)
 }
 
 // Layers counts the Kustomizations the reader sees.
@@ -315,11 +327,11 @@ func (r *Reader) handle(ctx context.Context, key objectKey) error {
 		gone := r.deleted[key]
 		r.mu.Unlock()
 		var err error
-		switch k := r.get(r.layers, key.Namespace, key.Name); {
+		switch k := r.layer(key.Namespace, key.Name); {
 		case k != nil && r.sourceMoved(k):
 			err = r.handleSource(ctx, sourceRef(k))
 		case k != nil:
-			obs, marks = r.layer(k, nil, nil)
+			obs, marks = r.look(k, nil, nil)
 			err = r.submit(ctx, obs, marks)
 		case gone != nil:
 			// A deleted layer stops being expected, like a suspended one.
@@ -347,7 +359,7 @@ func (r *Reader) handleSource(ctx context.Context, em rollout.Emitter) error {
 		obs   []rollout.Observation
 		marks map[string]string
 	)
-	if src := r.get(r.srcs[em.Kind], em.Namespace, em.Name); src != nil {
+	if src := r.source(em.Kind, em.Namespace, em.Name); src != nil {
 		rev, at := artifactRevision(src)
 		if h, err := flux.ParseRevision(rev); err == nil && !at.IsZero() {
 			obs = append(obs, rollout.Observation{
@@ -361,8 +373,8 @@ func (r *Reader) handleSource(ctx context.Context, em rollout.Emitter) error {
 			return fmt.Errorf("list the layers of %s: %w", em, err)
 		}
 		for _, o := range objs {
-			if k, ok := o.(*unstructured.Unstructured); ok {
-				obs, marks = r.layer(k, obs, marks)
+			if k, ok := o.(*kustomizev1.Kustomization); ok {
+				obs, marks = r.look(k, obs, marks)
 			}
 		}
 	}
@@ -371,12 +383,12 @@ func (r *Reader) handleSource(ctx context.Context, em rollout.Emitter) error {
 
 // sourceMoved reports whether the revision of a layer's source is not the
 // one its last stored membership mark was for.
-func (r *Reader) sourceMoved(k *unstructured.Unstructured) bool {
+func (r *Reader) sourceMoved(k *kustomizev1.Kustomization) bool {
 	h, err := flux.ParseRevision(r.current(k))
 	if err != nil {
 		return false
 	}
-	hash, _, _ := strings.Cut(r.marked[k.GetNamespace()+"/"+k.GetName()], " ")
+	hash, _, _ := strings.Cut(r.marked[k.Namespace+"/"+k.Name], " ")
 	return hash != h.Hash
 }
 
@@ -391,11 +403,11 @@ func (r *Reader) submit(ctx context.Context, obs []rollout.Observation, marks ma
 	return nil
 }
 
-// layer appends a Kustomization's membership mark for its source's current
+// look appends a Kustomization's membership mark for its source's current
 // revision (when it changed since last stored) and then its progress.
-func (r *Reader) layer(k *unstructured.Unstructured, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
+func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
 	sig := rollout.SignalExpected
-	if suspended, _, _ := unstructured.NestedBool(k.Object, "spec", "suspend"); suspended {
+	if k.Spec.Suspend {
 		sig = rollout.SignalSuspended
 	}
 	obs, marks = r.mark(k, sig, obs, marks)
@@ -403,9 +415,9 @@ func (r *Reader) layer(k *unstructured.Unstructured, obs []rollout.Observation, 
 }
 
 // current is the revision of a Kustomization's source's artifact, or "".
-func (r *Reader) current(k *unstructured.Unstructured) string {
+func (r *Reader) current(k *kustomizev1.Kustomization) string {
 	ref := sourceRef(k)
-	if src := r.get(r.srcs[ref.Kind], ref.Namespace, ref.Name); src != nil {
+	if src := r.source(ref.Kind, ref.Namespace, ref.Name); src != nil {
 		rev, _ := artifactRevision(src)
 		return rev
 	}
@@ -414,13 +426,13 @@ func (r *Reader) current(k *unstructured.Unstructured) string {
 
 // mark appends a layer's membership mark for its source's current revision
 // when it changed since last stored.
-func (r *Reader) mark(k *unstructured.Unstructured, sig rollout.Signal, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
+func (r *Reader) mark(k *kustomizev1.Kustomization, sig rollout.Signal, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
 	if h, err := flux.ParseRevision(r.current(k)); err == nil {
 		deps := dependsOn(k)
-		id := k.GetNamespace() + "/" + k.GetName()
+		id := k.Namespace + "/" + k.Name
 		if mark := h.Hash + " " + sig.String() + " " + strings.Join(deps, ","); r.marked[id] != mark {
 			obs = append(obs, rollout.Observation{
-				Cluster: r.cfg.Cluster, Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.GetNamespace(), Name: k.GetName()},
+				Cluster: r.cfg.Cluster, Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.Namespace, Name: k.Name},
 				Revision: h.String(), Hash: h.Hash, At: r.now().UTC().Truncate(time.Second), Signal: sig, DependsOn: deps,
 			})
 			if marks == nil {
@@ -432,12 +444,22 @@ func (r *Reader) mark(k *unstructured.Unstructured, sig rollout.Signal, obs []ro
 	return obs, marks
 }
 
-func (r *Reader) get(listers []cache.GenericLister, ns, name string) *unstructured.Unstructured {
+// layer is the cached Kustomization ns/name, or nil.
+func (r *Reader) layer(ns, name string) *kustomizev1.Kustomization {
+	k, _ := get(r.layers, ns, name).(*kustomizev1.Kustomization)
+	return k
+}
+
+// source is the cached source of kind ns/name, or nil.
+func (r *Reader) source(kind, ns, name string) *unstructured.Unstructured {
+	u, _ := get(r.srcs[kind], ns, name).(*unstructured.Unstructured)
+	return u
+}
+
+func get(listers []cache.GenericLister, ns, name string) runtime.Object {
 	for _, l := range listers {
 		if o, err := l.ByNamespace(ns).Get(name); err == nil {
-			if u, ok := o.(*unstructured.Unstructured); ok {
-				return u
-			}
+			return o
 		}
 	}
 	return nil

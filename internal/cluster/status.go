@@ -8,35 +8,34 @@ package cluster
 import (
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // sourceRef is the source a Kustomization applies, as an emitter.
-func sourceRef(k *unstructured.Unstructured) rollout.Emitter {
-	kind, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "kind")
-	name, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "name")
-	ns, _, _ := unstructured.NestedString(k.Object, "spec", "sourceRef", "namespace")
-	if ns == "" {
-		ns = k.GetNamespace()
+func sourceRef(k *kustomizev1.Kustomization) rollout.Emitter {
+	ref := k.Spec.SourceRef
+	if ref.Namespace == "" {
+		ref.Namespace = k.Namespace
 	}
-	return rollout.Emitter{Kind: kind, Namespace: ns, Name: name}
+	return rollout.Emitter{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
 }
 
 // dependsOn lists a Kustomization's dependencies as namespace/name.
-func dependsOn(k *unstructured.Unstructured) []string {
-	deps, _, _ := unstructured.NestedSlice(k.Object, "spec", "dependsOn")
+func dependsOn(k *kustomizev1.Kustomization) []string {
 	var out []string
-	for _, d := range deps {
-		m, _ := d.(map[string]any)
-		name, _ := m["name"].(string)
-		ns, _ := m["namespace"].(string)
+	for _, d := range k.Spec.DependsOn {
+		ns := d.Namespace
 		if ns == "" {
-			ns = k.GetNamespace()
+			ns = k.Namespace
 		}
-		if name != "" {
-			out = append(out, ns+"/"+name)
+		if d.Name != "" {
+			out = append(out, ns+"/"+d.Name)
 		}
 	}
 	return out
@@ -49,4 +48,78 @@ func artifactRevision(src *unstructured.Unstructured) (string, time.Time) {
 	ts, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "lastUpdateTime")
 	at, _ := time.Parse(time.RFC3339, ts)
 	return rev, at.UTC()
+}
+
+// What the informers cache of an object is what the functions above,
+// ingest.Status and the indexes read, and nothing else. Whole, a
+// Kustomization carries its status.inventory (an entry for every object it
+// applied: hundreds in a large layer), conditions nothing reads, and a spec
+// of patches and substitutions; a source its spec and conditions. Cached
+// whole, a fleet's Kustomizations outweighed all its live rollouts
+// (BenchmarkReaderHeap).
+
+// slimLayer is a Kustomization as cached: Flux's type, holding only what
+// is read. Only the fields kept are converted, so the inventory is never
+// copied.
+func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error) {
+	o := u.Object
+	md, _ := o["metadata"].(map[string]any)
+	spec, _ := o["spec"].(map[string]any)
+	status, _ := o["status"].(map[string]any)
+	st := pick(status, "lastAppliedRevision", "lastAttemptedRevision", "observedGeneration")
+	if conds, ok := status["conditions"].([]any); ok {
+		var kept []any
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == meta.ReadyCondition || m["type"] == meta.ReconcilingCondition {
+				kept = append(kept, m)
+			}
+		}
+		st["conditions"] = kept
+	}
+	if history, ok := status["history"].([]any); ok {
+		kept := make([]any, 0, len(history))
+		for _, h := range history {
+			m, _ := h.(map[string]any)
+			kept = append(kept, pick(m, "lastReconciledStatus", "lastReconciled", "metadata"))
+		}
+		st["history"] = kept
+	}
+	k := &kustomizev1.Kustomization{}
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{
+		"apiVersion": o["apiVersion"], "kind": o["kind"],
+		"metadata": pick(md, "name", "namespace", "uid", "resourceVersion", "generation"),
+		"spec":     pick(spec, "sourceRef", "dependsOn", "suspend"),
+		"status":   st,
+	}, k)
+	if err != nil {
+		// The cache still needs the object, by name: without a source it
+		// is nobody's layer until it converts.
+		k = &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(),
+			UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}}
+	}
+	return k, err
+}
+
+// slimSource is a source as cached: its artifact's revision and time.
+func slimSource(u *unstructured.Unstructured) *unstructured.Unstructured {
+	o := u.Object
+	md, _ := o["metadata"].(map[string]any)
+	status, _ := o["status"].(map[string]any)
+	artifact, _ := status["artifact"].(map[string]any)
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": o["apiVersion"], "kind": o["kind"],
+		"metadata": pick(md, "name", "namespace", "uid", "resourceVersion", "generation"),
+		"status":   map[string]any{"artifact": pick(artifact, "revision", "lastUpdateTime")},
+	}}
+}
+
+// pick copies keys of m that are there; absent ones stay absent.
+func pick(m map[string]any, keys ...string) map[string]any {
+	out := make(map[string]any, len(keys))
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
 }

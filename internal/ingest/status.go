@@ -4,38 +4,14 @@ import (
 	"strings"
 	"time"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
-
-// condition is the part of a status condition the reader uses.
-type condition struct {
-	Status          metav1.ConditionStatus
-	Reason, Message string
-	At              time.Time
-}
-
-func readyCondition(u *unstructured.Unstructured) (condition, bool) {
-	return statusCondition(u, meta.ReadyCondition)
-}
-
-func statusCondition(u *unstructured.Unstructured, typ string) (condition, bool) {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] != typ {
-			continue
-		}
-		str := func(k string) string { s, _ := m[k].(string); return s }
-		at, _ := time.Parse(time.RFC3339, str("lastTransitionTime"))
-		return condition{Status: metav1.ConditionStatus(str("status")), Reason: str("reason"), Message: str("message"), At: at.UTC()}, true
-	}
-	return condition{}, false
-}
 
 // Status turns a Kustomization's status into observations, by
 // the rules kustomize-controller follows when it writes it:
@@ -57,8 +33,8 @@ func statusCondition(u *unstructured.Unstructured, typ string) (condition, bool)
 //     canceled one while the newer was being applied).
 //   - status.history: each entry whose last reconciliation succeeded says its
 //     revision had applied by lastReconciled (catch-up after downtime).
-func Status(k *unstructured.Unstructured, cluster, waitingFor string) []rollout.Observation {
-	em := rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.GetNamespace(), Name: k.GetName()}
+func Status(k *kustomizev1.Kustomization, cluster, waitingFor string) []rollout.Observation {
+	em := rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.Namespace, Name: k.Name}
 	var out []rollout.Observation
 	add := func(rev string, at time.Time, sig rollout.Signal, reason, msg string) *rollout.Observation {
 		r, err := flux.ParseRevision(rev)
@@ -67,47 +43,44 @@ func Status(k *unstructured.Unstructured, cluster, waitingFor string) []rollout.
 		}
 		out = append(out, rollout.Observation{
 			Cluster: cluster, Emitter: em, Revision: r.String(), Hash: r.Hash,
-			At: at, Signal: sig, Reason: reason, Message: msg,
+			At: at.UTC(), Signal: sig, Reason: reason, Message: msg,
 		})
 		return &out[len(out)-1]
 	}
-	applied, _, _ := unstructured.NestedString(k.Object, "status", "lastAppliedRevision")
-	attempted, _, _ := unstructured.NestedString(k.Object, "status", "lastAttemptedRevision")
-	observed, _, _ := unstructured.NestedInt64(k.Object, "status", "observedGeneration")
-	if ready, ok := readyCondition(k); ok {
+	st := &k.Status
+	if ready := apimeta.FindStatusCondition(st.Conditions, meta.ReadyCondition); ready != nil {
+		at := ready.LastTransitionTime.Time
 		switch sig := Signal(flux.KindKustomization, ready.Reason, severity(ready)); {
-		case ready.Status == metav1.ConditionTrue && ready.Reason == flux.ReasonReconciliationSucceeded && observed == k.GetGeneration():
-			add(applied, ready.At, rollout.SignalSucceeded, ready.Reason, ready.Message)
+		case ready.Status == metav1.ConditionTrue && ready.Reason == flux.ReasonReconciliationSucceeded && st.ObservedGeneration == k.Generation:
+			add(st.LastAppliedRevision, at, rollout.SignalSucceeded, ready.Reason, ready.Message)
 		case sig == rollout.SignalWaiting:
-			add(waitingFor, ready.At, rollout.SignalWaiting, ready.Reason, ready.Message)
+			add(waitingFor, at, rollout.SignalWaiting, ready.Reason, ready.Message)
 		case ready.Status == metav1.ConditionFalse && sig == rollout.SignalFailed:
-			if o := add(attempted, ready.At, rollout.SignalFailed, ready.Reason, ready.Message); o != nil {
+			if o := add(st.LastAttemptedRevision, at, rollout.SignalFailed, ready.Reason, ready.Message); o != nil {
 				o.Objects = pruneObjects(ready.Reason, ready.Message)
 			}
 		case ready.Status == metav1.ConditionFalse && sig == rollout.SignalCanceled:
-			add(attempted, ready.At, rollout.SignalCanceled, ready.Reason, ready.Message)
+			add(st.LastAttemptedRevision, at, rollout.SignalCanceled, ready.Reason, ready.Message)
 		case ready.Status == metav1.ConditionUnknown:
-			if rec, ok := statusCondition(k, meta.ReconcilingCondition); ok && rec.Status == metav1.ConditionTrue {
+			if rec := apimeta.FindStatusCondition(st.Conditions, meta.ReconcilingCondition); rec != nil && rec.Status == metav1.ConditionTrue {
 				if rev := reconcilingRevision(rec.Message); rev != "" {
-					add(rev, ready.At, rollout.SignalProgressing, ready.Reason, rec.Message)
+					add(rev, at, rollout.SignalProgressing, ready.Reason, rec.Message)
 				}
 			}
 		}
 	}
-	history, _, _ := unstructured.NestedSlice(k.Object, "status", "history")
-	for _, h := range history {
-		m, _ := h.(map[string]any)
-		if m["lastReconciledStatus"] != flux.ReasonReconciliationSucceeded {
-			continue
+	for _, h := range st.History {
+		if h.LastReconciledStatus == flux.ReasonReconciliationSucceeded {
+			add(h.Metadata[historyRevisionKey], h.LastReconciled.Time, rollout.SignalSucceeded, flux.ReasonReconciliationSucceeded, "Applied (status.history)")
 		}
-		md, _ := m["metadata"].(map[string]any)
-		rev, _ := md["revision"].(string)
-		ts, _ := m["lastReconciled"].(string)
-		at, _ := time.Parse(time.RFC3339, ts)
-		add(rev, at.UTC(), rollout.SignalSucceeded, flux.ReasonReconciliationSucceeded, "Applied (status.history)")
 	}
 	return out
 }
+
+// historyRevisionKey is the key of the revision in a status.history
+// entry's metadata: a literal in kustomize-controller, exported by no Flux
+// API module.
+const historyRevisionKey = "revision"
 
 // reconcilingRevision is the revision kustomize-controller names in its
 // Reconciling message ("<step> for revision <rev> with a timeout of <d>"),
@@ -122,7 +95,7 @@ func reconcilingRevision(msg string) string {
 }
 
 // severity is what the event for a Ready condition would carry.
-func severity(c condition) string {
+func severity(c *metav1.Condition) string {
 	if c.Status == metav1.ConditionFalse {
 		return flux.SeverityError
 	}

@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -19,15 +20,17 @@ const (
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // kustomization is a Kustomization's status with a Ready condition (when not
-// nil), and more conditions or history entries (those with lastReconciled).
-func kustomization(generation, observed int64, applied, attempted string, ready map[string]any, more ...map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{
+// nil), and more conditions or history entries (those with lastReconciled),
+// written as the API server serves it and read into Flux's type as the
+// cluster reader reads it.
+func kustomization(generation, observed int64, applied, attempted string, ready map[string]any, more ...map[string]any) *kustomizev1.Kustomization {
+	u := map[string]any{
 		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
 		"metadata": map[string]any{"name": "apps", "namespace": "flux-system", "generation": generation},
 		"status": map[string]any{
 			"observedGeneration": observed, "lastAppliedRevision": applied, "lastAttemptedRevision": attempted,
 		},
-	}}
+	}
 	var conds, hs []any
 	if ready != nil {
 		conds = append(conds, ready)
@@ -40,12 +43,16 @@ func kustomization(generation, observed int64, applied, attempted string, ready 
 		}
 	}
 	if conds != nil {
-		u.Object["status"].(map[string]any)["conditions"] = conds
+		u["status"].(map[string]any)["conditions"] = conds
 	}
 	if hs != nil {
-		u.Object["status"].(map[string]any)["history"] = hs
+		u["status"].(map[string]any)["history"] = hs
 	}
-	return u
+	k := &kustomizev1.Kustomization{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u, k); err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // reconciling is kustomize-controller's Reconciling condition.
@@ -73,7 +80,7 @@ func describe(obs []rollout.Observation) string {
 func TestStatus(t *testing.T) {
 	tests := []struct {
 		name string
-		k    *unstructured.Unstructured
+		k    *kustomizev1.Kustomization
 		wait string
 		want string
 	}{

@@ -1,0 +1,197 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
+)
+
+// kustomization is a Kustomization as kustomize-controller v1.9 writes it,
+// with objects entries in its inventory, a Ready condition of the given
+// status, reason and message, and a Reconciling one when reconciling.
+func kustomization(name string, objects int, ready, reason, msg string, reconciling bool) *unstructured.Unstructured {
+	rev := "main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"
+	prev := "main@sha1:95ced8b1219be2c3ac1a82adaf105a3211fd5946"
+	var entries []string
+	for i := range objects {
+		entries = append(entries, fmt.Sprintf(`{"id":"apps_web-%d_apps_Deployment","v":"v1"}`, i))
+	}
+	conds := []string{
+		fmt.Sprintf(`{"type":"Ready","status":%q,"reason":%q,"message":%q,"lastTransitionTime":"2026-11-30T12:44:10Z","observedGeneration":3}`, ready, reason, msg),
+		`{"type":"Healthy","status":"True","reason":"Succeeded","message":"Health check passed in 2.1s","lastTransitionTime":"2026-11-30T12:40:00Z","observedGeneration":3}`,
+	}
+	if reconciling {
+		conds = append(conds, `{"type":"Reconciling","status":"True","reason":"Progressing","message":"Running health checks for revision `+rev+` with a timeout of 5m0s","lastTransitionTime":"2026-11-30T12:44:10Z","observedGeneration":3}`)
+	}
+	doc := `{"apiVersion":"kustomize.toolkit.fluxcd.io/v1","kind":"Kustomization",
+	"metadata":{"name":"` + name + `","namespace":"flux-system","uid":"7d0cdc51-ddcf-4743-b223-83ca5c699632","resourceVersion":"123456","generation":3,
+		"labels":{"kustomize.toolkit.fluxcd.io/name":"flux-system","kustomize.toolkit.fluxcd.io/namespace":"flux-system"},
+		"finalizers":["finalizers.fluxcd.io"],"creationTimestamp":"2026-11-01T00:00:00Z"},
+	"spec":{"interval":"10m","path":"./apps","prune":true,"wait":true,"timeout":"5m","suspend":false,
+		"sourceRef":{"kind":"GitRepository","name":"flux-system"},"dependsOn":[{"name":"platform"},{"name":"infra","namespace":"infra"}],
+		"patches":[{"patch":"- op: replace\n  path: /spec/replicas\n  value: 3","target":{"kind":"Deployment","name":"web"}}],
+		"postBuild":{"substitute":{"cluster":"prod","region":"eu-west-1"}}},
+	"status":{"observedGeneration":3,"lastAppliedRevision":"` + prev + `","lastAttemptedRevision":"` + rev + `",
+		"lastAppliedOriginRevision":"v1.4.2@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1","lastHandledReconcileAt":"2026-11-30T12:43:00Z",
+		"conditions":[` + strings.Join(conds, ",") + `],
+		"history":[{"digest":"sha256:1d2a","firstReconciled":"2026-11-30T12:00:00Z","lastReconciled":"2026-11-30T12:30:00Z","lastReconciledDuration":"2.1s","lastReconciledStatus":"ReconciliationSucceeded","metadata":{"revision":"` + prev + `"},"totalReconciliations":3},
+			{"digest":"sha256:0c1b","firstReconciled":"2026-11-29T12:00:00Z","lastReconciled":"2026-11-29T12:30:00Z","lastReconciledDuration":"1.9s","lastReconciledStatus":"HealthCheckFailed","metadata":{"revision":"main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"},"totalReconciliations":1}],
+		"inventory":{"entries":[` + strings.Join(entries, ",") + `]}}}`
+	return decode(doc)
+}
+
+func gitRepository(name string) *unstructured.Unstructured {
+	return decode(`{"apiVersion":"source.toolkit.fluxcd.io/v1","kind":"GitRepository",
+	"metadata":{"name":"` + name + `","namespace":"flux-system","uid":"0f1e2d3c","resourceVersion":"654321","generation":1},
+	"spec":{"interval":"1m","url":"ssh://git@github.com/example/fleet","ref":{"branch":"main"},"secretRef":{"name":"flux-system"}},
+	"status":{"observedGeneration":1,"artifact":{"digest":"sha256:9f8e","lastUpdateTime":"2026-11-30T12:43:25Z","path":"gitrepository/flux-system/flux-system/731f7ead.tar.gz",
+		"revision":"main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1","size":40960,"url":"http://source-controller.flux-system.svc.cluster.local./gitrepository/flux-system/flux-system/731f7ead.tar.gz"},
+		"conditions":[{"type":"Ready","status":"True","reason":"Succeeded","message":"stored artifact for revision 'main@sha1:731f7ead'","lastTransitionTime":"2026-11-30T12:43:25Z"}]}}`)
+}
+
+func decode(doc string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON([]byte(doc)); err != nil {
+		panic(err)
+	}
+	return u
+}
+
+// whole is all of a Kustomization in Flux's type.
+func whole(t testing.TB, u *unstructured.Unstructured) *kustomizev1.Kustomization {
+	k := &kustomizev1.Kustomization{}
+	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, k); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestSlimKeepsWhatIsRead: every reading of a cached object gives the same
+// from the slim one as from the whole, over each state of the Ready
+// condition ingest.Status tells apart, and what nothing reads is gone.
+func TestSlimKeepsWhatIsRead(t *testing.T) {
+	prune := "delete failed, errors: ConfigMap/apps/old-config delete failed: configmaps \"old-config\" is forbidden;"
+	for _, u := range []*unstructured.Unstructured{
+		kustomization("applied", 40, "True", flux.ReasonReconciliationSucceeded, "Applied revision: main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1", false),
+		kustomization("prune", 40, "False", flux.ReasonPruneFailed, prune, false),
+		kustomization("health", 40, "False", flux.ReasonHealthCheckFailed, "timeout waiting for: [Deployment/apps/web status: 'InProgress']", false),
+		kustomization("waiting", 0, "False", flux.ReasonDependencyNotReady, "Dependencies do not meet ready condition, retrying in 30s", false),
+		kustomization("canceled", 40, "False", flux.ReasonHealthCheckCanceled, "Health checks canceled", false),
+		kustomization("reconciling", 40, "Unknown", flux.ReasonProgressing, "Reconciliation in progress", true),
+	} {
+		s, err := slimLayer(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := whole(t, u)
+		if len(k.Status.Inventory.Entries) == 0 && u.GetName() != "waiting" {
+			t.Fatalf("%s: the whole object has no inventory", u.GetName())
+		}
+		want := ingest.Status(k, "prod", "main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567")
+		if len(want) == 0 {
+			t.Fatalf("%s: the whole object gives no observation: the case tests nothing", k.Name)
+		}
+		if got := ingest.Status(s, "prod", "main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: ingest.Status of the slim object\n got %+v\nwant %+v", k.Name, got, want)
+		}
+		if sourceRef(s) != sourceRef(k) || !reflect.DeepEqual(dependsOn(s), dependsOn(k)) || len(dependsOn(k)) != 2 {
+			t.Errorf("%s: sourceRef or dependsOn differ: %v %v / %v %v", k.Name, sourceRef(s), dependsOn(s), sourceRef(k), dependsOn(k))
+		}
+		if s.Spec.Suspend != k.Spec.Suspend || s.Generation != k.Generation || s.Generation == 0 || s.Name != k.Name || s.Namespace != k.Namespace {
+			t.Errorf("%s: suspend, generation or name differ: %+v / %+v", k.Name, s.ObjectMeta, k.ObjectMeta)
+		}
+		if s.Status.Inventory != nil || s.Spec.Patches != nil || s.Spec.PostBuild != nil || s.Labels != nil || s.Spec.Path != "" {
+			t.Errorf("%s: the slim object still has what nothing reads: %+v", k.Name, s)
+		}
+		for _, c := range s.Status.Conditions {
+			if c.Type != "Ready" && c.Type != "Reconciling" {
+				t.Errorf("%s: the slim object keeps the %s condition", k.Name, c.Type)
+			}
+		}
+	}
+
+	src := gitRepository("flux-system")
+	s := slimSource(src)
+	rev, at := artifactRevision(s)
+	if wantRev, wantAt := artifactRevision(src); rev != wantRev || !at.Equal(wantAt) || rev == "" || at.IsZero() {
+		t.Errorf("artifact of the slim source: %s %v, whole %s %v", rev, at, wantRev, wantAt)
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(s.Object, "spec"); found {
+		t.Error("the slim source still has its spec")
+	}
+}
+
+// BenchmarkCachedLayer reports the heap a cached Kustomization takes, whole
+// and slim, with 100 objects in its inventory (a middling layer).
+func BenchmarkCachedLayer(b *testing.B) {
+	body, err := json.Marshal(kustomization("apps", 100, "True", flux.ReasonReconciliationSucceeded, "Applied revision: main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1", false).Object)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 2000
+	for _, tt := range []struct {
+		name string
+		keep func(*unstructured.Unstructured) k8sruntime.Object
+	}{
+		{"whole", func(u *unstructured.Unstructured) k8sruntime.Object { return u }},
+		{"slim", func(u *unstructured.Unstructured) k8sruntime.Object {
+			k, err := slimLayer(u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return k
+		}},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			var perLayer float64
+			for b.Loop() {
+				cache := make([]k8sruntime.Object, n)
+				before := liveHeap()
+				for i := range cache {
+					cache[i] = tt.keep(decode(string(body)))
+				}
+				perLayer = float64(liveHeap()-before) / n
+				runtime.KeepAlive(cache)
+			}
+			b.ReportMetric(perLayer, "cached-B/layer")
+		})
+	}
+}
+
+func liveHeap() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
+
+// TestSlimLayerThatDoesNotConvert: a Kustomization whose fields do not fit
+// Flux's type (none the API server validated can) is still cached, by
+// name, as nobody's layer: an informer whose transform failed would stop
+// syncing for every other object.
+func TestSlimLayerThatDoesNotConvert(t *testing.T) {
+	u := kustomization("odd", 1, "True", flux.ReasonReconciliationSucceeded, "Applied revision: main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1", false)
+	if err := unstructured.SetNestedField(u.Object, "yes", "spec", "suspend"); err != nil {
+		t.Fatal(err)
+	}
+	k, err := slimLayer(u)
+	if err == nil {
+		t.Fatal("a string for spec.suspend converted")
+	}
+	if k == nil || k.Name != "odd" || k.Namespace != "flux-system" || sourceRef(k).Name != "" {
+		t.Fatalf("cached as %+v", k)
+	}
+	if obs := ingest.Status(k, "prod", ""); len(obs) != 0 {
+		t.Fatalf("observations from an object that did not convert: %+v", obs)
+	}
+}
