@@ -160,10 +160,11 @@ fuzz-short:
 fuzz:
 	$(MAKE) fuzz-short FUZZTIME=$(FUZZLONG)
 
-# Go benchmarks of the engine and the webhook, then the load generator: the
-# real webhook stack against a bare read-and-decode handler over loopback,
-# each in its own process, in the same run.
-bench:
+# Go benchmarks of the engine, the webhook and the cluster reader (on the
+# test kube-apiserver), then the load generator: the real webhook stack
+# against a bare read-and-decode handler over loopback, each in its own
+# process, in the same run.
+bench: testbin
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(GO) build -o bin/fdn-loadgen ./cmd/fdn-loadgen
 	bin/fdn-loadgen
@@ -172,11 +173,15 @@ bench:
 # time: memory, data size, ingest, /verdict and /rollouts latency, and the
 # time to ready after a restart (see cmd/fdn-fleet). The full run (30 days)
 # takes about 25 minutes on 2 cores; FLEET="-days 5" for a shorter one. As
-# root, the service runs in a 256 MiB memory cgroup, as in its pod.
+# root, the service runs in a 256 MiB memory cgroup, as in its pod. Then the
+# same fleet's 8,500 Kustomizations on the test kube-apiserver, read by the
+# real binary with cluster access, as the Deployment runs it (about 4
+# minutes; BenchmarkServeClusterFleet).
 FLEET ?= $(if $(filter 0,$(shell id -u)),-memory-limit 256)
-bench-fleet: build
+bench-fleet: build testbin
 	$(GO) build -o bin/fdn-fleet ./cmd/fdn-fleet
 	bin/fdn-fleet -binary $(BIN) $(FLEET)
+	$(GO) test -run '^$$' -bench BenchmarkServeClusterFleet -benchtime 1x -timeout 30m ./cmd/flux-deploy-notifier
 
 # Every mail of the example rollouts as .eml and .html in out/mail-preview,
 # with PNG screenshots (600 px, light and dark) when chromium is installed

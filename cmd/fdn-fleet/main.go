@@ -184,7 +184,7 @@ func run(args []string, out io.Writer) (err error) {
 		if err != nil {
 			return fmt.Errorf("day %d: %w", day+1, err)
 		}
-		rss, peak, anon := svc.memory()
+		rss, peak, anon := procstat.Memory(svc.pid)
 		heap, err := heapInUse(client, svc.url)
 		if err != nil {
 			return err
@@ -303,33 +303,6 @@ func startService(c config, cg *memcg) (*service, error) {
 	}
 	stop()
 	return nil, errors.New("the service exited before it listened")
-}
-
-// memory is the service's resident set, its peak, and the part of it that
-// is anonymous (the heap and stacks, which a memory limit can OOM-kill for)
-// rather than file-backed (bbolt's mmap of its file: clean page cache the
-// kernel reclaims under a limit), in MiB.
-func (s *service) memory() (rss, peak, anon float64) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.pid))
-	if err != nil {
-		return 0, 0, 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = kb / 1024
-		case "VmHWM:":
-			peak = kb / 1024
-		case "RssAnon:":
-			anon = kb / 1024
-		}
-	}
-	return rss, peak, anon
 }
 
 func heapInUse(client *http.Client, url string) (float64, error) {

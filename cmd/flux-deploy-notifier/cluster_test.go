@@ -139,7 +139,7 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 }
 
 // bind grants user exactly cluster.Rules.
-func bind(t *testing.T, c *clustertest.Cluster, user string) {
+func bind(t testing.TB, c *clustertest.Cluster, user string) {
 	t.Helper()
 	dc, err := dynamic.NewForConfig(c.Config)
 	if err != nil {

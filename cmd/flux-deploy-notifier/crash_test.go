@@ -26,7 +26,7 @@ type child struct {
 	logs *syncbuf.Buffer // its stderr
 }
 
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flux-deploy-notifier")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()

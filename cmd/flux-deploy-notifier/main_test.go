@@ -289,7 +289,7 @@ func settledTotal(t *testing.T, url string) float64 {
 	return f
 }
 
-func readListening(t *testing.T, r io.Reader) string {
+func readListening(t testing.TB, r io.Reader) string {
 	t.Helper()
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {

@@ -1,14 +1,43 @@
-// Package procstat reads the machine's CPU accounting for the benchmark
-// tools: on a virtual machine, the share of the CPUs its hypervisor took
-// while they measured, which no design of the service can win back.
+// Package procstat reads the machine's accounting for the benchmark tools:
+// on a virtual machine, the share of the CPUs its hypervisor took while
+// they measured, which no design of the service can win back; and the
+// memory of the service they measure.
 package procstat
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 )
+
+// Memory is process pid's resident set, its peak, and the part of it that
+// is anonymous (the heap and stacks, which a memory limit can OOM-kill for)
+// rather than file-backed (bbolt's mmap of its file: clean page cache the
+// kernel reclaims under a limit), in MiB; zeros when it cannot be read.
+func Memory(pid int) (rss, peak, anon float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			peak = kb / 1024
+		case "RssAnon:":
+			anon = kb / 1024
+		}
+	}
+	return rss, peak, anon
+}
 
 // Ticks is the machine's CPU time so far, in clock ticks: all of it, and
 // what the hypervisor stole. Zero where /proc/stat cannot be read.

@@ -1,6 +1,9 @@
 package procstat
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // TestParse: the machine's ticks are the first eight figures of the cpu
 // line, steal the eighth; a text without the line gives zeros.
@@ -43,5 +46,17 @@ func TestRead(t *testing.T) {
 	}
 	if b := Read(); b.Total < a.Total || b.Steal < a.Steal {
 		t.Errorf("second reading %+v before the first %+v", b, a)
+	}
+}
+
+// TestMemory: this process has a resident set, its anonymous part within
+// it, and a peak no lower; a process that does not exist has zeros.
+func TestMemory(t *testing.T) {
+	rss, peak, anon := Memory(os.Getpid())
+	if rss <= 0 || peak < rss || anon <= 0 || anon > rss {
+		t.Fatalf("this process: rss %.1f, peak %.1f, anon %.1f MiB", rss, peak, anon)
+	}
+	if rss, peak, anon := Memory(-1); rss != 0 || peak != 0 || anon != 0 {
+		t.Fatalf("no such process: %.1f %.1f %.1f", rss, peak, anon)
 	}
 }
