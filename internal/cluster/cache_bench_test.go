@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,7 +94,7 @@ func BenchmarkReaderHeap(b *testing.B) {
 	}
 	var perLayer float64
 	for b.Loop() {
-		before := heapAlloc()
+		before := cluster.LiveHeap()
 		sub := &counting{}
 		r := cluster.New(dc, sub, cluster.Config{Cluster: "prod", Namespaces: []string{ns}}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
 		runCtx, cancel := context.WithCancel(ctx)
@@ -116,7 +115,7 @@ func BenchmarkReaderHeap(b *testing.B) {
 		// when its informers' goroutines end, which may be after the
 		// next one took its baseline.
 		if perLayer == 0 {
-			perLayer = float64(heapAlloc()-before) / layers
+			perLayer = float64(cluster.LiveHeap()-before) / layers
 		}
 		cancel()
 		if err := <-done; err != nil {
@@ -124,11 +123,4 @@ func BenchmarkReaderHeap(b *testing.B) {
 		}
 	}
 	b.ReportMetric(perLayer, "heap-B/layer")
-}
-
-func heapAlloc() int64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
 }

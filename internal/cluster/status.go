@@ -50,17 +50,13 @@ func artifactRevision(src *unstructured.Unstructured) (string, time.Time) {
 	return rev, at.UTC()
 }
 
-// What the informers cache of an object is what the functions above,
-// ingest.Status and the indexes read, and nothing else. Whole, a
-// Kustomization carries its status.inventory (an entry for every object it
-// applied: hundreds in a large layer), conditions nothing reads, and a spec
-// of patches and substitutions; a source its spec and conditions. Cached
-// whole, a fleet's Kustomizations outweighed all its live rollouts
-// (BenchmarkReaderHeap).
-
 // slimLayer is a Kustomization as cached: Flux's type, holding only what
-// is read. Only the fields kept are converted, so the inventory is never
-// copied.
+// the functions above, ingest.Status and the indexes read. Whole, it
+// carries its status.inventory (an entry for every object it applied:
+// hundreds in a large layer), conditions nothing reads, and a spec of
+// patches and substitutions; cached whole, a fleet's Kustomizations
+// outweighed all its live rollouts (BenchmarkReaderHeap). Only the fields
+// kept are converted, so the inventory is never copied.
 func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error) {
 	o := u.Object
 	md, _ := o["metadata"].(map[string]any)
@@ -100,7 +96,8 @@ func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error)
 	return k, err
 }
 
-// slimSource is a source as cached: its artifact's revision and time.
+// slimSource is a source as cached: its artifact's revision and time, and
+// not its spec and conditions, which nothing reads.
 func slimSource(u *unstructured.Unstructured) *unstructured.Unstructured {
 	o := u.Object
 	md, _ := o["metadata"].(map[string]any)

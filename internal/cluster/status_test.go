@@ -156,11 +156,11 @@ func BenchmarkCachedLayer(b *testing.B) {
 			var perLayer float64
 			for b.Loop() {
 				cache := make([]k8sruntime.Object, n)
-				before := liveHeap()
+				before := LiveHeap()
 				for i := range cache {
 					cache[i] = tt.keep(decode(string(body)))
 				}
-				perLayer = float64(liveHeap()-before) / n
+				perLayer = float64(LiveHeap()-before) / n
 				runtime.KeepAlive(cache)
 			}
 			b.ReportMetric(perLayer, "cached-B/layer")
@@ -168,7 +168,9 @@ func BenchmarkCachedLayer(b *testing.B) {
 	}
 }
 
-func liveHeap() int64 {
+// LiveHeap is the heap in use after a collection (exported for the
+// benchmarks of package cluster_test too).
+func LiveHeap() int64 {
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
