@@ -13,6 +13,7 @@ import (
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,9 +35,9 @@ import (
 var (
 	kustomizations = kustomizev1.GroupVersion.WithResource("kustomizations")
 	sources        = map[string]schema.GroupVersionResource{
-		flux.KindGitRepository: {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "gitrepositories"},
-		flux.KindOCIRepository: {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "ocirepositories"},
-		flux.KindBucket:        {Group: "source.toolkit.fluxcd.io", Version: "v1", Resource: "buckets"},
+		flux.KindGitRepository: sourcev1.GroupVersion.WithResource("gitrepositories"),
+		flux.KindOCIRepository: sourcev1.GroupVersion.WithResource("ocirepositories"),
+		flux.KindBucket:        sourcev1.GroupVersion.WithResource("buckets"),
 	}
 )
 
@@ -176,8 +177,8 @@ func (r *Reader) Run(ctx context.Context) error {
 			return fmt.Errorf("index Kustomizations by source: %w", err)
 		}
 		r.watch(ki.Informer(), flux.KindKustomization)
-		// Not the dynamic lister, which asserts unstructured objects: the
-		// cache holds Flux's type.
+		// Not the dynamic listers, which assert unstructured objects: the
+		// caches hold Flux's types.
 		r.layers = append(r.layers, cache.NewGenericLister(ki.Informer().GetIndexer(), kustomizations.GroupResource()))
 		r.bySource = append(r.bySource, ki.Informer().GetIndexer())
 		synced = append(synced, ki.Informer().HasSynced)
@@ -187,7 +188,7 @@ func (r *Reader) Run(ctx context.Context) error {
 			}
 			si := f.ForResource(g)
 			r.watch(si.Informer(), kind)
-			r.srcs[kind] = append(r.srcs[kind], si.Lister())
+			r.srcs[kind] = append(r.srcs[kind], cache.NewGenericLister(si.Informer().GetIndexer(), g.GroupResource()))
 			synced = append(synced, si.Informer().HasSynced)
 		}
 		f.Start(ctx.Done())
@@ -248,17 +249,22 @@ func (r *Reader) next(ctx context.Context) bool {
 func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		u, ok := obj.(*unstructured.Unstructured)
-		switch {
-		case !ok:
+		if !ok {
 			return obj, nil
-		case kind != flux.KindKustomization:
-			return slimSource(u), nil
 		}
-		k, err := slimLayer(u)
+		var slim runtime.Object
+		var err error
+		if kind == flux.KindKustomization {
+			slim, err = slimLayer(u)
+		} else {
+			slim, err = slimSource(kind, u)
+		}
 		if err != nil {
-			r.log.Error("read a Kustomization; it counts as no layer until it changes", "err", err, "object", kind+"/"+u.GetNamespace()+"/"+u.GetName())
+			// Cached by name alone: a layer with no source, a source
+			// with no artifact, until the object changes.
+			r.log.Error("read a Flux object", "err", err, "object", kind+"/"+u.GetNamespace()+"/"+u.GetName())
 		}
-		return k, nil
+		return slim, nil
 	})
 	enqueue := func(obj any) {
 		if o, ok := obj.(metav1.Object); ok {
@@ -451,9 +457,9 @@ func (r *Reader) layer(ns, name string) *kustomizev1.Kustomization {
 }
 
 // source is the cached source of kind ns/name, or nil.
-func (r *Reader) source(kind, ns, name string) *unstructured.Unstructured {
-	u, _ := get(r.srcs[kind], ns, name).(*unstructured.Unstructured)
-	return u
+func (r *Reader) source(kind, ns, name string) sourcev1.Source {
+	src, _ := get(r.srcs[kind], ns, name).(sourcev1.Source)
+	return src
 }
 
 func get(listers []cache.GenericLister, ns, name string) runtime.Object {

@@ -10,10 +10,11 @@ import (
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -42,12 +43,13 @@ func dependsOn(k *kustomizev1.Kustomization) []string {
 }
 
 // artifactRevision is a source's current artifact revision and when it
-// was stored.
-func artifactRevision(src *unstructured.Unstructured) (string, time.Time) {
-	rev, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "revision")
-	ts, _, _ := unstructured.NestedString(src.Object, "status", "artifact", "lastUpdateTime")
-	at, _ := time.Parse(time.RFC3339, ts)
-	return rev, at.UTC()
+// was stored; "" before its first artifact.
+func artifactRevision(src sourcev1.Source) (string, time.Time) {
+	a := src.GetArtifact()
+	if a == nil {
+		return "", time.Time{}
+	}
+	return a.Revision, a.LastUpdateTime.UTC()
 }
 
 // slimLayer is a Kustomization as cached: Flux's type, holding only what
@@ -59,7 +61,6 @@ func artifactRevision(src *unstructured.Unstructured) (string, time.Time) {
 // kept are converted, so the inventory is never copied.
 func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error) {
 	o := u.Object
-	md, _ := o["metadata"].(map[string]any)
 	spec, _ := o["spec"].(map[string]any)
 	status, _ := o["status"].(map[string]any)
 	st := pick(status, "lastAppliedRevision", "lastAttemptedRevision", "observedGeneration")
@@ -83,31 +84,49 @@ func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error)
 	k := &kustomizev1.Kustomization{}
 	err := runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{
 		"apiVersion": o["apiVersion"], "kind": o["kind"],
-		"metadata": pick(md, "name", "namespace", "uid", "resourceVersion", "generation"),
+		"metadata": slimMetadata(u),
 		"spec":     pick(spec, "sourceRef", "dependsOn", "suspend"),
 		"status":   st,
 	}, k)
 	if err != nil {
 		// The cache still needs the object, by name: without a source it
 		// is nobody's layer until it converts.
-		k = &kustomizev1.Kustomization{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(),
-			UID: u.GetUID(), ResourceVersion: u.GetResourceVersion(), Generation: u.GetGeneration()}}
+		k = &kustomizev1.Kustomization{}
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": slimMetadata(u)}, k)
 	}
 	return k, err
 }
 
-// slimSource is a source as cached: its artifact's revision and time, and
+// newSource is an empty source of each kind read.
+var newSource = map[string]func() sourcev1.Source{
+	flux.KindGitRepository: func() sourcev1.Source { return &sourcev1.GitRepository{} },
+	flux.KindOCIRepository: func() sourcev1.Source { return &sourcev1.OCIRepository{} },
+	flux.KindBucket:        func() sourcev1.Source { return &sourcev1.Bucket{} },
+}
+
+// slimSource is a source as cached: Flux's type with its artifact alone,
 // not its spec and conditions, which nothing reads.
-func slimSource(u *unstructured.Unstructured) *unstructured.Unstructured {
+func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, error) {
 	o := u.Object
-	md, _ := o["metadata"].(map[string]any)
 	status, _ := o["status"].(map[string]any)
-	artifact, _ := status["artifact"].(map[string]any)
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": o["apiVersion"], "kind": o["kind"],
-		"metadata": pick(md, "name", "namespace", "uid", "resourceVersion", "generation"),
-		"status":   map[string]any{"artifact": pick(artifact, "revision", "lastUpdateTime")},
-	}}
+	slim := map[string]any{"apiVersion": o["apiVersion"], "kind": o["kind"], "metadata": slimMetadata(u)}
+	if artifact, ok := status["artifact"].(map[string]any); ok {
+		slim["status"] = map[string]any{"artifact": pick(artifact, "revision", "lastUpdateTime")}
+	}
+	src := newSource[kind]()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(slim, src); err != nil {
+		// By name, with no artifact: its layers wait for its next change.
+		src = newSource[kind]()
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": slimMetadata(u)}, src)
+		return src, err
+	}
+	return src, nil
+}
+
+// slimMetadata is the part of an object's metadata the informers need.
+func slimMetadata(u *unstructured.Unstructured) map[string]any {
+	md, _ := u.Object["metadata"].(map[string]any)
+	return pick(md, "name", "namespace", "uid", "resourceVersion", "generation")
 }
 
 // pick copies keys of m that are there; absent ones stay absent.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
@@ -120,14 +121,26 @@ func TestSlimKeepsWhatIsRead(t *testing.T) {
 		}
 	}
 
-	src := gitRepository("flux-system")
-	s := slimSource(src)
-	rev, at := artifactRevision(s)
-	if wantRev, wantAt := artifactRevision(src); rev != wantRev || !at.Equal(wantAt) || rev == "" || at.IsZero() {
+	u := gitRepository("flux-system")
+	src, err := slimSource(flux.KindGitRepository, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := &sourcev1.GitRepository{}
+	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, whole); err != nil {
+		t.Fatal(err)
+	}
+	rev, at := artifactRevision(src)
+	if wantRev, wantAt := artifactRevision(whole); rev != wantRev || !at.Equal(wantAt) || rev == "" || at.IsZero() {
 		t.Errorf("artifact of the slim source: %s %v, whole %s %v", rev, at, wantRev, wantAt)
 	}
-	if _, found, _ := unstructured.NestedFieldNoCopy(s.Object, "spec"); found {
-		t.Error("the slim source still has its spec")
+	if g := src.(*sourcev1.GitRepository); g.Spec.URL != "" || g.Status.Conditions != nil || g.Name != "flux-system" {
+		t.Errorf("the slim source: %+v", g)
+	}
+	// A source before its first artifact has none.
+	unstructured.RemoveNestedField(u.Object, "status", "artifact")
+	if src, err := slimSource(flux.KindGitRepository, u); err != nil || src.GetArtifact() != nil {
+		t.Errorf("no artifact: %v, %+v", err, src.GetArtifact())
 	}
 }
 

@@ -7,9 +7,11 @@ import (
 	"time"
 	"unicode"
 
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/acl"
 	eventv1beta1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 )
 
 // Event is what notification-controller posts: the union of the event
@@ -44,10 +46,10 @@ type ObjectRef struct {
 
 // Kinds of the objects this service understands.
 const (
-	KindKustomization = "Kustomization"
-	KindGitRepository = "GitRepository"
-	KindOCIRepository = "OCIRepository"
-	KindBucket        = "Bucket"
+	KindKustomization = kustomizev1.KustomizationKind
+	KindGitRepository = sourcev1.GitRepositoryKind
+	KindOCIRepository = sourcev1.OCIRepositoryKind
+	KindBucket        = sourcev1.BucketKind
 )
 
 // IsSource reports whether kind is a source that produces revisions.
