@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -19,7 +20,7 @@ func Rules() []rbacv1.PolicyRule {
 	for _, kind := range []string{flux.KindGitRepository, flux.KindOCIRepository, flux.KindBucket} {
 		src = append(src, sources[kind].Resource)
 	}
-	return append(rules, rbacv1.PolicyRule{APIGroups: []string{"source.toolkit.fluxcd.io"}, Resources: src, Verbs: verbs})
+	return append(rules, rbacv1.PolicyRule{APIGroups: []string{sourcev1.GroupVersion.Group}, Resources: src, Verbs: verbs})
 }
 
 // Resource is the API resource the reader watches for a kind

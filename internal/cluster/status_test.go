@@ -144,6 +144,21 @@ func TestSlimKeepsWhatIsRead(t *testing.T) {
 	}
 }
 
+// TestEverySourceKindIsCached: the transform has a type for every source
+// kind the reader watches (a kind without one would panic in it).
+func TestEverySourceKindIsCached(t *testing.T) {
+	for kind := range sources {
+		if newSource[kind] == nil {
+			t.Errorf("no type to cache a %s in", kind)
+		} else if src := newSource[kind](); reflect.TypeOf(src).Elem().Name() != kind {
+			t.Errorf("a %s is cached as a %T", kind, src)
+		}
+	}
+	if len(newSource) != len(sources) {
+		t.Errorf("types for %d source kinds, %d watched", len(newSource), len(sources))
+	}
+}
+
 // BenchmarkCachedLayer reports the heap a cached Kustomization takes, whole
 // and slim, with 100 objects in its inventory (a middling layer).
 func BenchmarkCachedLayer(b *testing.B) {
