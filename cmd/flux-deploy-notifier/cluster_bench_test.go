@@ -114,6 +114,13 @@ func BenchmarkServeClusterFleet(b *testing.B) {
 		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
+		// Only the process this benchmark started, by its PID, also when
+		// it fails half-way.
+		stop := sync.OnceFunc(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		b.Cleanup(stop)
 		url := readListening(b, stdout)
 		deadline := time.Now().Add(5 * time.Minute)
 		for !fleetPoll(url+"/readyz", "") {
@@ -134,9 +141,7 @@ func BenchmarkServeClusterFleet(b *testing.B) {
 		applied := time.Since(start)
 		rss, peak, anon := procstat.Memory(cmd.Process.Pid)
 		heap := fleetHeap(b, url)
-		// Only the process this benchmark started, by its PID.
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		stop()
 		b.ReportMetric(ready.Seconds(), "ready-s")
 		b.ReportMetric(applied.Seconds(), "applied-s")
 		b.ReportMetric(rss, "rss-MiB")
