@@ -18,7 +18,7 @@ func Rules() []rbacv1.PolicyRule {
 	rules := []rbacv1.PolicyRule{{APIGroups: []string{kustomizations.Group}, Resources: []string{kustomizations.Resource}, Verbs: verbs}}
 	var src []string
 	for _, kind := range []string{flux.KindGitRepository, flux.KindOCIRepository, flux.KindBucket} {
-		src = append(src, sources[kind].Resource)
+		src = append(src, sources[kind].resource.Resource)
 	}
 	return append(rules, rbacv1.PolicyRule{APIGroups: []string{sourcev1.GroupVersion.Group}, Resources: src, Verbs: verbs})
 }
@@ -29,5 +29,5 @@ func Resource(kind string) schema.GroupVersionResource {
 	if kind == kustomizationKind {
 		return kustomizations
 	}
-	return sources[kind]
+	return sources[kind].resource
 }

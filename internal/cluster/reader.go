@@ -34,12 +34,19 @@ import (
 // watch on exactly these.
 var (
 	kustomizations = kustomizev1.GroupVersion.WithResource("kustomizations")
-	sources        = map[string]schema.GroupVersionResource{
-		flux.KindGitRepository: sourcev1.GroupVersion.WithResource("gitrepositories"),
-		flux.KindOCIRepository: sourcev1.GroupVersion.WithResource("ocirepositories"),
-		flux.KindBucket:        sourcev1.GroupVersion.WithResource("buckets"),
+	sources        = map[string]sourceKind{
+		flux.KindGitRepository: {sourcev1.GroupVersion.WithResource("gitrepositories"), func() sourcev1.Source { return &sourcev1.GitRepository{} }},
+		flux.KindOCIRepository: {sourcev1.GroupVersion.WithResource("ocirepositories"), func() sourcev1.Source { return &sourcev1.OCIRepository{} }},
+		flux.KindBucket:        {sourcev1.GroupVersion.WithResource("buckets"), func() sourcev1.Source { return &sourcev1.Bucket{} }},
 	}
 )
+
+// sourceKind is a source kind's API resource and Flux's type for it, in
+// which the informer caches it.
+type sourceKind struct {
+	resource schema.GroupVersionResource
+	new      func() sourcev1.Source
+}
 
 // Submitter stores observations that belong together in one batch: the
 // engine.
@@ -129,8 +136,8 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	gvrs := []schema.GroupVersionResource{kustomizations}
-	for _, g := range sources {
-		gvrs = append(gvrs, g)
+	for _, sk := range sources {
+		gvrs = append(gvrs, sk.resource)
 	}
 	for _, ns := range namespaces {
 		for _, g := range gvrs {
@@ -140,8 +147,8 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 				return fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
 			case apierrors.IsNotFound(err) && g != kustomizations:
 				r.log.Warn("source kind not served by this cluster", "resource", g.Resource)
-				for kind, sg := range sources {
-					if sg == g {
+				for kind, sk := range sources {
+					if sk.resource == g {
 						r.served[kind] = false
 					}
 				}
@@ -182,13 +189,13 @@ func (r *Reader) Run(ctx context.Context) error {
 		r.layers = append(r.layers, cache.NewGenericLister(ki.Informer().GetIndexer(), kustomizations.GroupResource()))
 		r.bySource = append(r.bySource, ki.Informer().GetIndexer())
 		synced = append(synced, ki.Informer().HasSynced)
-		for kind, g := range sources {
+		for kind, sk := range sources {
 			if r.served != nil && !r.served[kind] {
 				continue // an informer on a kind not served would never sync
 			}
-			si := f.ForResource(g)
+			si := f.ForResource(sk.resource)
 			r.watch(si.Informer(), kind)
-			r.srcs[kind] = append(r.srcs[kind], cache.NewGenericLister(si.Informer().GetIndexer(), g.GroupResource()))
+			r.srcs[kind] = append(r.srcs[kind], cache.NewGenericLister(si.Informer().GetIndexer(), sk.resource.GroupResource()))
 			synced = append(synced, si.Informer().HasSynced)
 		}
 		f.Start(ctx.Done())

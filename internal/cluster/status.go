@@ -6,6 +6,7 @@
 package cluster
 
 import (
+	"reflect"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -82,45 +82,43 @@ func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error)
 		st["history"] = kept
 	}
 	k := &kustomizev1.Kustomization{}
-	err := runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{
-		"apiVersion": o["apiVersion"], "kind": o["kind"],
-		"metadata": slimMetadata(u),
-		"spec":     pick(spec, "sourceRef", "dependsOn", "suspend"),
-		"status":   st,
-	}, k)
-	if err != nil {
-		// The cache still needs the object, by name: without a source it
-		// is nobody's layer until it converts.
-		k = &kustomizev1.Kustomization{}
-		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": slimMetadata(u)}, k)
+	if err := fromSlim(u, map[string]any{"spec": pick(spec, "sourceRef", "dependsOn", "suspend")}, k); err != nil {
+		return k, err
 	}
-	return k, err
-}
-
-// newSource is an empty source of each kind read.
-var newSource = map[string]func() sourcev1.Source{
-	flux.KindGitRepository: func() sourcev1.Source { return &sourcev1.GitRepository{} },
-	flux.KindOCIRepository: func() sourcev1.Source { return &sourcev1.OCIRepository{} },
-	flux.KindBucket:        func() sourcev1.Source { return &sourcev1.Bucket{} },
+	// A status that does not convert leaves the layer without progress,
+	// not without its source: it stays expected, so its rollouts wait for
+	// it instead of turning applied without it.
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(st, &k.Status); err != nil {
+		k.Status = kustomizev1.KustomizationStatus{}
+		return k, err
+	}
+	return k, nil
 }
 
 // slimSource is a source as cached: Flux's type with its artifact alone,
 // not its spec and conditions, which nothing reads.
 func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, error) {
-	o := u.Object
-	status, _ := o["status"].(map[string]any)
-	slim := map[string]any{"apiVersion": o["apiVersion"], "kind": o["kind"], "metadata": slimMetadata(u)}
+	slim := map[string]any{}
+	status, _ := u.Object["status"].(map[string]any)
 	if artifact, ok := status["artifact"].(map[string]any); ok {
 		slim["status"] = map[string]any{"artifact": pick(artifact, "revision", "lastUpdateTime")}
 	}
-	src := newSource[kind]()
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(slim, src); err != nil {
-		// By name, with no artifact: its layers wait for its next change.
-		src = newSource[kind]()
-		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": slimMetadata(u)}, src)
-		return src, err
+	src := sources[kind].new()
+	return src, fromSlim(u, slim, src)
+}
+
+// fromSlim fills obj with slim (its spec, its status) and u's metadata as
+// the informers need it. An object that does not convert is left with its
+// metadata alone, cached by name: a layer with no source, a source with no
+// artifact, until it changes.
+func fromSlim(u *unstructured.Unstructured, slim map[string]any, obj runtime.Object) error {
+	slim["apiVersion"], slim["kind"], slim["metadata"] = u.GetAPIVersion(), u.GetKind(), slimMetadata(u)
+	err := runtime.DefaultUnstructuredConverter.FromUnstructured(slim, obj)
+	if err != nil {
+		reflect.ValueOf(obj).Elem().SetZero()
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": slimMetadata(u)}, obj)
 	}
-	return src, nil
+	return err
 }
 
 // slimMetadata is the part of an object's metadata the informers need.
