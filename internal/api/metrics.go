@@ -73,9 +73,11 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 	// its first failure has no increase to alert on (Prometheus's
 	// increase and rate need a sample before it), so the first failed
 	// rollout after each start would page no one.
-	for _, v := range []rollout.Verdict{rollout.VerdictApplied, rollout.VerdictFailed, rollout.VerdictSuperseded, rollout.VerdictStuck} {
-		toTerminal.WithLabelValues(v.String())
-		verdicts.WithLabelValues(v.String())
+	for _, v := range rollout.Verdicts() {
+		if v.Terminal() {
+			toTerminal.WithLabelValues(v.String())
+			verdicts.WithLabelValues(v.String())
+		}
 	}
 	return func(ch rollout.VerdictChange) {
 		v := ch.View
@@ -98,7 +100,7 @@ func (c *rolloutsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc 
 
 func (c *rolloutsCollector) Collect(ch chan<- prometheus.Metric) {
 	counts := c.rs.Live()
-	for _, v := range []rollout.Verdict{rollout.VerdictApplying, rollout.VerdictApplied, rollout.VerdictFailed, rollout.VerdictSuperseded, rollout.VerdictStuck} {
+	for _, v := range rollout.Verdicts() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[v]), v.String())
 	}
 }

@@ -41,6 +41,12 @@ func (v *Verdict) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// Verdicts are the verdicts a rollout can have, in their order: every one
+// but unknown, which is the answer for a revision without a rollout.
+func Verdicts() []Verdict {
+	return []Verdict{VerdictApplying, VerdictApplied, VerdictFailed, VerdictSuperseded, VerdictStuck}
+}
+
 // Terminal reports whether a pipeline can stop waiting.
 func (v Verdict) Terminal() bool {
 	return v == VerdictApplied || v == VerdictFailed || v == VerdictSuperseded || v == VerdictStuck

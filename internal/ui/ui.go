@@ -258,7 +258,7 @@ func (s *server) page(w http.ResponseWriter, r *http.Request, cluster string, ke
 // filter names them: rollout's own, not a copy.
 func verdictNames() []string {
 	var out []string
-	for v := rollout.VerdictApplying; v <= rollout.VerdictStuck; v++ {
+	for _, v := range rollout.Verdicts() {
 		out = append(out, v.String())
 	}
 	return out
