@@ -9,14 +9,10 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -41,56 +37,20 @@ func BenchmarkReaderHeap(b *testing.B) {
 	}
 	ctx := context.Background()
 	const ns = "fleet"
-	if _, err := dc.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	w := c.NewWorld(b, ns, time.Now().UTC().Truncate(time.Second))
 	rev := "main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"
-	at := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
-	create := func(kind string, obj, status map[string]any) {
-		res := dc.Resource(cluster.Resource(kind)).Namespace(ns)
-		got, err := res.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		got.Object["status"] = status
-		if _, err := res.UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
 	for i := range sources {
-		create(flux.KindGitRepository, map[string]any{
-			"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": flux.KindGitRepository,
-			"metadata": map[string]any{"name": fmt.Sprintf("src-%d", i)},
-			"spec":     map[string]any{"interval": "1m", "url": "https://example.com/fleet.git"},
-		}, map[string]any{"artifact": map[string]any{"revision": rev, "lastUpdateTime": at, "path": "x", "url": "http://x",
-			"digest": "sha256:9f8e4c6b0a1d2e3f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f"}})
+		w.Source(fmt.Sprintf("src-%d", i), rev)
 	}
 	for i := range layers {
-		entries := make([]any, objects)
-		for j := range entries {
-			entries[j] = map[string]any{"id": fmt.Sprintf("apps-%d_web-%d_apps_Deployment", i, j), "v": "v1"}
+		l := clustertest.FleetLayer{Name: fmt.Sprintf("layer-%d", i), Source: fmt.Sprintf("src-%d", i%sources), Rev: rev,
+			Objects: objects, History: 5}
+		if i > 0 {
+			l.After = fmt.Sprintf("layer-%d", i-1)
 		}
-		history := make([]any, 5)
-		for j := range history {
-			history[j] = map[string]any{"digest": fmt.Sprintf("sha256:%064d", j), "firstReconciled": at, "lastReconciled": at,
-				"lastReconciledDuration": "2.1s", "lastReconciledStatus": "ReconciliationSucceeded", "totalReconciliations": int64(3),
-				"metadata": map[string]any{"revision": rev}}
+		if err := w.CreateFleetLayer(l); err != nil {
+			b.Fatal(err)
 		}
-		create(flux.KindKustomization, map[string]any{
-			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": flux.KindKustomization,
-			"metadata": map[string]any{"name": fmt.Sprintf("layer-%d", i)},
-			"spec": map[string]any{"interval": "10m", "path": "./apps", "prune": true, "wait": true,
-				"sourceRef": map[string]any{"kind": flux.KindGitRepository, "name": fmt.Sprintf("src-%d", i%sources)},
-				"dependsOn": []any{map[string]any{"name": fmt.Sprintf("layer-%d", max(i-1, 0))}}},
-		}, map[string]any{
-			"observedGeneration": int64(1), "lastAppliedRevision": rev, "lastAttemptedRevision": rev, "lastHandledReconcileAt": at,
-			"conditions": []any{
-				map[string]any{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded", "message": "Applied revision: " + rev, "lastTransitionTime": at},
-				map[string]any{"type": "Healthy", "status": "True", "reason": "Succeeded", "message": "Health check passed in 2.1s", "lastTransitionTime": at},
-			},
-			"history": history, "inventory": map[string]any{"entries": entries},
-		})
 	}
 	var perLayer float64
 	for b.Loop() {

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -46,23 +47,74 @@ type World struct {
 
 func (w *World) create(gvr schema.GroupVersionResource, obj map[string]any, status map[string]any) {
 	w.t.Helper()
+	if err := w.tryCreate(gvr, obj, status); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// tryCreate creates obj and then writes its status, as Flux's controllers
+// do; it reports errors instead of failing the test, so that goroutines
+// other than the test's can call it.
+func (w *World) tryCreate(gvr schema.GroupVersionResource, obj map[string]any, status map[string]any) error {
 	ctx := context.Background()
 	u := &unstructured.Unstructured{Object: obj}
 	u.SetNamespace(w.ns)
 	got, err := w.dc.Resource(gvr).Namespace(w.ns).Create(ctx, u, metav1.CreateOptions{})
 	if err != nil {
-		w.t.Fatalf("create %s: %v", u.GetName(), err)
+		return fmt.Errorf("create %s: %w", u.GetName(), err)
 	}
 	if status == nil {
-		return
+		return nil
 	}
 	if _, ok := status["observedGeneration"]; ok {
 		status["observedGeneration"] = got.GetGeneration()
 	}
 	got.Object["status"] = status
 	if _, err := w.dc.Resource(gvr).Namespace(w.ns).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-		w.t.Fatalf("status of %s: %v", u.GetName(), err)
+		return fmt.Errorf("status of %s: %w", u.GetName(), err)
 	}
+	return nil
+}
+
+// FleetLayer is a Kustomization as kustomize-controller leaves it once it
+// applied Rev, for the benchmarks of a large fleet: Ready and Healthy,
+// History entries of Rev, and Objects entries in its inventory.
+type FleetLayer struct {
+	Name, Source, Rev string
+	After             string // the layer it depends on, or ""
+	Objects, History  int
+}
+
+// CreateFleetLayer creates l on the GitRepository l.Source. Safe to call
+// from several goroutines at once: it reports errors instead of failing.
+func (w *World) CreateFleetLayer(l FleetLayer) error {
+	at := w.now.Add(-time.Hour).Format(time.RFC3339)
+	entries := make([]any, l.Objects)
+	for i := range entries {
+		entries[i] = map[string]any{"id": fmt.Sprintf("%s_web-%d_apps_Deployment", l.Name, i), "v": "v1"}
+	}
+	history := make([]any, l.History)
+	for i := range history {
+		history[i] = map[string]any{"digest": fmt.Sprintf("sha256:%064d", i), "firstReconciled": at, "lastReconciled": at,
+			"lastReconciledDuration": "2.1s", "lastReconciledStatus": "ReconciliationSucceeded", "totalReconciliations": int64(3),
+			"metadata": map[string]any{"revision": l.Rev}}
+	}
+	spec := map[string]any{"interval": "10m", "path": "./" + l.Name, "prune": true, "wait": true,
+		"sourceRef": map[string]any{"kind": flux.KindGitRepository, "name": l.Source}}
+	if l.After != "" {
+		spec["dependsOn"] = []any{map[string]any{"name": l.After}}
+	}
+	return w.tryCreate(ksGVR, map[string]any{
+		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": flux.KindKustomization,
+		"metadata": map[string]any{"name": l.Name}, "spec": spec,
+	}, map[string]any{
+		"observedGeneration": int64(0), "lastAppliedRevision": l.Rev, "lastAttemptedRevision": l.Rev, "lastHandledReconcileAt": at,
+		"conditions": []any{
+			map[string]any{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded", "message": "Applied revision: " + l.Rev, "lastTransitionTime": at},
+			map[string]any{"type": "Healthy", "status": "True", "reason": "Succeeded", "message": "Health check passed in 2.1s", "lastTransitionTime": at},
+		},
+		"history": history, "inventory": map[string]any{"entries": entries},
+	})
 }
 
 // Source creates a GitRepository whose current artifact is revision.
