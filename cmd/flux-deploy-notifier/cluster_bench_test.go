@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -124,13 +125,8 @@ func fleetPoll(url, want string) bool {
 		return false
 	}
 	defer resp.Body.Close()
-	var sb strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		sb.WriteString(sc.Text())
-	}
-	return resp.StatusCode == http.StatusOK && strings.Contains(sb.String(), want)
+	body, err := io.ReadAll(resp.Body)
+	return err == nil && resp.StatusCode == http.StatusOK && strings.Contains(string(body), want)
 }
 
 // fleetHeap is the service's Go heap in use, in MiB.
