@@ -136,6 +136,7 @@ e2e: e2ebin
 vet: bin/staticcheck
 	@unformatted=$$(gofmt -l cmd internal templates); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags fdn_verify ./cmd/flux-deploy-notifier/
 	$(GO) vet -tags e2e ./internal/e2e/
 	$(GO) vet -tags image ./internal/imagetest/
 	bin/staticcheck -checks all ./...

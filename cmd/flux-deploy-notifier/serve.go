@@ -60,7 +60,6 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	retention := f.Duration("retention", "FDN_RETENTION", 720*time.Hour, "how long rollouts are kept after their last evidence")
 	settleAfter := f.Duration("settle-after", "FDN_SETTLE_AFTER", rollout.DefaultSettleAfter, "quiet time after which a final rollout whose layers all moved on leaves memory for the archive on disk")
 	cluster := f.String("default-cluster", "FDN_DEFAULT_CLUSTER", "default", "cluster name of events without metadata.cluster")
-	verify := f.Bool("verify-evaluation", "FDN_VERIFY_EVALUATION", false, "after every batch, check each view against a full evaluation and crash on a difference (tests; costs a full evaluation of every live rollout per batch)")
 	var mc mailConfig
 	mc.flags(f)
 	var cc clusterConfig
@@ -73,7 +72,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c = serveConfig{
 		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
 		insecureNoAuth: *insecure, logFormat: *format,
-		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: *verify},
+		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation},
 		mail:    mc,
 		cluster: cc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}

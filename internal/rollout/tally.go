@@ -14,8 +14,11 @@ import (
 // tally of them, updated slot by slot: a segment tree for the folds that
 // pick one slot, the lists, and per next revision its earliest move.
 //
-// The reference (finish) still folds every slot; with Config.Verify the
-// two are compared after every batch.
+// The rule of what the slots add up to is written once, here: leaf reads
+// a slot, combine folds two runs of slots, and progress concludes from the
+// fold. The reference (finish, verdict.go) folds the slots in order, the
+// tally as a tree; with Config.Verify the two views are compared after
+// every batch.
 type tally struct {
 	// tree is a segment tree: node 1 is the root, the leaves from
 	// len(tree)/2 on, one per block of tallyBlock slots (a leaf per slot
@@ -165,6 +168,13 @@ func block(slots []slot, deps map[string][]string, b int) pick {
 	return p
 }
 
+// leaf is what one slot contributes: whether its layer counts as applied
+// (succeeded), its failure, and whether it is behind and then a root-cause
+// candidate. The root cause is, among the layers behind, the one holding
+// the others back: with dependsOn from the cluster, a layer behind whose
+// dependencies are all through; among those (or without dependsOn) the
+// lightest by rootWeight, the first on a tie; in a dependency cycle, where
+// every layer waits on another, the first layer behind.
 func leaf(slots []slot, deps map[string][]string, i int) pick {
 	s, p := &slots[i], nopick()
 	if s.succeeded {
@@ -185,7 +195,7 @@ func leaf(slots []slot, deps map[string][]string, i int) pick {
 }
 
 // combine folds two adjacent runs, a before b; on a tie the earlier slot
-// wins, as in the reference's scan.
+// wins.
 func combine(slots []slot, a, b pick) pick {
 	out := pick{succeeded: a.succeeded + b.succeeded, working: a.working + b.working,
 		lastSuccess: a.lastSuccess, firstFailure: a.firstFailure, firstBehind: a.firstBehind, root: a.root}
@@ -224,11 +234,14 @@ func flip(names []string, name string, in bool) []string {
 	return slices.Delete(slices.Clone(names), at, at+1)
 }
 
-func (t *tally) addNext(e logEntry) {
-	x := t.nexts[e.hash]
+func (t *tally) addNext(e logEntry) { addNext(t.nexts, e) }
+
+// addNext counts a layer that moved to e.hash at e.first.
+func addNext(nexts map[string]*earliest, e logEntry) {
+	x := nexts[e.hash]
 	if x == nil {
 		x = &earliest{}
-		t.nexts[e.hash] = x
+		nexts[e.hash] = x
 	}
 	x.add(e.first)
 }
@@ -258,20 +271,6 @@ func (t *tally) removeNext(e logEntry) {
 
 // sums are what the view is concluded from, from the tally.
 func (t *tally) sums(c *cluster, r *rolloutState, slots []slot, preds map[string]bool) sums {
-	return sums{t.progress(c, r, slots, preds), t.failing, t.behind, t.rootCause(slots)}
-}
-
-// progress is what aggregate folds, from the tally: the nodes' picks, and
-// of the next revisions, the earliest move to one newer than r.
-func (t *tally) progress(c *cluster, r *rolloutState, slots []slot, preds map[string]bool) progress {
-	top := t.tree[1]
-	p := progress{completed: len(slots) > 0 && int(top.succeeded) == len(slots), working: top.working > 0}
-	if i := top.lastSuccess; i >= 0 && slots[i].succAt.After(p.completedAt) {
-		p.completedAt = slots[i].succAt
-	}
-	if i := top.firstFailure; i >= 0 {
-		p.firstFailure = slots[i].firstFailure
-	}
 	for h, x := range t.nexts {
 		if x.stale {
 			// The slots holding the least moved on (a revision between
@@ -283,6 +282,26 @@ func (t *tally) progress(c *cluster, r *rolloutState, slots []slot, preds map[st
 				}
 			}
 		}
+	}
+	top := t.tree[1]
+	return sums{c.progress(r, slots, preds, top, t.nexts), t.failing, t.behind, top.rootCause(slots)}
+}
+
+// progress concludes where the expected layers stand on r from the fold
+// of their slots (top) and, per revision they moved to next, the earliest
+// move. A rollout is completed when every expected layer, at least one,
+// succeeded. Whether a next revision supersedes r is decided here, not in
+// the slot: it depends on that rollout's start and on r's predecessors,
+// which change without the layer's log changing.
+func (c *cluster) progress(r *rolloutState, slots []slot, preds map[string]bool, top pick, nexts map[string]*earliest) progress {
+	p := progress{completed: len(slots) > 0 && int(top.succeeded) == len(slots), working: top.working > 0}
+	if i := top.lastSuccess; i >= 0 {
+		p.completedAt = slots[i].succAt
+	}
+	if i := top.firstFailure; i >= 0 {
+		p.firstFailure = slots[i].firstFailure
+	}
+	for h, x := range nexts {
 		if c.newer(h, r, preds) && (p.supHash == "" || x.min.Before(p.supAt) || x.min.Equal(p.supAt) && h < p.supHash) {
 			p.supAt, p.supHash = x.min, h
 		}
@@ -290,9 +309,8 @@ func (t *tally) progress(c *cluster, r *rolloutState, slots []slot, preds map[st
 	return p
 }
 
-// rootCause is rootCause's answer, from the tree.
-func (t *tally) rootCause(slots []slot) string {
-	top := t.tree[1]
+// rootCause names the layer the fold picked as the root cause (see leaf).
+func (top pick) rootCause(slots []slot) string {
 	switch {
 	case top.root >= 0:
 		return slots[top.root].lv.Name

@@ -236,23 +236,29 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 }
 
 // finish completes a view from its header and the expected layers' slots,
-// folding every slot: the reference. The engine keeps the folds as slots
-// change (tally.go).
+// folding every slot in order with the rule the engine's tally folds as a
+// tree (leaf and combine, tally.go): the reference.
 func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []slot, preds map[string]bool, deps map[string][]string, now time.Time) *View {
 	ls := make([]LayerView, len(slots))
 	var failing []int
 	var behind []string
+	top, nexts := nopick(), map[string]*earliest{}
 	for i := range slots {
-		ls[i] = slots[i].lv
-		if !slots[i].firstFailure.IsZero() {
+		s := &slots[i]
+		ls[i] = s.lv
+		top = combine(slots, top, leaf(slots, deps, i))
+		if !s.firstFailure.IsZero() {
 			failing = append(failing, i)
 		}
-		if !slots[i].succeeded {
-			behind = append(behind, slots[i].lv.Name)
+		if !s.succeeded {
+			behind = append(behind, s.lv.Name)
+		}
+		if s.hasNext {
+			addNext(nexts, s.next)
 		}
 	}
 	v.Layers = MakeLayers(ls)
-	return c.conclude(v, r, expected, sums{c.aggregate(r, slots, preds), failing, behind, rootCause(slots, deps)}, now)
+	return c.conclude(v, r, expected, sums{c.progress(r, slots, preds, top, nexts), failing, behind, top.rootCause(slots)}, now)
 }
 
 // sums are what a view is concluded from: what its slots add up to.
@@ -369,39 +375,6 @@ type progress struct {
 	supAt   time.Time
 	supHash string
 	working bool // a layer is still applying this revision
-}
-
-// aggregate folds the slots. Whether a layer's next revision supersedes r
-// is decided here, not in the slot: it depends on that rollout's start and
-// on r's predecessors, which change without the layer's log changing. The
-// slots are a flat array, and consecutive layers mostly moved to the same
-// revision, whose test is reused.
-func (c *cluster) aggregate(r *rolloutState, slots []slot, preds map[string]bool) progress {
-	p := progress{completed: len(slots) > 0}
-	var lastHash string
-	var lastNewer bool
-	for i := range slots {
-		s := &slots[i]
-		if !s.succeeded {
-			p.completed = false
-		} else if s.succAt.After(p.completedAt) {
-			p.completedAt = s.succAt
-		}
-		if !s.firstFailure.IsZero() && (p.firstFailure.IsZero() || s.firstFailure.Before(p.firstFailure)) {
-			p.firstFailure = s.firstFailure
-		}
-		p.working = p.working || s.working
-		if !s.hasNext {
-			continue
-		}
-		if s.next.hash != lastHash {
-			lastHash, lastNewer = s.next.hash, c.newer(s.next.hash, r, preds)
-		}
-		if lastNewer && (p.supHash == "" || s.next.first.Before(p.supAt) || s.next.first.Equal(p.supAt) && s.next.hash < p.supHash) {
-			p.supAt, p.supHash = s.next.first, s.next.hash
-		}
-	}
-	return p
 }
 
 // newer reports whether the rollout of hash began after r (ties by hash)
@@ -536,38 +509,6 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 		lv.Reason, lv.Message, lv.At = m.Reason, m.Message, &at
 	}
 	return lv
-}
-
-// rootCause picks, among the layers behind, the one holding the others
-// back. With dependsOn from the cluster, it walks up the chain: a layer
-// behind whose dependencies are all through is a root. Among roots (or
-// without dependsOn), a failed or progressing layer comes before a silent
-// one, and a silent one before one that only waits on a dependency. The
-// slots are the expected layers in order, so a dependency is found by
-// binary search.
-func rootCause(slots []slot, deps map[string][]string) string {
-	best, first := -1, -1
-	for i := range slots {
-		if slots[i].succeeded {
-			continue
-		}
-		if first < 0 {
-			first = i
-		}
-		if deps != nil && blocked(slots, deps, slots[i].lv.Name) {
-			continue
-		}
-		if best < 0 || rootWeight(slots[i].lv.State) < rootWeight(slots[best].lv.State) {
-			best = i
-		}
-	}
-	if best < 0 {
-		best = first // a dependency cycle: every layer waits on another
-	}
-	if best < 0 {
-		return ""
-	}
-	return slots[best].lv.Name
 }
 
 // rootWeight ranks the layers behind as root causes, lightest first.
