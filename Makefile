@@ -37,7 +37,7 @@ FUZZ_TARGETS := \
 	./internal/store:FuzzDecodeEvidence \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test browser testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
+.PHONY: all build run sample test test-short unit-short browser testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
 
 all: build
 
@@ -56,7 +56,33 @@ run: build
 sample: build
 	$(BIN) sample --url http://$(LISTEN) --token-file $(DATA)/dev-token --scenario $(SCENARIO)
 
-test: testbin browser vet unit fuzz-short
+# make test runs in phases and says when each ends. While make testbin
+# builds the test binaries in the background (logged to bin/testbin.log:
+# ten minutes and more the first time), it runs what needs none of them:
+# vet, the tests in -short (each test that needs a built binary skips
+# itself there, clustertest.Binary) and the fuzz targets. Then, the
+# binaries built, the packages whose tests need them, whole.
+BIN_TEST_PKGS = $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/\/internal\/cluster\/clustertest( |$$)/ {print $$1}')
+test: browser bin/staticcheck
+	@set -e; start=$$(date +%s); mkdir -p bin; \
+	phase() { echo "== make test: $$1 at +$$(( $$(date +%s) - start )) s"; }; \
+	setsid $(MAKE) --no-print-directory testbin > bin/testbin.log 2>&1 & tb=$$!; \
+	trap 'kill -- -$$tb 2>/dev/null || true' EXIT; \
+	echo "== make test: building the test binaries in the background (bin/testbin.log)"; \
+	$(MAKE) --no-print-directory vet; phase "vet passed"; \
+	$(MAKE) --no-print-directory unit-short; phase "tests that need no built binary passed (go test -short)"; \
+	$(MAKE) --no-print-directory fuzz-short; phase "fuzz targets passed"; \
+	wait $$tb || { tail -n 40 bin/testbin.log; echo "make testbin failed (bin/testbin.log)"; exit 1; }; \
+	trap - EXIT; phase "test binaries built"; \
+	FDN_REQUIRE_BROWSER=1 $(GO) test -race -count=1 $(BIN_TEST_PKGS); \
+	phase "tests on the built binaries passed: make test passed"
+
+# The unit tests alone, without the test binaries (a few minutes): every
+# test but those on the real kube-apiserver, kustomize and promtool.
+test-short: vet unit-short
+
+unit-short:
+	FDN_REQUIRE_BROWSER=1 $(GO) test -race -short -count=1 ./...
 
 # The status pages' tests drive a real headless Chromium (Debian's
 # chromium); installed here when missing, and required by the tests then.

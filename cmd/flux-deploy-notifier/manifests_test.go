@@ -28,8 +28,7 @@ const manifestsDir = "../../manifests"
 // make testbin builds, and returns its objects.
 func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	bin := filepath.Join(clustertest.BinDir(), "kustomize")
-	out, err := exec.Command(bin, "build", dir).Output()
+	out, err := exec.Command(clustertest.Binary(t, "kustomize"), "build", dir).Output()
 	if err != nil {
 		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 			t.Fatalf("kustomize build %s: %v\n%s", dir, err, ee.Stderr)
@@ -181,10 +180,7 @@ func alertMetrics(t *testing.T) []string {
 // (testdata/alerts-test.yaml) on the PrometheusRule's groups, and requires
 // of them a case where each alert fires and one where it does not.
 func TestAlertRules(t *testing.T) {
-	promtool := filepath.Join(clustertest.BinDir(), "promtool")
-	if _, err := os.Stat(promtool); err != nil {
-		t.Fatalf("%v: run `make testbin`", err)
-	}
+	promtool := clustertest.Binary(t, "promtool")
 	dir := t.TempDir()
 	rules := alertRules(t)
 	tests, err := os.ReadFile(filepath.Join("testdata", "alerts-test.yaml"))

@@ -58,15 +58,28 @@ func BinDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "bin")
 }
 
+// Binary returns the path of a binary make testbin builds into bin/. With
+// -short (make test-short, and make test's first phase, which runs while
+// they build) the test is skipped; otherwise a missing binary fails it.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs bin/%s, which make testbin builds: not in -short", name)
+	}
+	path := filepath.Join(BinDir(), name)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("%s is missing: run `make testbin` (it builds the test binaries into bin/)", name)
+	}
+	return path
+}
+
 // Start runs etcd and kube-apiserver until the test ends, and installs the
 // Flux CRDs.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
 	bin := BinDir()
 	for _, b := range []string{"etcd", "kube-apiserver"} {
-		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
-			t.Fatalf("%s is missing: run `make testbin` (it builds the test binaries into bin/)", b)
-		}
+		Binary(t, b)
 	}
 	dir := t.TempDir()
 	// FDN_TEST_LOGS keeps the processes' logs (and etcd's data) after the
