@@ -37,6 +37,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	router "github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
@@ -301,7 +302,7 @@ func serveService(token []byte) (string, func(), error) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = e.Run(ctx) }()
 	reg := prometheus.NewRegistry()
-	url, stop, err := listen(api.Routes(e, webhook.New(token, e, log, reg), reg, log, api.Options{}))
+	url, stop, err := listen(router.Routes(router.Parts{Webhook: webhook.New(token, e, log, reg), API: api.New(e, log, api.Options{})}))
 	if err != nil {
 		cancel()
 		return "", nil, err

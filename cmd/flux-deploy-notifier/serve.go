@@ -19,10 +19,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
@@ -218,14 +221,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           api.Routes(eng, hook, reg, log, api.Options{Checks: checks, Warnings: warn, Draining: draining, VerdictToken: verdictToken, UI: pages}),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := server.New(server.Routes(server.Parts{
+		Webhook:  hook,
+		API:      api.New(eng, log, api.Options{Checks: checks, Warnings: warn, Draining: draining}),
+		Verdicts: edge.NewAuth(verdictToken, "", time.Now),
+		UI:       pages,
+		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}), log)
 	srv.RegisterOnShutdown(drain)
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

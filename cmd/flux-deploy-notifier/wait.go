@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -33,7 +34,7 @@ const (
 // verdictBody is what /verdict answers: a verdict, or an error.
 type verdictBody struct {
 	api.VerdictResponse
-	api.ErrorResponse
+	edge.Error
 }
 
 // wait long-polls /verdict until the commit's verdict is terminal or the
@@ -41,7 +42,7 @@ type verdictBody struct {
 func wait(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("wait", getenv, stderr)
 	base := f.String("url", "FDN_URL", "", "base URL of flux-deploy-notifier")
-	rev := f.String("rev", "FDN_REV", "", "the commit: a full revision, a hash or a prefix of 7+ hex digits")
+	rev := f.String("rev", "FDN_REV", "", fmt.Sprintf("the commit: a full revision, a hash or a prefix of %d+ hex digits", rollout.MinPrefix))
 	tokenFile := f.String("token-file", "FDN_VERDICT_TOKEN_FILE", "", "file holding the verdict token, when the service requires one")
 	timeout := f.Duration("timeout", "FDN_TIMEOUT", 15*time.Minute, "how long to wait for a terminal verdict")
 	cluster := f.String("cluster", "FDN_WAIT_CLUSTER", "", "the cluster, when the commit deploys to several; a comma list waits on each")
@@ -218,8 +219,8 @@ func (l *lines) printf(format string, a ...any) {
 // verdict, one per layer that moved.
 func (w *waiter) report(v *verdictBody) {
 	where := v.Revision
-	if len(v.Hash) >= 7 {
-		where = v.Hash[:7]
+	if v.Hash != "" {
+		where = rollout.ShortHash(v.Hash)
 	}
 	where += " on " + v.Cluster
 	prev := w.last
@@ -292,12 +293,12 @@ func (w *waiter) until(ctx context.Context, rev string, deadline time.Time, time
 		}
 		if in != nil {
 			// Its verdict is the commit's: it deployed inside it.
-			w.progress.printf("%s on %s: not deployed on its own; %s contains it: waiting for its verdict", flux.Short(rev), in.Cluster, flux.Short(in.Hash))
+			w.progress.printf("%s on %s: not deployed on its own; %s contains it: waiting for its verdict", rollout.ShortHash(rev), in.Cluster, rollout.ShortHash(in.Hash))
 			w.via, query, skipped = in, in.Hash, nil
 			continue
 		}
 		if w.via != nil && v != nil {
-			fmt.Fprintf(out, "%s was not deployed on its own: it went out in %s, %s\n", flux.Short(rev), flux.Short(v.Hash), v.Verdict)
+			fmt.Fprintf(out, "%s was not deployed on its own: it went out in %s, %s\n", rollout.ShortHash(rev), rollout.ShortHash(v.Hash), v.Verdict)
 		}
 		switch {
 		case v == nil || !v.Terminal:
@@ -390,7 +391,7 @@ func (w *waiter) poll(ctx context.Context, query string, deadline time.Time, ski
 			w.report(v)
 			w.last = v
 		default:
-			return nil, nil, fmt.Errorf("%d from the service: %s", status, v.Error)
+			return nil, nil, fmt.Errorf("%d from the service: %s", status, v.Message)
 		}
 		failures = 0
 		if last != nil && last.Terminal {
@@ -506,7 +507,7 @@ func (w *waiter) headline() string {
 // commit the one waited on went out in.
 func (w *waiter) summary() string {
 	if w.via != nil {
-		return "went out in " + flux.Short(w.via.Hash) + ": " + w.last.Summary
+		return "went out in " + rollout.ShortHash(w.via.Hash) + ": " + w.last.Summary
 	}
 	return w.last.Summary
 }
@@ -580,7 +581,7 @@ func appendSummary(path, rev, externalURL string, waiters []*waiter) error {
 			verdict += " (timed out)"
 		}
 		if externalURL != "" {
-			verdict = "[" + verdict + "](" + externalURL + "/ui/" + url.PathEscape(v.Cluster) + "/" + url.PathEscape(v.Hash) + ")"
+			verdict = "[" + verdict + "](" + externalURL + edge.RolloutPath(v.Key()) + ")"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(v.Cluster), verdict, mdCell(w.summary()))
 	}

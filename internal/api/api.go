@@ -5,19 +5,16 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -46,7 +43,7 @@ type Check struct {
 	OK   func() bool
 }
 
-// Options are the router's optional parts.
+// Options are the server's optional parts.
 type Options struct {
 	// Checks are more conditions of readiness than the engine's.
 	Checks []Check
@@ -58,53 +55,18 @@ type Options struct {
 	// Draining, when set, ends when the server shuts down: long polls
 	// answer at once instead of holding the shutdown up.
 	Draining context.Context
-	// VerdictToken, when set, is required as "Authorization: Bearer" on
-	// /verdict and /rollouts.
-	VerdictToken []byte
-	// UI, when set, serves the status pages under /ui/; / leads there.
-	UI http.Handler
 }
 
-// Routes builds the service's one router. webhook receives Flux events.
-func Routes(rs Rollouts, webhook http.Handler, gatherer prometheus.Gatherer, log *slog.Logger, opts Options) http.Handler {
-	s := &server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warn: opts.Warnings, draining: opts.Draining}
-	r := chi.NewRouter()
-	r.Method(http.MethodPost, "/webhook", webhook)
-	r.Group(func(r chi.Router) {
-		if opts.VerdictToken != nil {
-			r.Use(bearer(opts.VerdictToken))
-		}
-		r.Get("/verdict", s.verdict)
-		r.Get("/commits/{rev}", s.commit)
-		r.Get("/rollouts", s.rollouts)
-	})
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	r.Get("/readyz", s.readyz)
-	if opts.UI != nil {
-		r.Mount("/ui", opts.UI)
-		r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ui/", http.StatusFound) })
-	}
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	return r
+// New returns the handlers of what pipelines and operators read; the
+// router (internal/server) puts them at their paths and requires the
+// verdict token where it applies.
+func New(rs Rollouts, log *slog.Logger, opts Options) *Server {
+	return &Server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warn: opts.Warnings, draining: opts.Draining}
 }
 
-// bearer requires the token, compared in constant time.
-func bearer(token []byte) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), token) != 1 {
-				writeError(w, http.StatusUnauthorized, "", "this service requires Authorization: Bearer <verdict token>")
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
-}
-
-type server struct {
+// Server answers GET /verdict, /commits/{rev}, /rollouts, /healthz and
+// /readyz.
+type Server struct {
 	rs       Rollouts
 	log      *slog.Logger
 	checks   []Check
@@ -113,7 +75,7 @@ type server struct {
 	answers  answers
 }
 
-func (s *server) warnings() []string {
+func (s *Server) warnings() []string {
 	if s.warn == nil {
 		return []string{}
 	}
@@ -137,14 +99,6 @@ type RolloutsResponse struct {
 	Warnings []string `json:"warnings"`
 }
 
-// ErrorResponse is the body of every 4xx and 5xx answer; Matches lists the
-// rollouts an ambiguous revision names (409).
-type ErrorResponse struct {
-	Error   string        `json:"error"`
-	Field   string        `json:"field,omitempty"`
-	Matches []rollout.Key `json:"matches,omitempty"`
-}
-
 // unknownResponse keeps the verdict shape for a revision never seen, so a
 // pipeline can always read .verdict.
 type unknownResponse struct {
@@ -161,22 +115,23 @@ type unknownResponse struct {
 	Failures     []any   `json:"failures"`
 }
 
-func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
+// Verdict answers GET /verdict.
+func (s *Server) Verdict(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
 	rev := qs.Get("rev")
 	if rev == "" {
-		writeError(w, http.StatusBadRequest, "rev", "rev is required: a revision, a 40/64 hex hash or a prefix of 7+ hex digits")
+		edge.Refuse(w, http.StatusBadRequest, "rev", fmt.Sprintf("rev is required: a revision, a 40/64 hex hash or a prefix of %d+ hex digits", rollout.MinPrefix))
 		return
 	}
 	hash, prefix, err := flux.ParseQuery(rev)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "rev", err.Error())
+		edge.Refuse(w, http.StatusBadRequest, "rev", err.Error())
 		return
 	}
 	var wait time.Duration
 	if ws := qs.Get("wait"); ws != "" {
 		if wait, err = time.ParseDuration(ws); err != nil || wait < 0 {
-			writeError(w, http.StatusBadRequest, "wait", "wait must be a duration such as 30s, at most 5m")
+			edge.Refuse(w, http.StatusBadRequest, "wait", "wait must be a duration such as 30s, at most 5m")
 			return
 		}
 		wait = min(wait, MaxWait)
@@ -200,7 +155,7 @@ func (s *server) verdict(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, unknownResponse{
+		edge.WriteJSON(w, http.StatusNotFound, unknownResponse{
 			Revision: rev, Hash: hash, Cluster: q.Cluster, Verdict: rollout.VerdictUnknown.String(),
 			Summary: "no evidence of this revision yet", Layers: []any{}, Failures: []any{},
 		})
@@ -218,17 +173,18 @@ type CommitResponse struct {
 	Clusters []verdictJSON `json:"clusters"`
 }
 
-func (s *server) commit(w http.ResponseWriter, r *http.Request) {
+// Commit answers GET /commits/{rev}.
+func (s *Server) Commit(w http.ResponseWriter, r *http.Request) {
 	rev := chi.URLParam(r, "rev")
 	hash, prefix, err := flux.ParseQuery(rev)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "rev", err.Error())
+		edge.Refuse(w, http.StatusBadRequest, "rev", err.Error())
 		return
 	}
 	views, err := s.rs.LookupAll(engine.Query{Hash: hash, Prefix: prefix})
 	switch {
 	case errors.Is(err, engine.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, CommitResponse{Hash: hash, Clusters: []verdictJSON{}})
+		edge.WriteJSON(w, http.StatusNotFound, CommitResponse{Hash: hash, Clusters: []verdictJSON{}})
 		return
 	case s.lookupFailed(w, err, "look up commit"):
 		return
@@ -243,22 +199,21 @@ func (s *server) commit(w http.ResponseWriter, r *http.Request) {
 // lookupFailed answers a lookup's error other than not found, 409 for a
 // revision that names several rollouts and 500 for the rest, and reports
 // whether there was one.
-func (s *server) lookupFailed(w http.ResponseWriter, err error, what string) bool {
+func (s *Server) lookupFailed(w http.ResponseWriter, err error, what string) bool {
 	var amb *engine.AmbiguousError
 	switch {
 	case err == nil:
 		return false
 	case errors.As(err, &amb):
-		writeJSON(w, http.StatusConflict, ErrorResponse{Error: amb.Error(), Field: "rev", Matches: amb.Matches})
+		edge.WriteError(w, s.log, &edge.Error{Status: http.StatusConflict, Message: amb.Error(), Field: "rev", Matches: amb.Matches})
 	default:
-		s.log.Error(what, "err", err)
-		writeError(w, http.StatusInternalServerError, "", "internal error")
+		edge.WriteError(w, s.log, fmt.Errorf("%s: %w", what, err))
 	}
 	return true
 }
 
 // verdictOf is v as /verdict answers it.
-func (s *server) verdictOf(v *rollout.View) VerdictResponse {
+func (s *Server) verdictOf(v *rollout.View) VerdictResponse {
 	resp := VerdictResponse{View: v}
 	if v.SupersedeKey != nil {
 		if sv := s.rs.Get(*v.SupersedeKey); sv != nil {
@@ -268,13 +223,14 @@ func (s *server) verdictOf(v *rollout.View) VerdictResponse {
 	return resp
 }
 
-func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
+// Rollouts answers GET /rollouts.
+func (s *Server) Rollouts(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
 	limit := 50
 	if ls := qs.Get("limit"); ls != "" {
 		n, err := strconv.Atoi(ls)
 		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "limit", "limit must be 1 to 1000")
+			edge.Refuse(w, http.StatusBadRequest, "limit", "limit must be 1 to 1000")
 			return
 		}
 		limit = n
@@ -286,14 +242,14 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 	case "none":
 		layers = false
 	default:
-		writeError(w, http.StatusBadRequest, "layers", "layers must be all or none")
+		edge.Refuse(w, http.StatusBadRequest, "layers", "layers must be all or none")
 		return
 	}
 	var since time.Time
 	if ss := qs.Get("since"); ss != "" {
 		var err error
 		if since, err = time.Parse(time.RFC3339, ss); err != nil {
-			writeError(w, http.StatusBadRequest, "since", "since must be an RFC 3339 time, such as 2026-12-01T10:00:00Z")
+			edge.Refuse(w, http.StatusBadRequest, "since", "since must be an RFC 3339 time, such as 2026-12-01T10:00:00Z")
 			return
 		}
 	}
@@ -303,7 +259,7 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 	if a := qs.Get("after"); a != "" {
 		c, err := engine.ParseCursor(a)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "after", "after must be the next of a /rollouts answer")
+			edge.Refuse(w, http.StatusBadRequest, "after", "after must be the next of a /rollouts answer")
 			return
 		}
 		q.After = &c
@@ -313,8 +269,7 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 	}
 	page, err := s.rs.Page(q)
 	if err != nil {
-		s.log.Error("list rollouts", "err", err)
-		writeError(w, http.StatusInternalServerError, "", "internal error")
+		edge.WriteError(w, s.log, fmt.Errorf("list rollouts: %w", err))
 		return
 	}
 	out := listing{views: page.Views, layers: layers, warnings: s.warnings()}
@@ -324,7 +279,13 @@ func (s *server) rollouts(w http.ResponseWriter, r *http.Request) {
 	s.answers.write(w, http.StatusOK, out)
 }
 
-func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
+// Healthz answers GET /healthz: the process serves.
+func (s *Server) Healthz(w http.ResponseWriter, _ *http.Request) {
+	edge.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Readyz answers GET /readyz.
+func (s *Server) Readyz(w http.ResponseWriter, _ *http.Request) {
 	ready, detail := true, map[string]string{}
 	for _, c := range s.checks {
 		if c.OK() {
@@ -337,17 +298,5 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, map[string]any{"ready": ready, "checks": detail, "warnings": s.warnings()})
-}
-
-// writeJSON answers compact JSON: indenting re-scans the whole body, which
-// for a rollout of 85 layers cost more than finding it (pipe to jq to read).
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, field, msg string) {
-	writeJSON(w, status, ErrorResponse{Error: msg, Field: field})
+	edge.WriteJSON(w, status, map[string]any{"ready": ready, "checks": detail, "warnings": s.warnings()})
 }

@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
@@ -45,7 +47,8 @@ func newEnv(t *testing.T) *env {
 func routes(engine *engine.Engine) http.Handler {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
-	return api.Routes(engine, webhook.New([]byte("t"), engine, log, reg), reg, log, api.Options{})
+	return server.Routes(server.Parts{Webhook: webhook.New([]byte("t"), engine, log, reg), API: api.New(engine, log, api.Options{}),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})})
 }
 
 func (e *env) observe(t *testing.T, layer, label string, sig rollout.Signal, cluster string) {

@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -375,7 +376,7 @@ func (a *answers) write(w http.ResponseWriter, status int, ans answer) {
 	jw := jsonWriter{b: (*bp)[:0], ok: true}
 	ans.encode(&jw)
 	if !jw.ok {
-		writeJSON(w, status, ans.wire())
+		edge.WriteJSON(w, status, ans.wire())
 	} else {
 		jw.b = append(jw.b, '\n') // as json.Encoder ends a value
 		w.Header().Set("Content-Type", "application/json")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -206,7 +207,7 @@ func TestAnswersWrite(t *testing.T) {
 	}{{"written", good, true}, {"refused", bad, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := httptest.NewRecorder()
-			writeJSON(want, http.StatusOK, tc.ans.wire())
+			edge.WriteJSON(want, http.StatusOK, tc.ans.wire())
 			for range 2 { // the second from a reused buffer
 				got := httptest.NewRecorder()
 				a.write(got, http.StatusOK, tc.ans)

@@ -56,13 +56,11 @@ func newSnapshot() *snapshot {
 }
 
 // hashIndex finds keys by the first digits of a hash. A query names at
-// least indexDigits of them (a pipeline's shortest prefix), so the keys
-// sharing its first digits are all it can match, usually one.
+// least rollout.MinPrefix of them, so the keys sharing its first digits
+// are all it can match, usually one.
 type hashIndex map[string][]rollout.Key
 
-const indexDigits = 7
-
-func indexed(hash string) string { return hash[:min(len(hash), indexDigits)] }
+func indexed(hash string) string { return hash[:min(len(hash), rollout.MinPrefix)] }
 
 func (x hashIndex) add(hash string, k rollout.Key) {
 	p := indexed(hash)
@@ -295,7 +293,7 @@ func compareKeys(a, b rollout.Key) int {
 // their origin revision's.
 func (s *snapshot) candidates(q Query) (own, origin []*rollout.View) {
 	p := indexed(q.Hash)
-	if q.Prefix && len(p) < indexDigits {
+	if q.Prefix && len(p) < rollout.MinPrefix {
 		return s.scan(q) // shorter than any query the API takes
 	}
 	for _, k := range s.byHash[p] {

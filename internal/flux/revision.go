@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // Revision is a parsed Flux revision string. Hash is the identity of the
@@ -96,14 +98,6 @@ func normHex(s string, n int) (string, error) {
 	return strings.ToLower(s), nil
 }
 
-// Short is a hash as people read it, git's seven hex digits.
-func Short(hash string) string {
-	if len(hash) > 7 {
-		return hash[:7]
-	}
-	return hash
-}
-
 // IsHex reports whether s is non-empty and only hex digits.
 func IsHex(s string) bool {
 	if s == "" {
@@ -119,17 +113,17 @@ func IsHex(s string) bool {
 }
 
 // ParseQuery parses what a pipeline asks about: a full revision, a full
-// 40/64 hex hash, or a hex prefix of at least 7 digits. prefix is true when
+// 40/64 hex hash, or a hex prefix of at least rollout.MinPrefix digits. prefix is true when
 // the answer must be looked up as a prefix.
 func ParseQuery(s string) (hash string, prefix bool, err error) {
 	if IsHex(s) {
 		switch {
 		case len(s) == 40 || len(s) == 64:
 			return strings.ToLower(s), false, nil
-		case len(s) >= 7 && len(s) < 64:
+		case len(s) >= rollout.MinPrefix && len(s) < 64:
 			return strings.ToLower(s), true, nil
 		default:
-			return "", false, fmt.Errorf("%w: a hash prefix needs 7 to 64 hex digits, got %d", ErrRevision, len(s))
+			return "", false, fmt.Errorf("%w: a hash prefix needs %d to 64 hex digits, got %d", ErrRevision, rollout.MinPrefix, len(s))
 		}
 	}
 	r, err := ParseRevision(s)

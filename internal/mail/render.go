@@ -11,7 +11,6 @@ import (
 	"fmt"
 	htmltemplate "html/template"
 	"io/fs"
-	"net/url"
 	"slices"
 	"strings"
 	texttemplate "text/template"
@@ -19,7 +18,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -140,13 +139,13 @@ func (r *Renderer) data(m rollout.Mail) Data {
 			d.Since, d.Warning, d.LayerCount = s.Since.UTC().Format(time.RFC3339), s.Warning, s.Layers
 		}
 		if r.externalURL != "" {
-			d.URL = r.externalURL + "/ui/"
+			d.URL = r.externalURL + edge.UIRoot
 		}
 		return d
 	}
 	v := m.View
 	d := Data{
-		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Revision, Short: flux.Short(v.Hash),
+		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Revision, Short: rollout.ShortHash(v.Hash),
 		CommitSubject: oneLine(v.Subject), Verdict: v.Verdict.String(), Summary: v.Summary,
 		ExpectedFrom: v.ExpectedFrom, Layer: m.Layer, Reason: m.Reason, Object: m.Object,
 		Deadline: v.Deadline.UTC().Format(time.RFC3339), Late: v.Late, Behind: v.Behind, RootCause: v.RootCause,
@@ -180,7 +179,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		}
 	}
 	if r.externalURL != "" {
-		d.URL = r.externalURL + "/ui/" + url.PathEscape(v.Cluster) + "/" + url.PathEscape(v.Hash)
+		d.URL = r.externalURL + edge.RolloutPath(v.Key())
 	}
 	return d
 }

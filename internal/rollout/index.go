@@ -12,6 +12,18 @@ type Key struct {
 	Hash    string
 }
 
+// How people name a rollout's commit: MinPrefix is the fewest hex digits a
+// query may give (a pipeline's shortest prefix, and what the read side
+// indexes by), ShortDigits how many a hash is shown with (git's short hash,
+// in mails, pages and wait's output).
+const (
+	MinPrefix   = 7
+	ShortDigits = 7
+)
+
+// ShortHash is hash as people read it.
+func ShortHash(hash string) string { return hash[:min(len(hash), ShortDigits)] }
+
 // EvidenceKey identifies one Evidence record. Seq numbers rollouts in the
 // order they were first seen; the store orders records by it, so the
 // records of the rollouts under way, which most writes touch, are adjacent.

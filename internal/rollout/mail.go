@@ -23,33 +23,59 @@ const (
 // Mail is a mail made due by a state change. It is written to the outbox in
 // the same transaction as that change; Key makes it go out at most once.
 type Mail struct {
-	Key    string   `json:"key"` // de-duplication: rollout, kind, layer/object where relevant, recipient
-	Kind   MailKind `json:"kind"`
-	To     string   `json:"to"`
-	Layer  string   `json:"layer,omitempty"`  // failed, prune-failed
-	Reason string   `json:"reason,omitempty"` // failed
-	Object *Object  `json:"object,omitempty"` // prune-failed
-	View   *View    `json:"view,omitempty"`   // the rollout as it stood when the mail became due
+	Key    string // de-duplication: rollout, kind, layer/object where relevant, recipient
+	Kind   MailKind
+	To     string
+	Layer  string  // failed, prune-failed
+	Reason string  // failed
+	Object *Object // prune-failed
+	View   *View   // the rollout as it stood when the mail became due
 	// Silence is set, instead of View, on the "no events from Flux" mail.
-	Silence *Silence `json:"silence,omitempty"`
+	Silence *Silence
 }
 
 // Silence describes an episode without events from notification-controller.
 type Silence struct {
-	Since   time.Time `json:"since"`
-	Layers  int       `json:"layers"`
-	Warning string    `json:"warning"`
+	Since   time.Time
+	Layers  int
+	Warning string
 }
 
 // Queued is a mail in the outbox, with its delivery state: kept in the
 // record so that retries and their backoff survive restarts.
 type Queued struct {
-	Seq         uint64    `json:"-"`
-	Mail        Mail      `json:"mail"`
-	Enqueued    time.Time `json:"enqueued"`
-	Attempts    int       `json:"attempts"`
-	NextAttempt time.Time `json:"next_attempt"`
-	LastError   string    `json:"last_error,omitempty"`
+	Seq         uint64
+	Mail        Mail
+	Enqueued    time.Time
+	Attempts    int
+	NextAttempt time.Time
+	LastError   string
+}
+
+// MailState is what became of a queued mail.
+type MailState string
+
+const (
+	MailWaiting  MailState = "waiting"  // in the outbox, not tried yet
+	MailRetrying MailState = "retrying" // a transient failure; tried again later
+	MailSent     MailState = "sent"
+	MailDead     MailState = "dead" // failed for good: dead-lettered
+)
+
+// MailStatus is one mail of a rollout as its status page shows it: to
+// whom, about what, and what became of it.
+type MailStatus struct {
+	Kind     MailKind
+	To       string
+	Layer    string
+	Object   *Object
+	Reason   string
+	Enqueued time.Time
+	State    MailState
+	Sent     *time.Time
+	Attempts int
+	Next     *time.Time // while retrying
+	Error    string     // the last failure
 }
 
 // dueMails is the pure decision of which mails a rollout's view makes due,

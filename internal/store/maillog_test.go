@@ -44,7 +44,7 @@ func TestMailLog(t *testing.T) {
 	}
 	got := ""
 	for _, r := range log {
-		got += string(r.Kind) + " " + r.To + " " + r.State + " " + r.Error + ";"
+		got += string(r.Kind) + " " + r.To + " " + string(r.State) + " " + r.Error + ";"
 	}
 	if want := "applying a@x sent ;applied a@x retrying 421 try later;stuck b@x dead 550 no such user;"; got != want {
 		t.Fatalf("mail log %q, want %q", got, want)

@@ -34,48 +34,7 @@ func encodeSettled(v *rollout.View) ([]byte, error) { return (&codec{}).encodeSe
 func (p *codec) encodeSettled(v *rollout.View) ([]byte, error) {
 	w := &recordWriter{}
 	w.byte(settledVersion)
-	for _, s := range []string{v.Cluster, v.Revision, v.Hash, v.Origin, v.OriginHash, v.Verdict.String(), v.Summary,
-		v.Subject, v.Source, v.ExpectedFrom, v.RootCause} {
-		w.string(s)
-	}
-	w.bool(v.Terminal)
-	w.bool(v.Late)
-	w.time(v.FirstSeen)
-	w.time(v.LastSeen)
-	w.time(v.Deadline)
-	w.optTime(v.CompletedAt)
-	w.bool(v.SupersededBy != nil)
-	if v.SupersededBy != nil {
-		w.string(*v.SupersededBy)
-	}
-	w.bool(v.SupersedeKey != nil)
-	if v.SupersedeKey != nil {
-		w.string(v.SupersedeKey.Cluster)
-		w.string(v.SupersedeKey.Hash)
-	}
-	w.strings(v.Behind)
-	// Empty and absent layers are one value now; the flag stays, for the
-	// records written before.
-	w.count(v.Layers.Len(), false)
-	for _, l := range v.Layers.All() {
-		for _, s := range []string{l.Name, string(l.State), l.Revision, l.Reason, l.Message} {
-			w.string(s)
-		}
-		w.optTime(l.At)
-		w.optTime(l.Since)
-		w.optTime(l.Healthy)
-		w.strings(l.DependsOn)
-	}
-	w.count(len(v.Failures), v.Failures == nil)
-	for _, f := range v.Failures {
-		w.string(f.Layer)
-		w.string(f.Reason)
-		w.string(f.Message)
-		w.objects(f.Objects, f.Objects == nil)
-		w.time(f.At)
-		w.time(f.LastAt)
-		w.bool(f.AfterApplied)
-	}
+	w.view(v)
 	var buf bytes.Buffer
 	fw, _ := p.writers.Get().(*flate.Writer)
 	if fw == nil {
@@ -133,48 +92,7 @@ func (p *codec) decodeSettled(b []byte) (*rollout.View, error) {
 	if ver < 1 || ver > settledVersion {
 		return nil, fmt.Errorf("settled rollout of record version %d, this binary reads 1 to %d", ver, settledVersion)
 	}
-	v := &rollout.View{}
-	var verdict string
-	for _, s := range []*string{&v.Cluster, &v.Revision, &v.Hash, &v.Origin, &v.OriginHash, &verdict, &v.Summary,
-		&v.Subject, &v.Source, &v.ExpectedFrom, &v.RootCause} {
-		*s = r.string()
-	}
-	if err := v.Verdict.UnmarshalText([]byte(verdict)); err != nil && r.err == nil {
-		r.err = err
-	}
-	v.Terminal, v.Late = r.bool(), r.bool()
-	v.FirstSeen, v.LastSeen, v.Deadline = r.time(), r.time(), r.time()
-	v.CompletedAt = r.optTime()
-	if r.bool() {
-		s := r.string()
-		v.SupersededBy = &s
-	}
-	if r.bool() {
-		v.SupersedeKey = &rollout.Key{Cluster: r.string(), Hash: r.string()}
-	}
-	v.Behind = r.strings()
-	if n, isNil := r.count(); !isNil {
-		layers := make([]rollout.LayerView, n)
-		times := make([]time.Time, 3*n) // each layer's At, Since and Healthy
-		for i := range layers {
-			l := &layers[i]
-			l.Name, l.State, l.Revision, l.Reason, l.Message = r.string(), rollout.LayerState(r.string()), r.string(), r.string(), r.string()
-			l.At = r.optTimeIn(&times[3*i])
-			if ver >= 2 {
-				l.Since, l.Healthy, l.DependsOn = r.optTimeIn(&times[3*i+1]), r.optTimeIn(&times[3*i+2]), r.strings()
-			}
-		}
-		v.Layers = rollout.MakeLayers(layers)
-	}
-	if n, isNil := r.count(); !isNil {
-		v.Failures = make([]rollout.FailureView, n)
-		for i := range v.Failures {
-			f := &v.Failures[i]
-			f.Layer, f.Reason, f.Message = r.string(), r.string(), r.string()
-			f.Objects = r.objects()
-			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
-		}
-	}
+	v := r.view(ver)
 	if r.err == nil && len(r.b) > 0 {
 		r.err = fmt.Errorf("%d bytes left over", len(r.b))
 	}
@@ -225,6 +143,101 @@ func (w *recordWriter) optTime(t *time.Time) {
 	if t != nil {
 		w.time(*t)
 	}
+}
+
+// view writes every field of a view: settled records, and the rollout a
+// queued mail shows.
+func (w *recordWriter) view(v *rollout.View) {
+	for _, s := range []string{v.Cluster, v.Revision, v.Hash, v.Origin, v.OriginHash, v.Verdict.String(), v.Summary,
+		v.Subject, v.Source, v.ExpectedFrom, v.RootCause} {
+		w.string(s)
+	}
+	w.bool(v.Terminal)
+	w.bool(v.Late)
+	w.time(v.FirstSeen)
+	w.time(v.LastSeen)
+	w.time(v.Deadline)
+	w.optTime(v.CompletedAt)
+	w.bool(v.SupersededBy != nil)
+	if v.SupersededBy != nil {
+		w.string(*v.SupersededBy)
+	}
+	w.bool(v.SupersedeKey != nil)
+	if v.SupersedeKey != nil {
+		w.string(v.SupersedeKey.Cluster)
+		w.string(v.SupersedeKey.Hash)
+	}
+	w.strings(v.Behind)
+	// Empty and absent layers are one value now; the flag stays, for the
+	// records written before.
+	w.count(v.Layers.Len(), false)
+	for _, l := range v.Layers.All() {
+		for _, s := range []string{l.Name, string(l.State), l.Revision, l.Reason, l.Message} {
+			w.string(s)
+		}
+		w.optTime(l.At)
+		w.optTime(l.Since)
+		w.optTime(l.Healthy)
+		w.strings(l.DependsOn)
+	}
+	w.count(len(v.Failures), v.Failures == nil)
+	for _, f := range v.Failures {
+		w.string(f.Layer)
+		w.string(f.Reason)
+		w.string(f.Message)
+		w.objects(f.Objects, f.Objects == nil)
+		w.time(f.At)
+		w.time(f.LastAt)
+		w.bool(f.AfterApplied)
+	}
+}
+
+// view reads what recordWriter.view wrote, in a record of version ver of
+// the settled records' (queued mails write the latest).
+func (r *recordReader) view(ver byte) *rollout.View {
+	v := &rollout.View{}
+	var verdict string
+	for _, s := range []*string{&v.Cluster, &v.Revision, &v.Hash, &v.Origin, &v.OriginHash, &verdict, &v.Summary,
+		&v.Subject, &v.Source, &v.ExpectedFrom, &v.RootCause} {
+		*s = r.string()
+	}
+	if err := v.Verdict.UnmarshalText([]byte(verdict)); err != nil && r.err == nil {
+		r.err = err
+	}
+	v.Terminal, v.Late = r.bool(), r.bool()
+	v.FirstSeen, v.LastSeen, v.Deadline = r.time(), r.time(), r.time()
+	v.CompletedAt = r.optTime()
+	if r.bool() {
+		s := r.string()
+		v.SupersededBy = &s
+	}
+	if r.bool() {
+		v.SupersedeKey = &rollout.Key{Cluster: r.string(), Hash: r.string()}
+	}
+	v.Behind = r.strings()
+	if n, isNil := r.count(); !isNil {
+		layers := make([]rollout.LayerView, n)
+		times := make([]time.Time, 3*n) // each layer's At, Since and Healthy
+		for i := range layers {
+			l := &layers[i]
+			l.Name, l.State, l.Revision, l.Reason, l.Message = r.string(), rollout.LayerState(r.string()), r.string(), r.string(), r.string()
+			l.At = r.optTimeIn(&times[3*i])
+			if ver >= 2 {
+				l.Since, l.Healthy, l.DependsOn = r.optTimeIn(&times[3*i+1]), r.optTimeIn(&times[3*i+2]), r.strings()
+			}
+		}
+		v.Layers = rollout.MakeLayers(layers)
+	}
+	if n, isNil := r.count(); !isNil {
+		v.Failures = make([]rollout.FailureView, n)
+		for i := range v.Failures {
+			f := &v.Failures[i]
+			f.Layer, f.Reason, f.Message = r.string(), r.string(), r.string()
+			f.Objects = r.objects()
+			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
+		}
+	}
+	return v
 }
 
 // recordReader reads what recordWriter wrote; the first error sticks and

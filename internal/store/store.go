@@ -7,7 +7,6 @@ package store
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -43,10 +42,11 @@ var (
 // would not replay; 4 settled records of version 2 (each layer's first
 // evidence), which a schema 3 binary cannot read, and the mail log; 5
 // binary evidence records, which a schema 4 binary would take for broken
-// JSON. Older files are upgraded in place (their evidence and settled
+// JSON; 6 binary outbox, dead-letter and mail-log records, which a schema
+// 5 binary would take for broken JSON. Older files are upgraded in place (their evidence and settled
 // records are read as they are, JSON evidence too, rewritten as the
 // rollouts change), and the engine settles what it can at its first start.
-const schema = "5"
+const schema = "6"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
@@ -98,7 +98,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return err
 		}
 		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4":
+		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5":
 			if err := meta.Put(keySchema, []byte(schema)); err != nil {
 				return err
 			}
@@ -511,14 +511,10 @@ func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
 			return err
 		}
 		q := rollout.Queued{Seq: seq, Mail: m, Enqueued: at, NextAttempt: at}
-		v, err := json.Marshal(q)
-		if err != nil {
-			return fmt.Errorf("encode mail: %w", err)
-		}
-		if err := out.Put(seqKey(seq), v); err != nil {
+		if err := out.Put(seqKey(seq), encodeQueued(q)); err != nil {
 			return err
 		}
-		if err := logMail(tx, q, MailWaiting, nil); err != nil {
+		if err := logMail(tx, q, rollout.MailWaiting, nil); err != nil {
 			return err
 		}
 		if err := keys.Put([]byte(m.Key), seqKey(seq)); err != nil {
@@ -565,16 +561,6 @@ func (d *DB) Dead() ([]rollout.Queued, error) {
 	return d.list(bucketDead)
 }
 
-// decodeQueued reads an outbox or dead-letter record under its sequence.
-func decodeQueued(k, v []byte) (rollout.Queued, error) {
-	var q rollout.Queued
-	if err := json.Unmarshal(v, &q); err != nil {
-		return q, fmt.Errorf("decode mail %x: %w", k, err)
-	}
-	q.Seq = binary.BigEndian.Uint64(k)
-	return q, nil
-}
-
 func (d *DB) list(bucket []byte) ([]rollout.Queued, error) {
 	var out []rollout.Queued
 	err := d.db.View(func(tx *bolt.Tx) error {
@@ -599,7 +585,7 @@ func (d *DB) Sent(seq uint64, at time.Time) error {
 		}
 		if q != nil {
 			at := at.UTC()
-			if err := logMail(tx, *q, MailSent, &at); err != nil {
+			if err := logMail(tx, *q, rollout.MailSent, &at); err != nil {
 				return err
 			}
 		}
@@ -609,19 +595,16 @@ func (d *DB) Sent(seq uint64, at time.Time) error {
 
 // Reschedule stores a mail's new delivery state after a transient failure.
 func (d *DB) Reschedule(q rollout.Queued) error {
-	return d.put(bucketOutbox, q, false, MailRetrying)
+	return d.put(bucketOutbox, q, false, rollout.MailRetrying)
 }
 
 // DeadLetter moves a mail that failed for good out of the outbox.
 func (d *DB) DeadLetter(q rollout.Queued) error {
-	return d.put(bucketDead, q, true, MailDead)
+	return d.put(bucketDead, q, true, rollout.MailDead)
 }
 
-func (d *DB) put(bucket []byte, q rollout.Queued, remove bool, state string) error {
-	v, err := json.Marshal(q)
-	if err != nil {
-		return fmt.Errorf("encode mail: %w", err)
-	}
+func (d *DB) put(bucket []byte, q rollout.Queued, remove bool, state rollout.MailState) error {
+	v := encodeQueued(q)
 	return d.db.Update(func(tx *bolt.Tx) error {
 		if remove {
 			if err := tx.Bucket(bucketOutbox).Delete(seqKey(q.Seq)); err != nil {

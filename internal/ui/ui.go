@@ -9,20 +9,20 @@ package ui
 
 import (
 	"context"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
 // Rollouts is what the pages read: the engine's read side.
@@ -52,7 +52,7 @@ type Options struct {
 	// Outbox counts the mails waiting and the dead letters.
 	Outbox func() (pending, dead int, err error)
 	// Mails tells what became of a rollout's mails.
-	Mails func(rollout.Key) ([]store.MailRecord, error)
+	Mails func(rollout.Key) ([]rollout.MailStatus, error)
 	Now   func() time.Time
 	Log   *slog.Logger
 }
@@ -83,7 +83,7 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 	funcs := template.FuncMap{
 		"age":   func(t time.Time) string { return since(opts.Now().Sub(t)) },
 		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
-		"short": shortHash,
+		"short": rollout.ShortHash,
 		"took": func(v *rollout.View) string {
 			d, soFar := took(v, opts.Now())
 			if soFar {
@@ -91,13 +91,8 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 			}
 			return d
 		},
-		"rolloutURL": func(cluster, hash string) string {
-			return "/ui/" + url.PathEscape(cluster) + "/" + url.PathEscape(hash)
-		},
-		"layerURL": func(name string) string {
-			ns, n, _ := strings.Cut(name, "/")
-			return "/ui/layers/" + url.PathEscape(ns) + "/" + url.PathEscape(n)
-		},
+		"rolloutURL": func(cluster, hash string) string { return edge.RolloutPath(rollout.Key{Cluster: cluster, Hash: hash}) },
+		"layerURL":   edge.LayerPath,
 	}
 	for _, name := range []string{"list", "rollout", "layer", "login", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(fsys, "layout.html", name+".html")
@@ -113,12 +108,12 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 	r := chi.NewRouter()
 	r.Use(secure)
 	// Static files hold no data: they load on the login page too.
-	r.Get("/static/*", http.StripPrefix("/ui/static/", http.FileServerFS(static)).ServeHTTP)
+	r.Get("/static/*", http.StripPrefix(edge.UIRoot+"static/", http.FileServerFS(static)).ServeHTTP)
 	r.Get("/login", s.loginForm)
 	r.Post("/login", s.login)
 	r.Post("/logout", s.logout)
 	r.Group(func(r chi.Router) {
-		r.Use(s.auth.require)
+		r.Use(s.auth.Require(deny))
 		r.Get("/", s.list)
 		r.Get("/layers/{namespace}/{name}", s.layer)
 		r.Get("/{cluster}/{hash}", s.rollout)
@@ -137,7 +132,7 @@ func secure(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
-		if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
+		if !strings.HasPrefix(r.URL.Path, edge.UIRoot+"static/") {
 			h.Set("Cache-Control", "no-store")
 		}
 		next.ServeHTTP(w, r)
@@ -158,7 +153,7 @@ type page struct {
 
 func (s *server) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Now = s.opts.Now()
-	p.Auth = s.auth.enabled()
+	p.Auth = s.auth.Enabled()
 	if s.opts.Warnings != nil {
 		p.Warnings = s.opts.Warnings()
 	}
@@ -216,7 +211,7 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
 	f := listFilter{Cluster: qs.Get("cluster"), Verdict: qs.Get("verdict"), Layer: qs.Get("layer"), Q: strings.TrimSpace(qs.Get("q"))}
 	if f.Verdict != "" && !slices.Contains(verdictNames(), f.Verdict) {
-		http.Error(w, "verdict: not one of "+strings.Join(verdictNames(), ", "), http.StatusBadRequest)
+		edge.Refuse(w, http.StatusBadRequest, "verdict", "verdict must be one of "+strings.Join(verdictNames(), ", "))
 		return
 	}
 	pg, next, ok := s.page(w, r, f.Cluster, f.keep())
@@ -235,15 +230,14 @@ func (s *server) page(w http.ResponseWriter, r *http.Request, cluster string, ke
 	if a := qs.Get("after"); a != "" {
 		c, err := engine.ParseCursor(a)
 		if err != nil {
-			http.Error(w, "after: "+err.Error(), http.StatusBadRequest)
+			edge.Refuse(w, http.StatusBadRequest, "after", "after: "+err.Error())
 			return engine.Page{}, "", false
 		}
 		after = &c
 	}
 	pg, err := s.rs.Page(engine.PageQuery{Cluster: cluster, After: after, Limit: PageSize, Keep: keep})
 	if err != nil {
-		s.opts.Log.Error("list rollouts", "err", err)
-		http.Error(w, "reading the rollouts failed", http.StatusServiceUnavailable)
+		edge.WriteError(w, s.opts.Log, fmt.Errorf("list rollouts: %w", err))
 		return engine.Page{}, "", false
 	}
 	next := ""
@@ -272,7 +266,7 @@ type rolloutData struct {
 	Duration     string
 	SoFar        bool // not done: the duration up to now
 	Supersedes   []*rollout.View
-	Mails        []store.MailRecord
+	Mails        []rollout.MailStatus
 }
 
 func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
@@ -294,7 +288,7 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 			s.opts.Log.Error("read the mail log", "cluster", k.Cluster, "hash", k.Hash, "err", err)
 		}
 	}
-	p := page{Title: shortHash(v.Hash) + " on " + v.Cluster, Data: d}
+	p := page{Title: rollout.ShortHash(v.Hash) + " on " + v.Cluster, Data: d}
 	if !v.Terminal {
 		p.LiveWait = r.URL.Path + "/wait"
 	}
@@ -309,7 +303,7 @@ func (s *server) wait(w http.ResponseWriter, r *http.Request) {
 	k := rollout.Key{Cluster: chi.URLParam(r, "cluster"), Hash: strings.ToLower(chi.URLParam(r, "hash"))}
 	seen := s.rs.Get(k)
 	if seen == nil {
-		http.Error(w, "not found", http.StatusNotFound)
+		edge.Refuse(w, http.StatusNotFound, "", "no such rollout")
 		return
 	}
 	v := seen
@@ -366,11 +360,4 @@ func took(v *rollout.View, now time.Time) (string, bool) {
 		return since(now.Sub(v.FirstSeen)), true
 	}
 	return since(v.LastSeen.Sub(v.FirstSeen)), false // failed or superseded: over with its last evidence
-}
-
-func shortHash(h string) string {
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
 }

@@ -9,9 +9,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/sha512"
-	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"hash"
 	"log/slog"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -39,8 +38,8 @@ type Submitter interface {
 
 // Handler is the POST /webhook endpoint.
 type Handler struct {
-	key     []byte // HMAC key: the token file's bytes exactly
-	bearer  []byte // the same token as an Authorization header can carry it
+	key     []byte     // HMAC key: the token file's bytes exactly
+	bearer  *edge.Auth // the same token as an Authorization header can carry it
 	sub     Submitter
 	log     *slog.Logger
 	events  *prometheus.CounterVec
@@ -84,7 +83,7 @@ func New(token []byte, sub Submitter, log *slog.Logger, reg prometheus.Registere
 		h.macs.New = func() any { return hmac.New(sha256.New, token) }
 		// A header cannot carry a line break, so a token file ending in a
 		// newline (the usual Secret) is matched without it.
-		h.bearer = bytes.TrimRight(token, "\r\n")
+		h.bearer = edge.NewAuth(bytes.TrimRight(token, "\r\n"), "", nil)
 	}
 	// Rejections from 0, so that the first one after a start is an
 	// increase an alert sees (a rotated token that no longer matches
@@ -166,7 +165,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// the engine logs a failing store once an episode.
 		h.log.Debug("store event", "err", err, "cluster", o.Cluster, "revision", o.Revision, "layer", o.Emitter.Layer())
 		// 503 makes notification-controller retry; nothing was acknowledged.
-		writeError(w, http.StatusServiceUnavailable, "", "event not stored, retry")
+		edge.Refuse(w, http.StatusServiceUnavailable, "", "event not stored, retry")
 		return
 	}
 	h.accepted(w, kind, reason, resultStored)
@@ -192,9 +191,7 @@ func (h *Handler) authorized(r *http.Request, body []byte) bool {
 	if sig := r.Header.Get("X-Signature"); sig != "" && h.validSignature(sig, body) {
 		return true
 	}
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	return ok && strings.EqualFold(scheme, "Bearer") &&
-		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), h.bearer) == 1
+	return h.bearer.Bearer(r)
 }
 
 // validSignature checks "<algo>=<hex>". Flux sends sha256 today; its docs
@@ -240,7 +237,7 @@ func Sign(key, body []byte) string {
 
 func (h *Handler) reject(w http.ResponseWriter, status int, field, msg string) {
 	h.count("", "", resultRejected)
-	writeError(w, status, field, msg)
+	edge.Refuse(w, status, field, msg)
 }
 
 func (h *Handler) count(kind, reason, result string) {
@@ -258,15 +255,4 @@ var knownKinds = map[string]bool{
 	"": true, flux.KindKustomization: true, flux.KindGitRepository: true, flux.KindOCIRepository: true,
 	flux.KindBucket: true, "HelmRelease": true, "HelmRepository": true, "HelmChart": true,
 	"ImageRepository": true, "ImagePolicy": true, "ImageUpdateAutomation": true,
-}
-
-type errorBody struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
-
-func writeError(w http.ResponseWriter, status int, field, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(errorBody{Error: msg, Field: field})
 }

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// A queued record is a mail in the outbox or among the dead letters, with
+// its delivery state; a mail-log record is what became of one. Both are
+// the store's own binary records, like evidence: the first byte is the
+// record's version. A record that starts with '{' is the JSON schema 5 and
+// before wrote, still read (queuedJSON, mailStatusJSON).
+const (
+	queuedVersion     = 1
+	mailStatusVersion = 1
+)
+
+func encodeQueued(q rollout.Queued) []byte {
+	w := &recordWriter{}
+	w.byte(queuedVersion)
+	m := q.Mail
+	for _, s := range []string{m.Key, string(m.Kind), m.To, m.Layer, m.Reason, q.LastError} {
+		w.string(s)
+	}
+	w.object(m.Object)
+	w.bool(m.View != nil)
+	if m.View != nil {
+		w.view(m.View)
+	}
+	w.bool(m.Silence != nil)
+	if s := m.Silence; s != nil {
+		w.time(s.Since)
+		w.uint(uint64(s.Layers))
+		w.string(s.Warning)
+	}
+	w.time(q.Enqueued)
+	w.uint(uint64(q.Attempts))
+	w.time(q.NextAttempt)
+	return w.b
+}
+
+// decodeQueued reads an outbox or dead-letter record under its sequence.
+func decodeQueued(k, v []byte) (rollout.Queued, error) {
+	var q rollout.Queued
+	if len(v) > 0 && v[0] == '{' {
+		var j queuedJSON
+		if err := json.Unmarshal(v, &j); err != nil {
+			return q, fmt.Errorf("decode mail %x: %w", k, err)
+		}
+		q = j.queued()
+	} else {
+		r := &recordReader{b: string(v), own: true}
+		if ver := r.byte(); ver != queuedVersion && r.err == nil {
+			return q, fmt.Errorf("mail %x of record version %d, this binary reads %d", k, ver, queuedVersion)
+		}
+		m := &q.Mail
+		var kind string
+		for _, s := range []*string{&m.Key, &kind, &m.To, &m.Layer, &m.Reason, &q.LastError} {
+			*s = r.string()
+		}
+		m.Kind = rollout.MailKind(kind)
+		m.Object = r.object()
+		if r.bool() {
+			m.View = r.view(settledVersion)
+		}
+		if r.bool() {
+			m.Silence = &rollout.Silence{Since: r.time(), Layers: int(r.uvarint()), Warning: r.string()}
+		}
+		q.Enqueued, q.Attempts, q.NextAttempt = r.time(), int(r.uvarint()), r.time()
+		if err := r.done(); err != nil {
+			return q, fmt.Errorf("decode mail %x: %w", k, err)
+		}
+	}
+	q.Seq = binary.BigEndian.Uint64(k)
+	return q, nil
+}
+
+func encodeMailStatus(st rollout.MailStatus) []byte {
+	w := &recordWriter{}
+	w.byte(mailStatusVersion)
+	for _, s := range []string{string(st.Kind), st.To, st.Layer, st.Reason, string(st.State), st.Error} {
+		w.string(s)
+	}
+	w.object(st.Object)
+	w.time(st.Enqueued)
+	w.optTime(st.Sent)
+	w.uint(uint64(st.Attempts))
+	w.optTime(st.Next)
+	return w.b
+}
+
+func decodeMailStatus(v []byte) (rollout.MailStatus, error) {
+	var st rollout.MailStatus
+	if len(v) > 0 && v[0] == '{' {
+		var j mailStatusJSON
+		err := json.Unmarshal(v, &j)
+		return rollout.MailStatus(j), err
+	}
+	r := &recordReader{b: string(v), own: true}
+	if ver := r.byte(); ver != mailStatusVersion && r.err == nil {
+		return st, fmt.Errorf("mail log of record version %d, this binary reads %d", ver, mailStatusVersion)
+	}
+	var kind, state string
+	for _, s := range []*string{&kind, &st.To, &st.Layer, &st.Reason, &state, &st.Error} {
+		*s = r.string()
+	}
+	st.Kind, st.State = rollout.MailKind(kind), rollout.MailState(state)
+	st.Object = r.object()
+	st.Enqueued, st.Sent, st.Attempts, st.Next = r.time(), r.optTime(), int(r.uvarint()), r.optTime()
+	return st, r.done()
+}
+
+func (w *recordWriter) uint(n uint64) { w.b = binary.AppendUvarint(w.b, n) }
+
+// object writes an optional object.
+func (w *recordWriter) object(o *rollout.Object) {
+	w.bool(o != nil)
+	if o != nil {
+		w.objects([]rollout.Object{*o}, false)
+	}
+}
+
+func (r *recordReader) object() *rollout.Object {
+	if !r.bool() {
+		return nil
+	}
+	if objs := r.objects(); len(objs) == 1 {
+		return &objs[0]
+	}
+	r.fail("object")
+	return nil
+}
+
+// done is the read's error: the first one, or bytes left over.
+func (r *recordReader) done() error {
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%d bytes left over", len(r.b))
+	}
+	return r.err
+}
+
+// queuedJSON is the outbox and dead-letter record of schema 5 and before:
+// the mail as JSON, its object and its rollout's view as /verdict shows
+// them (that JSON is the API's, which stays).
+type queuedJSON struct {
+	Mail struct {
+		Key     string           `json:"key"`
+		Kind    rollout.MailKind `json:"kind"`
+		To      string           `json:"to"`
+		Layer   string           `json:"layer"`
+		Reason  string           `json:"reason"`
+		Object  *rollout.Object  `json:"object"`
+		View    *rollout.View    `json:"view"`
+		Silence *struct {
+			Since   time.Time `json:"since"`
+			Layers  int       `json:"layers"`
+			Warning string    `json:"warning"`
+		} `json:"silence"`
+	} `json:"mail"`
+	Enqueued    time.Time `json:"enqueued"`
+	Attempts    int       `json:"attempts"`
+	NextAttempt time.Time `json:"next_attempt"`
+	LastError   string    `json:"last_error"`
+}
+
+func (j *queuedJSON) queued() rollout.Queued {
+	m := j.Mail
+	q := rollout.Queued{
+		Mail:     rollout.Mail{Key: m.Key, Kind: m.Kind, To: m.To, Layer: m.Layer, Reason: m.Reason, Object: m.Object, View: m.View},
+		Enqueued: j.Enqueued, Attempts: j.Attempts, NextAttempt: j.NextAttempt, LastError: j.LastError,
+	}
+	if s := m.Silence; s != nil {
+		q.Mail.Silence = &rollout.Silence{Since: s.Since, Layers: s.Layers, Warning: s.Warning}
+	}
+	return q
+}
+
+// mailStatusJSON is the mail-log record of schema 5 and before.
+type mailStatusJSON struct {
+	Kind     rollout.MailKind  `json:"kind"`
+	To       string            `json:"to"`
+	Layer    string            `json:"layer"`
+	Object   *rollout.Object   `json:"object"`
+	Reason   string            `json:"reason"`
+	Enqueued time.Time         `json:"enqueued"`
+	State    rollout.MailState `json:"state"`
+	Sent     *time.Time        `json:"sent"`
+	Attempts int               `json:"attempts"`
+	Next     *time.Time        `json:"next_attempt"`
+	Error    string            `json:"error"`
+}
