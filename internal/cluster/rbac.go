@@ -17,8 +17,8 @@ func Rules() []rbacv1.PolicyRule {
 	verbs := []string{"get", "list", "watch"}
 	rules := []rbacv1.PolicyRule{{APIGroups: []string{kustomizations.Group}, Resources: []string{kustomizations.Resource}, Verbs: verbs}}
 	var src []string
-	for _, kind := range []string{flux.KindGitRepository, flux.KindOCIRepository, flux.KindBucket} {
-		src = append(src, sources[kind].resource.Resource)
+	for _, sk := range flux.SourceKinds() {
+		src = append(src, sk.Resource.Resource)
 	}
 	return append(rules, rbacv1.PolicyRule{APIGroups: []string{sourcev1.GroupVersion.Group}, Resources: src, Verbs: verbs})
 }
@@ -29,5 +29,6 @@ func Resource(kind string) schema.GroupVersionResource {
 	if kind == kustomizationKind {
 		return kustomizations
 	}
-	return sources[kind].resource
+	sk, _ := flux.Source(kind)
+	return sk.Resource
 }

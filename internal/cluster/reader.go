@@ -30,23 +30,9 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
-// The kinds read, and nothing else: the ClusterRole grants get, list and
-// watch on exactly these.
-var (
-	kustomizations = kustomizev1.GroupVersion.WithResource("kustomizations")
-	sources        = map[string]sourceKind{
-		flux.KindGitRepository: {sourcev1.GroupVersion.WithResource("gitrepositories"), func() sourcev1.Source { return &sourcev1.GitRepository{} }},
-		flux.KindOCIRepository: {sourcev1.GroupVersion.WithResource("ocirepositories"), func() sourcev1.Source { return &sourcev1.OCIRepository{} }},
-		flux.KindBucket:        {sourcev1.GroupVersion.WithResource("buckets"), func() sourcev1.Source { return &sourcev1.Bucket{} }},
-	}
-)
-
-// sourceKind is a source kind's API resource and Flux's type for it, in
-// which the informer caches it.
-type sourceKind struct {
-	resource schema.GroupVersionResource
-	new      func() sourcev1.Source
-}
+// The kinds read, and nothing else (flux's table): the ClusterRole grants
+// get, list and watch on exactly these.
+var kustomizations = flux.Kustomizations
 
 // Submitter stores observations that belong together in one batch: the
 // engine.
@@ -128,16 +114,16 @@ func (r *Reader) Synced() bool { return r.synced.Load() }
 // and notes which source kinds the cluster serves. Call it before Run.
 func (r *Reader) CheckAccess(ctx context.Context) error {
 	r.served = map[string]bool{}
-	for kind := range sources {
-		r.served[kind] = true
+	for _, sk := range flux.SourceKinds() {
+		r.served[sk.Kind] = true
 	}
 	namespaces := r.cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
 	gvrs := []schema.GroupVersionResource{kustomizations}
-	for _, sk := range sources {
-		gvrs = append(gvrs, sk.resource)
+	for _, sk := range flux.SourceKinds() {
+		gvrs = append(gvrs, sk.Resource)
 	}
 	for _, ns := range namespaces {
 		for _, g := range gvrs {
@@ -147,9 +133,9 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 				return fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
 			case apierrors.IsNotFound(err) && g != kustomizations:
 				r.log.Warn("source kind not served by this cluster", "resource", g.Resource)
-				for kind, sk := range sources {
-					if sk.resource == g {
-						r.served[kind] = false
+				for _, sk := range flux.SourceKinds() {
+					if sk.Resource == g {
+						r.served[sk.Kind] = false
 					}
 				}
 			case err != nil:
@@ -189,13 +175,13 @@ func (r *Reader) Run(ctx context.Context) error {
 		r.layers = append(r.layers, cache.NewGenericLister(ki.Informer().GetIndexer(), kustomizations.GroupResource()))
 		r.bySource = append(r.bySource, ki.Informer().GetIndexer())
 		synced = append(synced, ki.Informer().HasSynced)
-		for kind, sk := range sources {
-			if r.served != nil && !r.served[kind] {
+		for _, sk := range flux.SourceKinds() {
+			if r.served != nil && !r.served[sk.Kind] {
 				continue // an informer on a kind not served would never sync
 			}
-			si := f.ForResource(sk.resource)
-			r.watch(si.Informer(), kind)
-			r.srcs[kind] = append(r.srcs[kind], cache.NewGenericLister(si.Informer().GetIndexer(), sk.resource.GroupResource()))
+			si := f.ForResource(sk.Resource)
+			r.watch(si.Informer(), sk.Kind)
+			r.srcs[sk.Kind] = append(r.srcs[sk.Kind], cache.NewGenericLister(si.Informer().GetIndexer(), sk.Resource.GroupResource()))
 			synced = append(synced, si.Informer().HasSynced)
 		}
 		f.Start(ctx.Done())

@@ -6,6 +6,7 @@
 package cluster
 
 import (
+	"fmt"
 	"reflect"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -103,7 +105,11 @@ func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, err
 	if artifact, ok := status["artifact"].(map[string]any); ok {
 		slim["status"] = map[string]any{"artifact": pick(artifact, "revision", "lastUpdateTime")}
 	}
-	src := sources[kind].new()
+	sk, ok := flux.Source(kind)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a source kind", kind)
+	}
+	src := sk.New()
 	return src, fromSlim(u, slim, src)
 }
 

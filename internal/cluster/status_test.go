@@ -144,16 +144,6 @@ func TestSlimKeepsWhatIsRead(t *testing.T) {
 	}
 }
 
-// TestEverySourceKindIsCached: each source kind the reader watches is
-// cached in Flux's type of that kind.
-func TestEverySourceKindIsCached(t *testing.T) {
-	for kind, sk := range sources {
-		if src := sk.new(); reflect.TypeOf(src).Elem().Name() != kind {
-			t.Errorf("a %s is cached as a %T", kind, src)
-		}
-	}
-}
-
 // BenchmarkCachedLayer reports the heap a cached Kustomization takes, whole
 // and slim, with 100 objects in its inventory (a middling layer).
 func BenchmarkCachedLayer(b *testing.B) {

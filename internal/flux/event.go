@@ -7,11 +7,9 @@ import (
 	"time"
 	"unicode"
 
-	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/acl"
 	eventv1beta1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	"github.com/fluxcd/pkg/apis/meta"
-	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 )
 
 // Event is what notification-controller posts: the union of the event
@@ -42,19 +40,6 @@ type ObjectRef struct {
 	UID             string `json:"uid,omitempty"`
 	APIVersion      string `json:"apiVersion,omitempty"`
 	ResourceVersion string `json:"resourceVersion,omitempty"`
-}
-
-// Kinds of the objects this service understands.
-const (
-	KindKustomization = kustomizev1.KustomizationKind
-	KindGitRepository = sourcev1.GitRepositoryKind
-	KindOCIRepository = sourcev1.OCIRepositoryKind
-	KindBucket        = sourcev1.BucketKind
-)
-
-// IsSource reports whether kind is a source that produces revisions.
-func IsSource(kind string) bool {
-	return kind == KindGitRepository || kind == KindOCIRepository || kind == KindBucket
 }
 
 // FieldError names the field of an event that is missing or malformed.

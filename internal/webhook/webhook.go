@@ -242,17 +242,11 @@ func (h *Handler) reject(w http.ResponseWriter, status int, field, msg string) {
 
 func (h *Handler) count(kind, reason, result string) {
 	// Label values come from senders: bound them to Flux's vocabulary.
-	if !knownKinds[kind] {
+	if kind != "" && !flux.KnownKind(kind) {
 		kind = "other"
 	}
 	if !flux.KnownReason(reason) {
 		reason = "other"
 	}
 	h.events.WithLabelValues(kind, reason, result).Inc()
-}
-
-var knownKinds = map[string]bool{
-	"": true, flux.KindKustomization: true, flux.KindGitRepository: true, flux.KindOCIRepository: true,
-	flux.KindBucket: true, "HelmRelease": true, "HelmRepository": true, "HelmChart": true,
-	"ImageRepository": true, "ImagePolicy": true, "ImageUpdateAutomation": true,
 }
