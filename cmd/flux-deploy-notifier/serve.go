@@ -24,6 +24,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
@@ -75,7 +76,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c = serveConfig{
 		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
 		insecureNoAuth: *insecure, logFormat: *format,
-		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation},
+		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation, ClassOf: ingest.FailureClass},
 		mail:    mc,
 		cluster: cc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}

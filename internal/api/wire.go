@@ -243,6 +243,9 @@ func (w *jsonWriter) failures(fs []rollout.FailureView) {
 	list(w, fs, func(f rollout.FailureView) {
 		w.b = append(w.b, '{')
 		w.strField("layer", f.Layer)
+		if f.Class != "" {
+			w.strField("class", string(f.Class))
+		}
 		w.strField("reason", f.Reason)
 		w.strField("message", f.Message)
 		w.field("objects")

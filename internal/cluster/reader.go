@@ -90,7 +90,7 @@ const sourceIndex = "sourceRef"
 
 func indexBySource(obj any) ([]string, error) {
 	if k, ok := obj.(*kustomizev1.Kustomization); ok {
-		return []string{sourceRef(k).String()}, nil
+		return []string{ingest.SourceOf(k).String()}, nil
 	}
 	return nil, nil
 }
@@ -328,13 +328,13 @@ func (r *Reader) handle(ctx context.Context, key objectKey) error {
 		var err error
 		switch k := r.layer(key.Namespace, key.Name); {
 		case k != nil && r.sourceMoved(k):
-			err = r.handleSource(ctx, sourceRef(k))
+			err = r.handleSource(ctx, ingest.SourceOf(k))
 		case k != nil:
 			obs, marks = r.look(k, nil, nil)
 			err = r.submit(ctx, obs, marks)
 		case gone != nil:
 			// A deleted layer stops being expected, like a suspended one.
-			obs, marks = r.mark(gone, rollout.SignalSuspended, nil, nil)
+			obs, marks = r.mark(gone, true, nil, nil)
 			err = r.submit(ctx, obs, marks)
 		}
 		// The deletion is forgotten once what it says is stored, not
@@ -359,11 +359,8 @@ func (r *Reader) handleSource(ctx context.Context, em rollout.Emitter) error {
 		marks map[string]string
 	)
 	if src := r.source(em.Kind, em.Namespace, em.Name); src != nil {
-		rev, at := artifactRevision(src)
-		if h, err := flux.ParseRevision(rev); err == nil && !at.IsZero() {
-			obs = append(obs, rollout.Observation{
-				Cluster: r.cfg.Cluster, Emitter: em, Revision: h.String(), Hash: h.Hash, At: at, Signal: rollout.SignalArtifact,
-			})
+		if o, ok := ingest.Artifact(src, r.cfg.Cluster, em); ok {
+			obs = append(obs, o)
 		}
 	}
 	for _, idx := range r.bySource {
@@ -405,19 +402,15 @@ func (r *Reader) submit(ctx context.Context, obs []rollout.Observation, marks ma
 // look appends a Kustomization's membership mark for its source's current
 // revision (when it changed since last stored) and then its progress.
 func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
-	sig := rollout.SignalExpected
-	if k.Spec.Suspend {
-		sig = rollout.SignalSuspended
-	}
-	obs, marks = r.mark(k, sig, obs, marks)
+	obs, marks = r.mark(k, false, obs, marks)
 	return append(obs, ingest.Status(k, r.cfg.Cluster, r.current(k))...), marks
 }
 
 // current is the revision of a Kustomization's source's artifact, or "".
 func (r *Reader) current(k *kustomizev1.Kustomization) string {
-	ref := sourceRef(k)
+	ref := ingest.SourceOf(k)
 	if src := r.source(ref.Kind, ref.Namespace, ref.Name); src != nil {
-		rev, _ := artifactRevision(src)
+		rev, _ := ingest.ArtifactRevision(src)
 		return rev
 	}
 	return ""
@@ -425,15 +418,11 @@ func (r *Reader) current(k *kustomizev1.Kustomization) string {
 
 // mark appends a layer's membership mark for its source's current revision
 // when it changed since last stored.
-func (r *Reader) mark(k *kustomizev1.Kustomization, sig rollout.Signal, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
-	if h, err := flux.ParseRevision(r.current(k)); err == nil {
-		deps := dependsOn(k)
-		id := k.Namespace + "/" + k.Name
-		if mark := h.Hash + " " + sig.String() + " " + strings.Join(deps, ","); r.marked[id] != mark {
-			obs = append(obs, rollout.Observation{
-				Cluster: r.cfg.Cluster, Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.Namespace, Name: k.Name},
-				Revision: h.String(), Hash: h.Hash, At: r.now().UTC().Truncate(time.Second), Signal: sig, DependsOn: deps,
-			})
+func (r *Reader) mark(k *kustomizev1.Kustomization, gone bool, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
+	if o, ok := ingest.Membership(k, gone, r.cfg.Cluster, r.current(k), r.now()); ok {
+		id := o.Emitter.Layer()
+		if mark := o.Hash + " " + o.Signal.String() + " " + strings.Join(o.DependsOn, ","); r.marked[id] != mark {
+			obs = append(obs, o)
 			if marks == nil {
 				marks = map[string]string{}
 			}

@@ -8,7 +8,6 @@ package cluster
 import (
 	"fmt"
 	"reflect"
-	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
@@ -17,42 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
-
-// sourceRef is the source a Kustomization applies, as an emitter.
-func sourceRef(k *kustomizev1.Kustomization) rollout.Emitter {
-	ref := k.Spec.SourceRef
-	if ref.Namespace == "" {
-		ref.Namespace = k.Namespace
-	}
-	return rollout.Emitter{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
-}
-
-// dependsOn lists a Kustomization's dependencies as namespace/name.
-func dependsOn(k *kustomizev1.Kustomization) []string {
-	var out []string
-	for _, d := range k.Spec.DependsOn {
-		ns := d.Namespace
-		if ns == "" {
-			ns = k.Namespace
-		}
-		if d.Name != "" {
-			out = append(out, ns+"/"+d.Name)
-		}
-	}
-	return out
-}
-
-// artifactRevision is a source's current artifact revision and when it
-// was stored; "" before its first artifact.
-func artifactRevision(src sourcev1.Source) (string, time.Time) {
-	a := src.GetArtifact()
-	if a == nil {
-		return "", time.Time{}
-	}
-	return a.Revision, a.LastUpdateTime.UTC()
-}
 
 // slimLayer is a Kustomization as cached: Flux's type, holding only what
 // the functions above, ingest.Status and the indexes read. Whole, it

@@ -105,8 +105,8 @@ func TestSlimKeepsWhatIsRead(t *testing.T) {
 		if got := ingest.Status(s, "prod", "main@sha1:0a1b2c3d4e5f60718293a4b5c6d7e8f901234567"); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: ingest.Status of the slim object\n got %+v\nwant %+v", k.Name, got, want)
 		}
-		if sourceRef(s) != sourceRef(k) || !reflect.DeepEqual(dependsOn(s), dependsOn(k)) || len(dependsOn(k)) != 2 {
-			t.Errorf("%s: sourceRef or dependsOn differ: %v %v / %v %v", k.Name, sourceRef(s), dependsOn(s), sourceRef(k), dependsOn(k))
+		if ingest.SourceOf(s) != ingest.SourceOf(k) || !reflect.DeepEqual(ingest.DependsOn(s), ingest.DependsOn(k)) || len(ingest.DependsOn(k)) != 2 {
+			t.Errorf("%s: sourceRef or dependsOn differ: %v %v / %v %v", k.Name, ingest.SourceOf(s), ingest.DependsOn(s), ingest.SourceOf(k), ingest.DependsOn(k))
 		}
 		if s.Spec.Suspend != k.Spec.Suspend || s.Generation != k.Generation || s.Generation == 0 || s.Name != k.Name || s.Namespace != k.Namespace {
 			t.Errorf("%s: suspend, generation or name differ: %+v / %+v", k.Name, s.ObjectMeta, k.ObjectMeta)
@@ -130,8 +130,8 @@ func TestSlimKeepsWhatIsRead(t *testing.T) {
 	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, whole); err != nil {
 		t.Fatal(err)
 	}
-	rev, at := artifactRevision(src)
-	if wantRev, wantAt := artifactRevision(whole); rev != wantRev || !at.Equal(wantAt) || rev == "" || at.IsZero() {
+	rev, at := ingest.ArtifactRevision(src)
+	if wantRev, wantAt := ingest.ArtifactRevision(whole); rev != wantRev || !at.Equal(wantAt) || rev == "" || at.IsZero() {
 		t.Errorf("artifact of the slim source: %s %v, whole %s %v", rev, at, wantRev, wantAt)
 	}
 	if g := src.(*sourcev1.GitRepository); g.Spec.URL != "" || g.Status.Conditions != nil || g.Name != "flux-system" {
@@ -213,7 +213,7 @@ func TestSlimLayerThatDoesNotConvert(t *testing.T) {
 		if err == nil {
 			t.Fatalf("a string for %v converted", tt.field)
 		}
-		if k == nil || k.Name != "odd" || k.Namespace != "flux-system" || k.Generation != 3 || sourceRef(k).Name != tt.source {
+		if k == nil || k.Name != "odd" || k.Namespace != "flux-system" || k.Generation != 3 || ingest.SourceOf(k).Name != tt.source {
 			t.Fatalf("%v: cached as %+v", tt.field, k)
 		}
 		if obs := ingest.Status(k, "prod", ""); len(obs) != 0 {

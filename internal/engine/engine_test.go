@@ -11,6 +11,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -43,8 +44,11 @@ func waiting(name, label string, sec int) rollout.Observation {
 	return ob(name, label, sec, rollout.SignalWaiting, "DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s")
 }
 
+// fail is a failure of reason, classed as ingest classes Flux's.
 func fail(name, label string, sec int, reason string) rollout.Observation {
-	return ob(name, label, sec, rollout.SignalFailed, reason, reason+" on "+name)
+	o := ob(name, label, sec, rollout.SignalFailed, reason, reason+" on "+name)
+	o.Class = ingest.FailureClass(reason)
+	return o
 }
 
 // applied0 is a revision every layer applied before the tests' rollouts:

@@ -7,6 +7,7 @@ package ingest
 import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/fluxcd/pkg/apis/meta"
 )
 
 // Signal classifies what an event of a Kustomization or a source says
@@ -62,9 +63,34 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 	if sig == rollout.SignalArtifact {
 		o.Subject = flux.CommitSubject(d.Reason, d.Message)
 	}
+	if sig == rollout.SignalFailed {
+		o.Class = FailureClass(d.Reason)
+	}
 	o.Objects = pruneObjects(d.Reason, d.Message)
 	o.Healthy = sig == rollout.SignalProgressing && flux.HealthCheckPassed(d.Reason, d.Message)
 	return o, true
+}
+
+// FailureClass is the class of a failure by Flux's reason for it: the one
+// place that reads Flux's failure reasons for what they mean.
+func FailureClass(reason string) rollout.FailureClass {
+	switch reason {
+	case flux.ReasonPruneFailed:
+		return rollout.FailurePrune
+	case flux.ReasonHealthCheckFailed:
+		return rollout.FailureHealth
+	case flux.ReasonBuildFailed:
+		return rollout.FailureBuild
+	case flux.ReasonReconciliationFailed:
+		return rollout.FailureApply
+	case flux.ReasonAccessDenied:
+		return rollout.FailureAccess
+	case flux.ReasonArtifactFailed:
+		return rollout.FailureArtifact
+	case meta.InvalidCELExpressionReason, meta.FeatureGateDisabledReason:
+		return rollout.FailureConfig
+	}
+	return rollout.FailureOther
 }
 
 // pruneObjects are the objects a PruneFailed message names.

@@ -7,6 +7,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/fluxcd/pkg/apis/meta"
 )
 
 func TestSignal(t *testing.T) {
@@ -65,5 +66,37 @@ func TestHealthCheckPassed(t *testing.T) {
 	}
 	if healthy == 0 {
 		t.Fatal("no health check passed in the clean scenario")
+	}
+}
+
+// TestFailureClass: every reason Flux fails a revision with has a class,
+// and an error of another reason is a failure of no class.
+func TestFailureClass(t *testing.T) {
+	for _, tt := range []struct {
+		reason string
+		want   rollout.FailureClass
+	}{
+		{flux.ReasonPruneFailed, rollout.FailurePrune},
+		{flux.ReasonHealthCheckFailed, rollout.FailureHealth},
+		{flux.ReasonBuildFailed, rollout.FailureBuild},
+		{flux.ReasonReconciliationFailed, rollout.FailureApply},
+		{flux.ReasonAccessDenied, rollout.FailureAccess},
+		{flux.ReasonArtifactFailed, rollout.FailureArtifact},
+		{meta.InvalidCELExpressionReason, rollout.FailureConfig},
+		{meta.FeatureGateDisabledReason, rollout.FailureConfig},
+		{"SomethingNew", rollout.FailureOther},
+	} {
+		if got := FailureClass(tt.reason); got != tt.want {
+			t.Errorf("FailureClass(%s) = %q, want %q", tt.reason, got, tt.want)
+		}
+		if tt.want != rollout.FailureOther && !flux.FailureReason(tt.reason) {
+			t.Errorf("%s has a class but flux does not call it a failure", tt.reason)
+		}
+	}
+	d := flux.Decoded{}
+	d.InvolvedObject.Kind, d.Reason, d.Severity, d.Revision = flux.KindKustomization, flux.ReasonPruneFailed, flux.SeverityError, "main@sha1:abc"
+	d.Rev.Hash = "abc"
+	if o, ok := Event(d); !ok || o.Class != rollout.FailurePrune {
+		t.Errorf("a PruneFailed event observed as %+v", o)
 	}
 }

@@ -57,7 +57,7 @@ func Status(k *kustomizev1.Kustomization, cluster, waitingFor string) []rollout.
 			add(waitingFor, at, rollout.SignalWaiting, ready.Reason, ready.Message)
 		case ready.Status == metav1.ConditionFalse && sig == rollout.SignalFailed:
 			if o := add(st.LastAttemptedRevision, at, rollout.SignalFailed, ready.Reason, ready.Message); o != nil {
-				o.Objects = pruneObjects(ready.Reason, ready.Message)
+				o.Class, o.Objects = FailureClass(ready.Reason), pruneObjects(ready.Reason, ready.Message)
 			}
 		case ready.Status == metav1.ConditionFalse && sig == rollout.SignalCanceled:
 			add(st.LastAttemptedRevision, at, rollout.SignalCanceled, ready.Reason, ready.Message)

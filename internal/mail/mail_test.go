@@ -46,7 +46,7 @@ func succ(layer, label string, sec int) rollout.Observation {
 func pruneFailed(layer, label string, sec int) rollout.Observation {
 	o := ob(layer, label, sec, rollout.SignalFailed, "PruneFailed",
 		`delete failed, errors: ConfigMap/apps/old-config delete failed: configmaps "old-config" is forbidden: denied;`)
-	o.Objects = []rollout.Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old-config", Error: `configmaps "old-config" is forbidden: denied`}}
+	o.Class, o.Objects = rollout.FailurePrune, []rollout.Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old-config", Error: `configmaps "old-config" is forbidden: denied`}}
 	return o
 }
 

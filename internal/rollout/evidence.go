@@ -96,6 +96,22 @@ type Object struct {
 	At        time.Time `json:"at"`
 }
 
+// FailureClass is what kind of failure an emitter reported, told by
+// ingest from Flux's reason: the decisions and pages read it, never Flux's
+// reasons. Persisted as its name.
+type FailureClass string
+
+const (
+	FailureOther    FailureClass = ""         // an error no class names
+	FailurePrune    FailureClass = "prune"    // objects removed from the source could not be deleted (they name them)
+	FailureHealth   FailureClass = "health"   // the health checks of what was applied failed
+	FailureBuild    FailureClass = "build"    // the manifests did not build
+	FailureApply    FailureClass = "apply"    // the apply itself failed
+	FailureAccess   FailureClass = "access"   // a cross-namespace reference was denied
+	FailureArtifact FailureClass = "artifact" // the source's artifact could not be fetched
+	FailureConfig   FailureClass = "config"   // the object's own spec cannot work (a CEL expression, a feature gate)
+)
+
 // Observation is one fact about one emitter and one revision.
 type Observation struct {
 	Cluster    string
@@ -108,11 +124,12 @@ type Observation struct {
 	Signal     Signal
 	Reason     string
 	Message    string
-	Objects    []Object // for failures that name objects
-	Subject    string   // commit subject, when a source told it
-	MailTo     []string // recipients the event's Alert routes it to (eventMetadata mail_to)
-	DependsOn  []string // with SignalExpected/Suspended: the layers this one depends on (ns/name)
-	Healthy    bool     // a progress event saying the health checks passed
+	Class      FailureClass // with SignalFailed
+	Objects    []Object     // for failures that name objects
+	Subject    string       // commit subject, when a source told it
+	MailTo     []string     // recipients the event's Alert routes it to (eventMetadata mail_to)
+	DependsOn  []string     // with SignalExpected/Suspended: the layers this one depends on (ns/name)
+	Healthy    bool         // a progress event saying the health checks passed
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters
@@ -145,11 +162,12 @@ func (m Mark) after(o Mark) bool {
 
 // Failure is every failure of one reason on one layer for one revision.
 type Failure struct {
-	Reason  string    `json:"reason"`
-	Message string    `json:"message"` // of the earliest occurrence
-	First   time.Time `json:"first"`
-	Last    time.Time `json:"last"`
-	Objects []Object  `json:"objects,omitempty"`
+	Class   FailureClass `json:"class,omitempty"`
+	Reason  string       `json:"reason"`
+	Message string       `json:"message"` // of the earliest occurrence
+	First   time.Time    `json:"first"`
+	Last    time.Time    `json:"last"`
+	Objects []Object     `json:"objects,omitempty"`
 }
 
 // Evidence is everything known about one emitter and one revision. Merge is
@@ -271,10 +289,14 @@ func (ev *Evidence) mergeFailure(o Observation) bool {
 		return strings.Compare(f.Reason, r)
 	})
 	if !found {
-		ev.Failures = slices.Insert(ev.Failures, i, Failure{Reason: o.Reason, Message: o.Message, First: o.At, Last: o.At})
+		ev.Failures = slices.Insert(ev.Failures, i, Failure{Class: o.Class, Reason: o.Reason, Message: o.Message, First: o.At, Last: o.At})
 	}
 	f := &ev.Failures[i]
 	changed := !found
+	if f.Class == FailureOther && o.Class != FailureOther {
+		// Evidence stored before failures had classes.
+		f.Class, changed = o.Class, true
+	}
 	if o.At.Before(f.First) || o.At.Equal(f.First) && o.Message < f.Message {
 		f.First, f.Message, changed = o.At, o.Message, true
 	}

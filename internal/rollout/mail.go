@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/fluxcd/pkg/apis/meta"
 )
 
 // MailKind names the mails of design.md's mail table.
@@ -106,7 +104,7 @@ func dueMails(v *View, to []string, routes routing) []Mail {
 	}
 	for _, f := range v.Failures {
 		rcpts := recipients(to, routes, f.Layer)
-		if f.Reason == meta.PruneFailedReason && len(f.Objects) > 0 {
+		if f.Class == FailurePrune && len(f.Objects) > 0 {
 			for _, o := range f.Objects {
 				o := o
 				add(Mail{Kind: MailPruneFailed, Layer: f.Layer, Object: &o}, rcpts,

@@ -28,6 +28,10 @@ type Config struct {
 	// Verify checks, after every batch, each live view against a fresh
 	// evaluation and panics on a difference (tests: incremental.go).
 	Verify bool
+	// ClassOf classes, at Load, the failures of evidence stored before
+	// failures had classes (by their reason, as the edge that made them
+	// does: ingest.FailureClass); nil leaves them FailureOther.
+	ClassOf func(reason string) FailureClass
 }
 
 // DefaultSettleAfter is the SettleAfter used when none is set.
@@ -182,6 +186,11 @@ func (m *Model) Normalise(o *Observation) error {
 func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 	m.reset()
 	err := s.Load(func(ek EvidenceKey, ev *Evidence) error {
+		for i := range ev.Failures {
+			if f := &ev.Failures[i]; f.Class == FailureOther && m.cfg.ClassOf != nil {
+				f.Class = m.cfg.ClassOf(f.Reason)
+			}
+		}
 		c := m.cluster(ek.Cluster)
 		c.rollout(ek.Hash, ek.Seq)
 		c.set(ek.Hash, ek.Emitter, ev, nil)

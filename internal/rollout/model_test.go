@@ -24,6 +24,7 @@ func obsAt(sec int, sig Signal, reason, msg string) Observation {
 // repeats, gives the same Evidence; and a repeat learns nothing.
 func TestMergeIsAFold(t *testing.T) {
 	prune := obsAt(20, SignalFailed, "PruneFailed", "delete failed")
+	prune.Class = FailurePrune
 	prune.Objects = []Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old", Error: "forbidden"}}
 	later := prune
 	later.At = mt0.Add(300 * time.Second)
@@ -84,9 +85,9 @@ func TestDueMails(t *testing.T) {
 	view := func(v Verdict, failures ...FailureView) *View {
 		return &View{Cluster: "prod", Hash: "abc", Verdict: v, Failures: failures}
 	}
-	prune := FailureView{Layer: "flux-system/apps", Reason: "PruneFailed", Objects: []Object{
+	prune := FailureView{Layer: "flux-system/apps", Class: FailurePrune, Reason: "PruneFailed", Objects: []Object{
 		{Kind: "ConfigMap", Namespace: "apps", Name: "a"}, {Kind: "Secret", Namespace: "apps", Name: "b"}}}
-	health := FailureView{Layer: "flux-system/platform", Reason: "HealthCheckFailed"}
+	health := FailureView{Layer: "flux-system/platform", Class: FailureHealth, Reason: "HealthCheckFailed"}
 	var routes routing
 	routes.add(Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "apps"}, []string{"apps@x"})
 	for _, c := range []struct {

@@ -112,13 +112,14 @@ type LayerView struct {
 
 // FailureView is one failure of one layer.
 type FailureView struct {
-	Layer        string    `json:"layer"`
-	Reason       string    `json:"reason"`
-	Message      string    `json:"message"`
-	Objects      []Object  `json:"objects"`
-	At           time.Time `json:"at"`
-	LastAt       time.Time `json:"last_at"`
-	AfterApplied bool      `json:"after_applied,omitempty"` // a later degradation, not the deploy's failure
+	Layer        string       `json:"layer"`
+	Class        FailureClass `json:"class,omitempty"`
+	Reason       string       `json:"reason"`
+	Message      string       `json:"message"`
+	Objects      []Object     `json:"objects"`
+	At           time.Time    `json:"at"`
+	LastAt       time.Time    `json:"last_at"`
+	AfterApplied bool         `json:"after_applied,omitempty"` // a later degradation, not the deploy's failure
 }
 
 // Where a rollout's expected layers came from.
@@ -408,7 +409,7 @@ func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress
 		l := expected[i]
 		for _, f := range r.ev[l].Failures {
 			out = append(out, FailureView{
-				Layer: l.Layer(), Reason: f.Reason, Message: f.Message,
+				Layer: l.Layer(), Class: f.Class, Reason: f.Reason, Message: f.Message,
 				Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
 				AfterApplied: p.completed && f.First.After(p.completedAt),
 			})

@@ -26,8 +26,9 @@ import (
 // names, reasons and messages. The first byte is the record's version: 2
 // added each layer's first evidence, when its health checks passed and
 // what it depends on (Since, Healthy, DependsOn); version 1 records decode
-// without them.
-const settledVersion = 2
+// without them. 3 added each failure's class; records before have none
+// (FailureOther: the status page marks a failed health check as a failure).
+const settledVersion = 3
 
 func encodeSettled(v *rollout.View) ([]byte, error) { return (&codec{}).encodeSettled(v) }
 
@@ -183,6 +184,7 @@ func (w *recordWriter) view(v *rollout.View) {
 	w.count(len(v.Failures), v.Failures == nil)
 	for _, f := range v.Failures {
 		w.string(f.Layer)
+		w.string(string(f.Class))
 		w.string(f.Reason)
 		w.string(f.Message)
 		w.objects(f.Objects, f.Objects == nil)
@@ -232,7 +234,11 @@ func (r *recordReader) view(ver byte) *rollout.View {
 		v.Failures = make([]rollout.FailureView, n)
 		for i := range v.Failures {
 			f := &v.Failures[i]
-			f.Layer, f.Reason, f.Message = r.string(), r.string(), r.string()
+			f.Layer = r.string()
+			if ver >= 3 {
+				f.Class = rollout.FailureClass(r.string())
+			}
+			f.Reason, f.Message = r.string(), r.string()
 			f.Objects = r.objects()
 			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
 		}
@@ -447,8 +453,9 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // and a start reads them all, so it is binary: encoding it took a tenth of
 // the time JSON did, and it is about half the size. The first byte is the
 // record's version; a record that starts with '{' is the JSON of schema 4
-// and before, still read.
-const evidenceVersion = 1
+// and before, still read. 2 added each failure's class; the model classes
+// the failures of records before when it loads them (Config.ClassOf).
+const evidenceVersion = 2
 
 func encodeEvidence(ev *rollout.Evidence) []byte {
 	w := &recordWriter{b: make([]byte, 0, evidenceSize(ev))}
@@ -464,6 +471,7 @@ func encodeEvidence(ev *rollout.Evidence) []byte {
 	w.time(ev.LastSucceeded)
 	w.count(len(ev.Failures), len(ev.Failures) == 0)
 	for _, f := range ev.Failures {
+		w.string(string(f.Class))
 		w.string(f.Reason)
 		w.string(f.Message)
 		w.time(f.First)
@@ -553,8 +561,9 @@ func decodeEvidence(b []byte) (*rollout.Evidence, error) {
 		return ev, nil
 	}
 	r := &recordReader{b: string(b), own: true}
-	if ver := r.byte(); ver != evidenceVersion && r.err == nil {
-		return nil, fmt.Errorf("evidence of record version %d, this binary reads %d", ver, evidenceVersion)
+	ver := r.byte()
+	if (ver < 1 || ver > evidenceVersion) && r.err == nil {
+		return nil, fmt.Errorf("evidence of record version %d, this binary reads 1 to %d", ver, evidenceVersion)
 	}
 	for _, s := range []*string{&ev.Revision, &ev.Origin, &ev.OriginHash, &ev.Subject} {
 		*s = r.string()
@@ -567,6 +576,9 @@ func decodeEvidence(b []byte) (*rollout.Evidence, error) {
 		ev.Failures = make([]rollout.Failure, n)
 		for i := range ev.Failures {
 			f := &ev.Failures[i]
+			if ver >= 2 {
+				f.Class = rollout.FailureClass(r.string())
+			}
 			f.Reason, f.Message = r.string(), r.string()
 			f.First, f.Last = r.time(), r.time()
 			f.Objects = r.objects()

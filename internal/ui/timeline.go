@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fluxcd/pkg/apis/meta"
-
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -129,7 +127,7 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 		}
 		for _, f := range failures[l.Name] {
 			kind := "failed"
-			if f.Reason == meta.HealthCheckFailedReason {
+			if f.Class == rollout.FailureHealth {
 				kind = "health"
 			}
 			row.Marks = append(row.Marks, timelineMark{X: x(f.At), Y: float64(row.Y) + 8, Kind: kind, Title: f.Reason + ": " + f.Message})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -63,6 +64,9 @@ func ExampleObservations(t0 time.Time) []rollout.Observation {
 			Cluster: "prod", Emitter: rollout.Emitter{Kind: kind, Namespace: "flux-system", Name: name},
 			Revision: r, Hash: h, At: t0.Add(time.Duration(sec) * time.Second), Signal: sig, Reason: reason, Message: msg,
 		})
+		if sig == rollout.SignalFailed {
+			out[len(out)-1].Class = ingest.FailureClass(reason)
+		}
 		return &out[len(out)-1]
 	}
 	ks := rollout.KindLayer

@@ -1,0 +1,62 @@
+package rollout
+
+import (
+	"testing"
+	"time"
+)
+
+// TestLoadClassesStoredFailures: evidence stored before failures had
+// classes is classed at Load by Config.ClassOf, so that a prune failure
+// whose mails went out before an upgrade is not mailed again as a plain
+// failure after it.
+func TestLoadClassesStoredFailures(t *testing.T) {
+	layer := Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "apps"}
+	at := mt0.Add(time.Minute)
+	for _, tt := range []struct {
+		name      string
+		classOf   func(string) FailureClass
+		wantClass FailureClass
+		wantMails int
+	}{
+		{"classed", func(r string) FailureClass { return map[string]FailureClass{"PruneFailed": FailurePrune}[r] }, FailurePrune, 0},
+		{"unclassed", nil, FailureOther, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newMemStore()
+			ek := EvidenceKey{Key: Key{"prod", "abc"}, Seq: 1, Emitter: layer}
+			st.evidence[ek] = &Evidence{Revision: "main@sha1:abc", First: at, Last: at,
+				Failures: []Failure{{Reason: "PruneFailed", Message: "delete failed", First: at, Last: at,
+					Objects: []Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old", At: at}}}}}
+			m, err := NewModel(Config{StuckAfter: time.Hour, MailTo: []string{"ops@x"}, ClassOf: tt.classOf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What the release before mailed for it: applying, and the
+			// prune failure of the object.
+			k := Key{"prod", "abc"}
+			st.mailed[MailKey{Rollout: k, Kind: MailApplying, To: "ops@x"}.String()] = true
+			st.mailed[MailKey{Rollout: k, Kind: MailPruneFailed, About: []string{"flux-system/apps", "ConfigMap/apps/old"}, To: "ops@x"}.String()] = true
+			c, err := m.Load(st, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var v *View
+			for _, x := range c.Views {
+				if x.Key() == k {
+					v = x
+				}
+			}
+			if v == nil || len(v.Failures) != 1 || v.Failures[0].Class != tt.wantClass {
+				t.Fatalf("view %+v, want one failure of class %q", v, tt.wantClass)
+			}
+			// The next change of the rollout decides its mails again.
+			next := &Change{}
+			o := Observation{Cluster: "prod", Emitter: Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "web"},
+				Revision: "main@sha1:abc", Hash: "abc", At: at.Add(time.Second), Signal: SignalProgressing, Reason: "Progressing"}
+			m.Apply(next, [][]Observation{{o}}, nil, at.Add(time.Second))
+			if len(c.Mails)+len(next.Mails) != tt.wantMails {
+				t.Errorf("mails due: %+v then %+v, want %d", c.Mails, next.Mails, tt.wantMails)
+			}
+		})
+	}
+}
