@@ -68,29 +68,6 @@ func TestMailsDueOnce(t *testing.T) {
 // onlyR1 lists the queued mails about R1.
 func onlyR1(t *testing.T, te *enginetest.Engine) []string { return te.Queued(t, hashOf("R1")) }
 
-// TestMailRouting: an Alert's mail_to routes a layer's mails to its tenant,
-// who also hears of the rollout as a whole, and not of other layers' failures.
-func TestMailRouting(t *testing.T) {
-	te := enginetest.Start(t, t.TempDir(), mailConfig("ops@example.com"), fixedClock(t0.Add(10*time.Minute)), true)
-	submitAll(t, te, 1, applied0...)
-	tenant := func(o rollout.Observation) rollout.Observation {
-		o.MailTo = []string{"team-a@example.com"}
-		return o
-	}
-	submitAll(t, te, 1, tenant(waiting("apps", "R1", 0)), succ("infra", "R1", 1),
-		fail("platform", "R1", 5, "HealthCheckFailed"), tenant(fail("apps", "R1", 9, "ReconciliationFailed")))
-	want := []string{
-		"applying ops@example.com",
-		"applying team-a@example.com",
-		"failed flux-system/apps ReconciliationFailed ops@example.com",
-		"failed flux-system/apps ReconciliationFailed team-a@example.com",
-		"failed flux-system/platform HealthCheckFailed ops@example.com",
-	}
-	if got := onlyR1(t, te); !slices.Equal(got, want) {
-		t.Fatalf("outbox:\n got %q\nwant %q", got, want)
-	}
-}
-
 // TestNoMailTwiceAcrossRestarts: after a restart, with more recipients
 // configured, a repeat of known evidence mails no one, and the old
 // rollout is not mailed to the new recipient.

@@ -1,0 +1,363 @@
+package rollout_test
+
+import (
+	"bufio"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// TestRules runs the model's rules as scripts (testdata/rules/*.txt), in
+// the manner of etcd raft's data-driven tests: each case is one line, the
+// observations a model is given and, after "=>", what it must then say of
+// a rollout: its verdict, and what more the case is about (the layers
+// behind, the root cause, the mails due). The model runs alone (Apply,
+// one batch an observation, each checked against the reference
+// evaluation), as the engine runs it; the engine's tests keep what is the
+// engine's: storing, restarting, publishing, time.
+//
+// A line:
+//
+//	[options |] observation, observation, ... => LABEL VERDICT; key args; ...
+//
+// An observation is "LAYER LABEL EVENT@SECOND [to=R] [obj=Kind/ns/name]"
+// on layer flux-system/LAYER and revision main@sha1:<sha1 of LABEL>, or
+// "git:NAME LABEL artifact@SECOND [subject=words_with_underscores]" of a
+// GitRepository. EVENT is ok, prog, wait, cancel, fail(FluxReason),
+// member(DEP+DEP) or suspended: the cluster reader's marks, with the
+// layers the layer depends on. Failures are classed as ingest classes
+// Flux's reasons. Options: now=SECONDS (600), layers=L+L (configured),
+// fresh (no revision R0 applied by infra, platform and apps before),
+// x3 (every observation delivered three times).
+//
+// Keys after the verdict: behind L,L; root L; by LABEL; late; from
+// events|config|cluster; completed SECOND|none; layers N; state L=STATE,...; pending L=LABEL;
+// failures L:Reason[:after],...; subject words; source kind/ns/name;
+// terminal; mails a, b, ... where a mail is "kind [layer] [object]
+// [reason] to" as the outbox keys it, the layer's namespace and the
+// recipients' @example.com left out. Layers are named without
+// "flux-system/". Mails go to ops (--mail-to) and to what an
+// observation's to= routes.
+func TestRules(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "rules", "*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	cases := 0
+	for _, file := range files {
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		name, n := "", 0
+		for sc.Scan() {
+			n++
+			line := strings.TrimSpace(sc.Text())
+			switch {
+			case line == "":
+				continue
+			case strings.HasPrefix(line, "#"):
+				name = strings.TrimSpace(strings.TrimPrefix(line, "#"))
+				continue
+			}
+			cases++
+			t.Run(fmt.Sprintf("%s:%d %s", filepath.Base(file), n, name), func(t *testing.T) {
+				runRule(t, line)
+			})
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cases < 30 {
+		t.Fatalf("%d cases: the scripts lost some", cases)
+	}
+}
+
+var scriptT0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func scriptHash(label string) string {
+	s := sha1.Sum([]byte(label))
+	return hex.EncodeToString(s[:])
+}
+
+const ns = "flux-system/"
+
+func runRule(t *testing.T, line string) {
+	input, want, ok := strings.Cut(line, "=>")
+	if !ok {
+		t.Fatalf("no => in %q", line)
+	}
+	opts := ""
+	if o, rest, found := strings.Cut(input, "|"); found {
+		opts, input = o, rest
+	}
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"ops@example.com"}, Verify: true}
+	now, repeat, fresh := 600, 1, false
+	for _, o := range strings.Fields(opts) {
+		k, v, _ := strings.Cut(o, "=")
+		switch k {
+		case "now":
+			now = atoi(t, v)
+		case "layers":
+			for _, l := range strings.Split(v, "+") {
+				cfg.Layers = append(cfg.Layers, layerOf(l))
+			}
+		case "fresh":
+			fresh = true
+		case "x3":
+			repeat = 3
+		default:
+			t.Fatalf("unknown option %q", o)
+		}
+	}
+	var obs []rollout.Observation
+	if !fresh {
+		for i, l := range []string{"infra", "platform", "apps"} {
+			obs = append(obs, parseObservation(t, fmt.Sprintf("%s R0 ok@%d", l, -600+10*i)))
+		}
+	}
+	for _, s := range strings.Split(input, ",") {
+		o := parseObservation(t, strings.TrimSpace(s))
+		for range repeat {
+			obs = append(obs, o)
+		}
+	}
+
+	m, err := rollout.NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := scriptT0.Add(time.Duration(now) * time.Second)
+	views := map[string]*rollout.View{}
+	mailed := map[string]bool{}
+	var mails []rollout.Mail
+	for _, o := range obs {
+		if err := m.Normalise(&o); err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		c := &rollout.Change{}
+		m.Apply(c, [][]rollout.Observation{{o}}, nil, at)
+		m.Verify()
+		for _, v := range c.Views {
+			views[v.Hash] = v
+		}
+		// The outbox takes a mail once per key.
+		for _, ml := range c.Mails {
+			if !mailed[ml.Key] {
+				mailed[ml.Key] = true
+				mails = append(mails, ml)
+			}
+		}
+	}
+
+	asserts := strings.Split(want, ";")
+	head := strings.Fields(asserts[0])
+	if len(head) != 2 {
+		t.Fatalf("want LABEL VERDICT first, got %q", asserts[0])
+	}
+	v := views[scriptHash(head[0])]
+	if v == nil {
+		t.Fatalf("no rollout of %s", head[0])
+	}
+	if v.Verdict.String() != head[1] {
+		t.Fatalf("verdict %s (%s), want %s", v.Verdict, v.Summary, head[1])
+	}
+	if v.Terminal != v.Verdict.Terminal() {
+		t.Fatalf("terminal %v for %s", v.Terminal, v.Verdict)
+	}
+	for _, a := range asserts[1:] {
+		key, arg, _ := strings.Cut(strings.TrimSpace(a), " ")
+		arg = strings.TrimSpace(arg)
+		if got := saying(t, key, arg, v, mails); got != arg {
+			t.Errorf("%s: got %q, want %q\nview: %+v", key, got, arg, v)
+		}
+	}
+}
+
+// saying is what v (and the mails due for it) say of key, written as the
+// script writes it; the arg is the script's, for the keys that name what
+// to look at.
+func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail) string {
+	switch key {
+	case "behind":
+		return short(strings.Join(v.Behind, ","))
+	case "root":
+		return short(v.RootCause)
+	case "by":
+		if v.SupersededBy == nil {
+			return ""
+		}
+		return labelOf(*v.SupersededBy)
+	case "late", "terminal":
+		if key == "late" && v.Late || key == "terminal" && v.Terminal {
+			return ""
+		}
+		return "not " + key
+	case "from":
+		return v.ExpectedFrom
+	case "completed":
+		if v.CompletedAt == nil {
+			return "none"
+		}
+		return strconv.Itoa(int(v.CompletedAt.Sub(scriptT0) / time.Second))
+	case "layers":
+		return strconv.Itoa(v.Layers.Len())
+	case "state", "pending":
+		var out []string
+		for _, kv := range strings.Split(arg, ",") {
+			name, _, _ := strings.Cut(kv, "=")
+			got := "absent"
+			for _, l := range v.Layers.All() {
+				if l.Name == ns+name {
+					got = string(l.State)
+					if key == "pending" {
+						got = labelOf(l.Revision)
+					}
+				}
+			}
+			out = append(out, name+"="+got)
+		}
+		return strings.Join(out, ",")
+	case "failures":
+		var out []string
+		for _, f := range v.Failures {
+			s := short(f.Layer) + ":" + f.Reason
+			for _, o := range f.Objects {
+				s += ":" + o.Kind + "/" + o.Namespace + "/" + o.Name
+			}
+			if f.AfterApplied {
+				s += ":after"
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, ",")
+	case "subject":
+		return strings.ReplaceAll(v.Subject, " ", "_")
+	case "source":
+		return v.Source
+	case "mails":
+		var out []string
+		for _, m := range mails {
+			if m.View == nil || m.View.Hash != v.Hash {
+				continue
+			}
+			s := string(m.Kind)
+			if m.Layer != "" {
+				s += " " + short(m.Layer)
+			}
+			if o := m.Object; o != nil {
+				s += " " + o.Kind + "/" + o.Namespace + "/" + o.Name
+			}
+			if m.Reason != "" {
+				s += " " + m.Reason
+			}
+			out = append(out, s+" "+strings.TrimSuffix(m.To, "@example.com"))
+		}
+		slices.Sort(out)
+		return strings.Join(out, ", ")
+	}
+	t.Fatalf("unknown key %q", key)
+	return ""
+}
+
+func parseObservation(t *testing.T, s string) rollout.Observation {
+	f := strings.Fields(s)
+	if len(f) < 3 {
+		t.Fatalf("observation %q: want EMITTER LABEL EVENT@SECOND", s)
+	}
+	event, sec, ok := strings.Cut(f[2], "@")
+	if !ok {
+		t.Fatalf("observation %q: no @second", s)
+	}
+	o := rollout.Observation{Revision: "main@sha1:" + scriptHash(f[1]), Hash: scriptHash(f[1]),
+		At: scriptT0.Add(time.Duration(atoi(t, sec)) * time.Second)}
+	if name, ok := strings.CutPrefix(f[0], "git:"); ok {
+		o.Emitter = rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: name}
+	} else {
+		o.Emitter = layerOf(f[0])
+	}
+	reason, msg := "", ""
+	switch {
+	case event == "ok":
+		o.Signal, reason, msg = rollout.SignalSucceeded, "ReconciliationSucceeded", "Reconciliation finished in 1s, next run in 5m0s"
+	case event == "prog":
+		o.Signal, reason, msg = rollout.SignalProgressing, "Progressing", "ConfigMap/x/y configured"
+	case event == "wait":
+		o.Signal, reason, msg = rollout.SignalWaiting, "DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s"
+	case event == "cancel":
+		o.Signal, reason, msg = rollout.SignalCanceled, "HealthCheckCanceled", "Health checks canceled"
+	case event == "artifact":
+		o.Signal = rollout.SignalArtifact
+	case event == "suspended":
+		o.Signal = rollout.SignalSuspended
+	case strings.HasPrefix(event, "member(") && strings.HasSuffix(event, ")"), event == "member":
+		o.Signal = rollout.SignalExpected
+		if deps := strings.TrimSuffix(strings.TrimPrefix(event, "member("), ")"); deps != "" && deps != "member" {
+			for _, d := range strings.Split(deps, "+") {
+				o.DependsOn = append(o.DependsOn, ns+d)
+			}
+		}
+	case strings.HasPrefix(event, "fail(") && strings.HasSuffix(event, ")"):
+		reason = strings.TrimSuffix(strings.TrimPrefix(event, "fail("), ")")
+		o.Signal, msg, o.Class = rollout.SignalFailed, reason+" on "+f[0], ingest.FailureClass(reason)
+	default:
+		t.Fatalf("observation %q: unknown event %q", s, event)
+	}
+	o.Reason, o.Message = reason, msg
+	for _, kv := range f[3:] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "to":
+			o.MailTo = append(o.MailTo, v+"@example.com")
+		case "obj":
+			p := strings.SplitN(v, "/", 3)
+			if len(p) != 3 {
+				t.Fatalf("observation %q: obj=Kind/namespace/name", s)
+			}
+			o.Objects = append(o.Objects, rollout.Object{Kind: p[0], Namespace: p[1], Name: p[2], Error: "forbidden"})
+		case "subject":
+			o.Subject = strings.ReplaceAll(v, "_", " ")
+		default:
+			t.Fatalf("observation %q: unknown %q", s, kv)
+		}
+	}
+	return o
+}
+
+func layerOf(name string) rollout.Emitter {
+	return rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: name}
+}
+
+// labelOf is the label whose hash a revision names, among R0 to R9 and
+// Q0, or the revision.
+func labelOf(rev string) string {
+	for _, l := range []string{"R0", "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "Q0"} {
+		if rev == "main@sha1:"+scriptHash(l) {
+			return l
+		}
+	}
+	return rev
+}
+
+func short(layers string) string { return strings.ReplaceAll(layers, ns, "") }
+
+func atoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
+}
