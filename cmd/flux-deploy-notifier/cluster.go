@@ -17,7 +17,7 @@ import (
 // clusterConfig is the cluster part of serve's configuration.
 type clusterConfig struct {
 	kubeconfig, mode, namespaces, selector *string
-	silenceAfter                           *time.Duration
+	blindAfter                             *time.Duration
 }
 
 func (c *clusterConfig) flags(f *flags) {
@@ -25,15 +25,16 @@ func (c *clusterConfig) flags(f *flags) {
 	c.mode = f.String("cluster", "FDN_CLUSTER", "auto", "auto: read the cluster when a configuration is found; off: events only")
 	c.namespaces = f.String("namespaces", "FDN_NAMESPACES", "", "namespaces to watch, as a,b (default all)")
 	c.selector = f.String("layer-selector", "FDN_LAYER_SELECTOR", "", "label selector restricting the Kustomizations read")
-	c.silenceAfter = f.Duration("silence-after", "FDN_SILENCE_AFTER", 30*time.Minute, "with cluster access: warn, and mail once, when layers exist but no event came from Flux for this long")
+	c.blindAfter = f.Duration("blind-after", "FDN_BLIND_AFTER", 30*time.Minute, "with cluster access: warn, and mail once, when layers exist but no event came from Flux for this long")
+	f.DurationAlias("silence-after", "FDN_SILENCE_AFTER", "blind-after", "FDN_BLIND_AFTER", c.blindAfter)
 }
 
 func (c *clusterConfig) validate() error {
 	if *c.mode != "auto" && *c.mode != "off" {
 		return fmt.Errorf("--cluster must be auto or off, not %q", *c.mode)
 	}
-	if *c.silenceAfter <= 0 {
-		return errors.New("--silence-after must be positive")
+	if *c.blindAfter <= 0 {
+		return errors.New("--blind-after must be positive")
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 	t.Run("exactly the reader's rules", func(t *testing.T) {
 		bind(t, c, "fdn-reader")
 		url := startServe(t, nil, "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(),
-			"--kubeconfig", c.KubeconfigFor(t, "fdn-reader"), "--silence-after", "2s")
+			"--kubeconfig", c.KubeconfigFor(t, "fdn-reader"), "--blind-after", "2s")
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var v struct {
@@ -101,7 +101,7 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no silence warning: %v", body.Warnings)
+				t.Fatalf("no blindness warning: %v", body.Warnings)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -57,6 +58,37 @@ func (f *flags) Duration(name, env string, def time.Duration, usage string) *tim
 	}
 	return f.FlagSet.Duration(name, def, usage+" ("+env+")")
 }
+
+// DurationAlias is a deprecated name of the duration flag of, setting the
+// same value: on the command line where it stands among the flags, and from
+// its variable when of's is not set.
+func (f *flags) DurationAlias(name, env, of, ofEnv string, p *time.Duration) {
+	if v, ok := f.env(name, env); ok {
+		if _, set := f.env(of, ofEnv); !set {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				f.errs = append(f.errs, fmt.Errorf("%s: %q is not a duration", env, v))
+			}
+			*p = d
+		}
+	}
+	f.FlagSet.Var((*durationValue)(p), name, "deprecated: the same as --"+of+" ("+env+")")
+}
+
+// durationValue is a time.Duration as a flag.Value, for a flag that sets
+// another's variable.
+type durationValue time.Duration
+
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("parse error")
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
 
 // parse parses args and reports environment errors first, since they were
 // found first.

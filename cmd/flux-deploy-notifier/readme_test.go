@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -144,5 +146,46 @@ func checkMetricsDocumented(t *testing.T, metrics string) {
 		if !exposed[name] {
 			t.Errorf("the README's metrics table lists %s, which /metrics lacks", name)
 		}
+	}
+}
+
+// TestREADMELayout: the README's layout names every package of the
+// module, and no directory that is not one.
+func TestREADMELayout(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := readmeSection(t, string(readme), "Layout")
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^((?:cmd|internal)/[a-z0-9/-]+)/ `).FindAllStringSubmatch(section, -1) {
+		named[m[1]] = true
+	}
+	pkgs := map[string]bool{}
+	for _, root := range []string{"cmd", "internal"} {
+		err := filepath.WalkDir(filepath.Join("../..", root), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			dir, _ := filepath.Rel("../..", filepath.Dir(path))
+			pkgs[filepath.ToSlash(dir)] = true
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p := range pkgs {
+		if !named[p] {
+			t.Errorf("the README's layout does not name %s", p)
+		}
+	}
+	for p := range named {
+		if !pkgs[p] {
+			t.Errorf("the README's layout names %s, which is no package", p)
+		}
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("found %d packages", len(pkgs))
 	}
 }

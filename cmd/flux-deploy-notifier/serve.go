@@ -22,12 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/blind"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
@@ -164,7 +164,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	eng.OnMail(dispatcher.Wake)
 	eng.OnVerdict(api.RegisterMetrics(reg, eng, db, time.Now))
-	var watchdog *silence.Watchdog
+	var watchdog *blind.Watchdog
 	statusMoved := func() {
 		if watchdog != nil {
 			watchdog.StatusMoved()
@@ -190,7 +190,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		checks = append(checks, api.Check{Name: "cluster", OK: reader.Synced})
 		// Blindness can only be told with cluster access: without it,
 		// silence and "no deploys" look the same.
-		if watchdog, err = silence.New(*c.cluster.silenceAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg); err != nil {
+		if watchdog, err = blind.New(*c.cluster.blindAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg); err != nil {
 			return err
 		}
 		warnings = append(warnings, watchdog.Warning, reader.Warning)

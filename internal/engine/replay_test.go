@@ -270,7 +270,7 @@ func (h *harness) submitBatches(r *rand.Rand, obs []rollout.Observation) {
 	}
 }
 
-// TestOrderAndDuplicatesDoNotMatter is the property of design.md: the
+// TestOrderAndDuplicatesDoNotMatter is the property of docs/verdicts.md: the
 // verdicts are a function of the set of evidence. Every shuffled,
 // duplicated, concurrent replay must reach exactly the state of the ordered
 // stream, and so must an engine rebuilt from the store.

@@ -33,8 +33,8 @@ func TestGolden(t *testing.T) {
 	}
 	// The watchdog's mail, about the service rather than a rollout.
 	qs = append(qs, rollout.Queued{Enqueued: now, Mail: rollout.Mail{
-		Key: "\x00silence\x002026-11-30T12:20:00Z\x00platform-team@example.com", Kind: rollout.MailSilence, To: "platform-team@example.com",
-		Silence: &rollout.Silence{Since: now.Add(-40 * time.Minute), Layers: 3,
+		Key: "\x00silence\x002026-11-30T12:20:00Z\x00platform-team@example.com", Kind: rollout.MailBlind, To: "platform-team@example.com",
+		Blind: &rollout.Blind{Since: now.Add(-40 * time.Minute), Layers: 3,
 			Warning: "no event from notification-controller since 2026-11-30T12:20:00Z while 3 layers exist: check the Provider, the Alert and this service's address"},
 	}})
 	kinds := map[rollout.MailKind]bool{}
@@ -50,7 +50,7 @@ func TestGolden(t *testing.T) {
 		golden(t, name+".txt", text)
 		golden(t, name+".html", m.HTML)
 	}
-	for _, k := range []rollout.MailKind{rollout.MailApplying, rollout.MailApplied, rollout.MailPruneFailed, rollout.MailFailed, rollout.MailStuck, rollout.MailSilence} {
+	for _, k := range []rollout.MailKind{rollout.MailApplying, rollout.MailApplied, rollout.MailPruneFailed, rollout.MailFailed, rollout.MailStuck, rollout.MailBlind} {
 		if !kinds[k] {
 			t.Errorf("the examples make no %s mail", k)
 		}

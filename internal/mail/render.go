@@ -46,9 +46,9 @@ type Data struct {
 	RootState     string
 	RootMessage   string
 	URL           string
-	Since         string // silence: last event from notification-controller
-	Warning       string // silence: what is wrong and what to check
-	LayerCount    int    // silence: layers the cluster reader sees
+	Since         string // blind: last event from notification-controller
+	Warning       string // blind: what is wrong and what to check
+	LayerCount    int    // blind: layers the cluster reader sees
 }
 
 // LayerRow is one layer in a mail.
@@ -133,7 +133,7 @@ func MessageID(key string) string {
 }
 
 func (r *Renderer) data(m rollout.Mail) Data {
-	if s := m.Silence; s != nil || m.View == nil {
+	if s := m.Blind; s != nil || m.View == nil {
 		d := Data{Kind: string(m.Kind)}
 		if s != nil {
 			d.Since, d.Warning, d.LayerCount = s.Since.UTC().Format(time.RFC3339), s.Warning, s.Layers

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// TestDecide has a case per rule of design.md's precedence.
+// TestDecide has a case per rule of the precedence (docs/verdicts.md,
+// "Precedence and time").
 func TestDecide(t *testing.T) {
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	at := func(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }

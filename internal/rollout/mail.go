@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// MailKind names the mails of design.md's mail table.
+// MailKind names the mails of the README's "Mail" section.
 type MailKind string
 
 const (
@@ -15,7 +15,7 @@ const (
 	MailPruneFailed MailKind = "prune-failed"
 	MailFailed      MailKind = "failed"
 	MailStuck       MailKind = "stuck"
-	MailSilence     MailKind = "silence" // no events from Flux: about the service, not a rollout
+	MailBlind       MailKind = "blind" // no events from Flux: about the service, not a rollout
 )
 
 // Mail is a mail made due by a state change. It is written to the outbox in
@@ -28,12 +28,13 @@ type Mail struct {
 	Reason string  // failed
 	Object *Object // prune-failed
 	View   *View   // the rollout as it stood when the mail became due
-	// Silence is set, instead of View, on the "no events from Flux" mail.
-	Silence *Silence
+	// Blind is set, instead of View, on the "no events from Flux" mail.
+	Blind *Blind
 }
 
-// Silence describes an episode without events from notification-controller.
-type Silence struct {
+// Blind describes an episode without events from notification-controller:
+// the service is blind to Flux.
+type Blind struct {
 	Since   time.Time
 	Layers  int
 	Warning string

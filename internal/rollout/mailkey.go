@@ -12,24 +12,29 @@ import (
 // reason) and the recipient; the "no events from Flux" mail, which is about
 // the service, by the episode and the recipient.
 type MailKey struct {
-	Rollout Key // zero for the silence mail
+	Rollout Key // zero for the blind mail
 	Kind    MailKind
 	About   []string  // layer, then object or reason, where the kind has them
-	Episode time.Time // the silence mail's: the last event before the silence
+	Episode time.Time // the blind mail's: the last event before the episode
 	To      string
 }
 
 // The encoding is NUL-separated fields. A rollout's key starts with its
-// cluster, which is never empty, so the silence mail's namespace, which
+// cluster, which is never empty, so the blind mail's namespace, which
 // starts with an empty field, cannot meet one. The bytes are those the
 // outbox has always stored, so keys enqueued by earlier releases still
 // de-duplicate.
 const keySep = "\x00"
 
+// blindKeyTag marks the blind mail's keys: the bytes of the kind's name
+// before it was renamed (silence), so that an episode mailed before an
+// upgrade is not mailed again after it.
+const blindKeyTag = "silence"
+
 // String encodes the key as the outbox stores it.
 func (k MailKey) String() string {
-	if k.Kind == MailSilence {
-		return strings.Join([]string{"", string(MailSilence), k.Episode.UTC().Format(time.RFC3339), k.To}, keySep)
+	if k.Kind == MailBlind {
+		return strings.Join([]string{"", blindKeyTag, k.Episode.UTC().Format(time.RFC3339), k.To}, keySep)
 	}
 	parts := append([]string{k.Rollout.Cluster, k.Rollout.Hash, string(k.Kind)}, k.About...)
 	return strings.Join(append(parts, k.To), keySep)
@@ -39,12 +44,12 @@ func (k MailKey) String() string {
 func ParseMailKey(s string) (MailKey, error) {
 	p := strings.Split(s, keySep)
 	switch {
-	case len(p) == 4 && p[0] == "" && p[1] == string(MailSilence):
+	case len(p) == 4 && p[0] == "" && p[1] == blindKeyTag:
 		at, err := time.Parse(time.RFC3339, p[2])
 		if err != nil {
-			return MailKey{}, errors.New("malformed silence mail key: " + err.Error())
+			return MailKey{}, errors.New("malformed blind mail key: " + err.Error())
 		}
-		return MailKey{Kind: MailSilence, Episode: at, To: p[3]}, nil
+		return MailKey{Kind: MailBlind, Episode: at, To: p[3]}, nil
 	case len(p) >= 4 && p[0] != "" && p[1] != "":
 		return MailKey{Rollout: Key{p[0], p[1]}, Kind: MailKind(p[2]), About: p[3 : len(p)-1], To: p[len(p)-1]}, nil
 	}

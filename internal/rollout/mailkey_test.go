@@ -20,7 +20,7 @@ func TestMailKeys(t *testing.T) {
 			"prod\x00abc123\x00failed\x00flux-system/apps\x00HealthCheckFailed\x00a@x"},
 		{MailKey{Rollout: r, Kind: MailPruneFailed, About: []string{"flux-system/apps", "ConfigMap/apps/old"}, To: "b@y"},
 			"prod\x00abc123\x00prune-failed\x00flux-system/apps\x00ConfigMap/apps/old\x00b@y"},
-		{MailKey{Kind: MailSilence, Episode: episode, To: "a@x"}, "\x00silence\x002026-11-30T12:00:00Z\x00a@x"},
+		{MailKey{Kind: MailBlind, Episode: episode, To: "a@x"}, "\x00silence\x002026-11-30T12:00:00Z\x00a@x"},
 	} {
 		got := c.key.String()
 		if got != c.want {

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Verdict is the one answer per rollout (design.md, "Verdict").
+// Verdict is the one answer per rollout (README, "Verdicts").
 type Verdict uint8
 
 const (
@@ -218,8 +218,8 @@ func sortedEmitters(set map[Emitter]bool) []Emitter {
 }
 
 // evaluate derives a rollout's view from the evidence and the clock alone
-// (design.md, "Time and precedence"). It is pure: the same evidence and now
-// give the same view whatever order the evidence arrived in. It runs in
+// (docs/verdicts.md, "Precedence and time"). It is pure: the same evidence
+// and now give the same view whatever order the evidence arrived in. It runs in
 // phases: what the evidence says of the rollout as a whole, the expected
 // layers, each layer's progress, then (finish) supersession, the decision,
 // and the explanation people read.
@@ -434,7 +434,7 @@ type facts struct {
 	deadline     time.Time
 }
 
-// decide is the verdict's precedence (design.md, "Time and precedence"). A
+// decide is the verdict's precedence (docs/verdicts.md, "Precedence and time"). A
 // failure stamped in the same second as the completing success sorts
 // before it; evidence stamped after the deadline cannot undo "stuck",
 // except the full completion that turns it into a late "applied".

@@ -24,7 +24,7 @@ func mailLogKey(k rollout.Key, seq uint64) []byte {
 // logMail records q's state in the log, if it is a rollout's mail.
 func logMail(tx *bolt.Tx, q rollout.Queued, state rollout.MailState, sent *time.Time) error {
 	mk, err := rollout.ParseMailKey(q.Mail.Key)
-	if err != nil || mk.Kind == rollout.MailSilence {
+	if err != nil || mk.Kind == rollout.MailBlind {
 		return nil // the service's own mail: no rollout page shows it
 	}
 	st := rollout.MailStatus{Kind: q.Mail.Kind, To: q.Mail.To, Layer: q.Mail.Layer, Object: q.Mail.Object, Reason: q.Mail.Reason,

@@ -16,7 +16,7 @@ func TestMailLog(t *testing.T) {
 	mail := func(k rollout.Key, kind rollout.MailKind, to string) rollout.Mail {
 		return rollout.Mail{Key: rollout.MailKey{Rollout: k, Kind: kind, To: to}.String(), Kind: kind, To: to}
 	}
-	silence := rollout.Mail{Key: rollout.MailKey{Kind: rollout.MailSilence, Episode: walT0, To: "ops@x"}.String(), Kind: rollout.MailSilence, To: "ops@x"}
+	silence := rollout.Mail{Key: rollout.MailKey{Kind: rollout.MailBlind, Episode: walT0, To: "ops@x"}.String(), Kind: rollout.MailBlind, To: "ops@x"}
 	b := &rollout.Batch{Mails: []rollout.Mail{mail(k, rollout.MailApplying, "a@x"), mail(k, rollout.MailApplied, "a@x"),
 		mail(k, rollout.MailStuck, "b@x"), mail(other, rollout.MailApplying, "a@x"), silence}, At: walT0}
 	if err := d.Commit(b); err != nil {

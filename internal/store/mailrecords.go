@@ -31,8 +31,8 @@ func encodeQueued(q rollout.Queued) []byte {
 	if m.View != nil {
 		w.view(m.View)
 	}
-	w.bool(m.Silence != nil)
-	if s := m.Silence; s != nil {
+	w.bool(m.Blind != nil)
+	if s := m.Blind; s != nil {
 		w.time(s.Since)
 		w.uint(uint64(s.Layers))
 		w.string(s.Warning)
@@ -68,7 +68,7 @@ func decodeQueued(k, v []byte) (rollout.Queued, error) {
 			m.View = r.view(settledVersion)
 		}
 		if r.bool() {
-			m.Silence = &rollout.Silence{Since: r.time(), Layers: int(r.uvarint()), Warning: r.string()}
+			m.Blind = &rollout.Blind{Since: r.time(), Layers: int(r.uvarint()), Warning: r.string()}
 		}
 		q.Enqueued, q.Attempts, q.NextAttempt = r.time(), int(r.uvarint()), r.time()
 		if err := r.done(); err != nil {
@@ -148,18 +148,18 @@ func (r *recordReader) done() error {
 // them (that JSON is the API's, which stays).
 type queuedJSON struct {
 	Mail struct {
-		Key     string           `json:"key"`
-		Kind    rollout.MailKind `json:"kind"`
-		To      string           `json:"to"`
-		Layer   string           `json:"layer"`
-		Reason  string           `json:"reason"`
-		Object  *rollout.Object  `json:"object"`
-		View    *rollout.View    `json:"view"`
-		Silence *struct {
+		Key    string           `json:"key"`
+		Kind   rollout.MailKind `json:"kind"`
+		To     string           `json:"to"`
+		Layer  string           `json:"layer"`
+		Reason string           `json:"reason"`
+		Object *rollout.Object  `json:"object"`
+		View   *rollout.View    `json:"view"`
+		Blind  *struct {
 			Since   time.Time `json:"since"`
 			Layers  int       `json:"layers"`
 			Warning string    `json:"warning"`
-		} `json:"silence"`
+		} `json:"silence"` // the blind mail's, before its kind was renamed
 	} `json:"mail"`
 	Enqueued    time.Time `json:"enqueued"`
 	Attempts    int       `json:"attempts"`
@@ -173,8 +173,11 @@ func (j *queuedJSON) queued() rollout.Queued {
 		Mail:     rollout.Mail{Key: m.Key, Kind: m.Kind, To: m.To, Layer: m.Layer, Reason: m.Reason, Object: m.Object, View: m.View},
 		Enqueued: j.Enqueued, Attempts: j.Attempts, NextAttempt: j.NextAttempt, LastError: j.LastError,
 	}
-	if s := m.Silence; s != nil {
-		q.Mail.Silence = &rollout.Silence{Since: s.Since, Layers: s.Layers, Warning: s.Warning}
+	if s := m.Blind; s != nil {
+		q.Mail.Blind = &rollout.Blind{Since: s.Since, Layers: s.Layers, Warning: s.Warning}
+	}
+	if q.Mail.Kind == "silence" {
+		q.Mail.Kind = rollout.MailBlind
 	}
 	return q
 }

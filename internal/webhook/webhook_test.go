@@ -26,8 +26,9 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
-// The example of flux-events.md: bytes as Flux marshals them and the
-// signature notification-controller computes with token my-secret-token.
+// An event as Flux marshals it, and the signature notification-controller
+// computes over those bytes with token my-secret-token (README, "The
+// webhook").
 const (
 	docBody = `{"involvedObject":{"kind":"Kustomization","namespace":"flux-system","name":"apps","uid":"7d0cdc51-ddcf-4743-b223-83ca5c699632","apiVersion":"kustomize.toolkit.fluxcd.io/v1","resourceVersion":"123456"},"severity":"info","timestamp":"2026-08-07T10:15:30Z","message":"Deployment/apps/webapp configured\nService/apps/webapp created","reason":"Progressing","metadata":{"revision":"main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"},"reportingController":"kustomize-controller","reportingInstance":"kustomize-controller-7c7b47f5f-8bhrp"}`
 	docSig  = "sha256=561b3aecd8d71b9b08b7d44c996b4586540a4c32b346829e6d0eb9fa0eef8cfc"

@@ -1,8 +1,8 @@
-// Package silence detects the service's own blindness: Flux layers exist
+// Package blind detects the service's own blindness: Flux layers exist
 // and reconcile, yet no event has come from notification-controller for
 // too long. Silence must never look like "no deploys": alerting built on
 // Flux was found silently inert for weeks, and this product must not be.
-package silence
+package blind
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func New(after time.Duration, layers func() int, store Store, to []string, notif
 	w.recordNext.Store(true)
 	w.silent = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fdn_flux_events_silent",
-		Help: "1 while layers exist but no event has come from notification-controller for --silence-after.",
+		Help: "1 while layers exist but no event has come from notification-controller for --blind-after.",
 	})
 	since := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fdn_seconds_since_last_flux_event",
@@ -108,7 +108,7 @@ func (w *Watchdog) record(at time.Time) bool {
 func (w *Watchdog) StatusMoved() { w.lastStatus.Store(w.now().UnixNano()) }
 
 // last is when the silence counts from: the last event, or the start of
-// this process when none came since. A restart thus waits --silence-after
+// this process when none came since. A restart thus waits --blind-after
 // for notification-controller before it says anything.
 func (w *Watchdog) last() time.Time {
 	if n := w.lastEvent.Load(); n != 0 {
@@ -147,7 +147,7 @@ func (w *Watchdog) Warning() string {
 }
 
 // Check evaluates the pipe once: it starts an episode (one mail) when the
-// silence has lasted --silence-after, and ends it when an event comes. It
+// silence has lasted --blind-after, and ends it when an event comes. It
 // records the last event in the store when it moved.
 func (w *Watchdog) Check() {
 	now := w.now()
@@ -190,9 +190,9 @@ func (w *Watchdog) mail(now time.Time) {
 	var mails []rollout.Mail
 	for _, to := range w.to {
 		mails = append(mails, rollout.Mail{
-			Key:  rollout.MailKey{Kind: rollout.MailSilence, Episode: began, To: to}.String(),
-			Kind: rollout.MailSilence, To: to,
-			Silence: &rollout.Silence{Since: began, Layers: w.layers(), Warning: w.Warning()},
+			Key:  rollout.MailKey{Kind: rollout.MailBlind, Episode: began, To: to}.String(),
+			Kind: rollout.MailBlind, To: to,
+			Blind: &rollout.Blind{Since: began, Layers: w.layers(), Warning: w.Warning()},
 		})
 	}
 	if err := w.store.Enqueue(mails, now); err != nil {
@@ -206,7 +206,7 @@ func (w *Watchdog) mail(now time.Time) {
 }
 
 // Run checks the pipe until ctx ends, often enough to notice a silence
-// within a tenth of --silence-after.
+// within a tenth of --blind-after.
 func (w *Watchdog) Run(ctx context.Context) {
 	t := time.NewTicker(max(w.after/10, time.Second))
 	defer t.Stop()

@@ -1,4 +1,4 @@
-package silence_test
+package blind_test
 
 import (
 	"io"
@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/blind"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/silence"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
@@ -24,7 +24,7 @@ func silenceMails(t *testing.T, db *store.DB) int {
 	}
 	n := 0
 	for _, q := range qs {
-		if q.Mail.Kind == rollout.MailSilence {
+		if q.Mail.Kind == rollout.MailBlind {
 			n++
 		}
 	}
@@ -41,7 +41,7 @@ func TestWatchdog(t *testing.T) {
 	layers := 3
 	woke := 0
 	reg := prometheus.NewRegistry()
-	w, err := silence.New(30*time.Minute, func() int { return layers }, db, []string{"ops@example.com"},
+	w, err := blind.New(30*time.Minute, func() int { return layers }, db, []string{"ops@example.com"},
 		func() { woke++ }, slog.New(slog.NewTextHandler(io.Discard, nil)), c.Now, reg)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestWatchdog(t *testing.T) {
 	c.Add(29 * time.Minute)
 	w.Check()
 	if w.Warning() != "" || gauge() != 0 || silenceMails(t, db) != 0 {
-		t.Fatal("silent before --silence-after")
+		t.Fatal("silent before --blind-after")
 	}
 	w.StatusMoved()
 	c.Add(2 * time.Minute)
@@ -99,7 +99,7 @@ func TestWatchdog(t *testing.T) {
 }
 
 // TestSilenceAcrossRestarts: a silence that spans a restart is one episode
-// with one mail; after a restart the service waits --silence-after before
+// with one mail; after a restart the service waits --blind-after before
 // it says anything; and an event that ends an episode is recorded at once,
 // so that a crash right after it cannot make a later episode reuse the
 // mailed one's key (and its mail be dropped as sent).
@@ -110,8 +110,8 @@ func TestSilenceAcrossRestarts(t *testing.T) {
 	}
 	defer db.Close()
 	c := enginetest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
-	start := func() *silence.Watchdog {
-		w, err := silence.New(30*time.Minute, func() int { return 3 }, db, []string{"ops@example.com"},
+	start := func() *blind.Watchdog {
+		w, err := blind.New(30*time.Minute, func() int { return 3 }, db, []string{"ops@example.com"},
 			nil, slog.New(slog.NewTextHandler(io.Discard, nil)), c.Now, prometheus.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
