@@ -327,15 +327,9 @@ func compareObject(a, b Object) int {
 }
 
 // betterRevision picks one spelling of a revision deterministically when
-// the same hash was reported in two forms: Flux's current form
-// ("main@sha1:...") over the legacy one ("main/..."), then the smaller.
-func betterRevision(a, b string) bool {
-	am, bm := strings.Contains(a, ":"), strings.Contains(b, ":")
-	if am != bm {
-		return am
-	}
-	return a < b
-}
+// the same hash was reported with two refs: the smaller. The edge renders
+// every revision in Flux's current form, so no other syntax reaches here.
+func betterRevision(a, b string) bool { return a < b }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {

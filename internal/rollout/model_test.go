@@ -31,8 +31,10 @@ func TestMergeIsAFold(t *testing.T) {
 	later.Objects = []Object{{Kind: "ConfigMap", Namespace: "apps", Name: "old", Error: "still forbidden"}}
 	origin := obsAt(1, SignalProgressing, "Progressing", "Deployment/apps/web configured")
 	origin.Origin, origin.OriginHash, origin.Subject = "v1@sha1:def", "def", "Add web"
+	// The same hash under another ref: the smaller spelling is kept,
+	// whichever came first.
 	legacy := obsAt(2, SignalWaiting, "DependencyNotReady", "retrying")
-	legacy.Revision = "main/abc"
+	legacy.Revision = "refs/heads/main@sha1:abc"
 	mailTo := obsAt(3, SignalProgressing, "Progressing", "Health check passed")
 	mailTo.MailTo = []string{"b@x", "a@x"}
 	mailTo.Healthy = true
