@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "sample":
 		return sample(ctx, args[1:], getenv, stdout, stderr)
 	case "wait":
-		return wait(ctx, args[1:], getenv, stdout, stderr)
+		return waitCommand(ctx, args[1:], getenv, stdout, stderr)
 	case "manifests":
 		return manifests(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":

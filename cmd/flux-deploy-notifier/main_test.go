@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -385,4 +386,13 @@ func TestHelpExitsZero(t *testing.T) {
 	} else if exit, ok := err.(*exec.ExitError); !ok || exit.ExitCode() != int(exitTrouble) {
 		t.Errorf("wait --no-such-flag: %v, want exit %d", err, exitTrouble)
 	}
+}
+
+// exitOf is the code a command's error exits the process with.
+func exitOf(err error) int {
+	var c exitCode
+	if errors.As(err, &c) {
+		return int(c)
+	}
+	return 0
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -9,29 +8,14 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/blind"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
 
 type serveConfig struct {
@@ -119,175 +103,6 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		c.engine.Layers = append(c.engine.Layers, rollout.Emitter{Kind: rollout.KindLayer, Namespace: ns, Name: name})
 	}
 	return c, nil
-}
-
-func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c, err := parseServe(args, getenv, stderr)
-	if err != nil {
-		return err
-	}
-	log := newLogger(c, stderr)
-
-	var token []byte
-	if c.tokenFile != "" {
-		if token, err = loadToken(c.tokenFile, c.generateToken, stdout); err != nil {
-			return err
-		}
-	} else {
-		log.Warn("serving without authentication: anyone who can reach the webhook can forge deploy verdicts")
-	}
-
-	var verdictToken []byte
-	if c.verdictToken != "" {
-		tok, err := readSecret(c.verdictToken)
-		if err != nil {
-			return fmt.Errorf("read verdict token: %w", err)
-		}
-		verdictToken = []byte(tok)
-	}
-
-	db, err := store.Open(c.dataDir)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	eng, err := engine.New(db, c.engine, log, time.Now)
-	if err != nil {
-		return err
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	dispatcher, err := c.mail.dispatcher(db, log, reg, stdout)
-	if err != nil {
-		return err
-	}
-	eng.OnMail(dispatcher.Wake)
-	eng.OnVerdict(api.RegisterMetrics(reg, eng, db, time.Now))
-	var watchdog *blind.Watchdog
-	statusMoved := func() {
-		if watchdog != nil {
-			watchdog.StatusMoved()
-		}
-	}
-	reader, err := c.cluster.reader(getenv, eng, c.engine.DefaultCluster, statusMoved, log)
-	if err != nil {
-		return err
-	}
-	var checks []api.Check
-	// Warnings people must know of, on /readyz, /rollouts and the status
-	// pages, each "" when all is well; none fails readiness (see README
-	// "Health").
-	warnings := []func() string{eng.StoreWarning, dispatcher.Warning}
-	if reader != nil {
-		// A missing permission is reported now, not retried in the background.
-		accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := reader.CheckAccess(accessCtx)
-		cancel()
-		if err != nil {
-			return err
-		}
-		checks = append(checks, api.Check{Name: "cluster", OK: reader.Synced})
-		// Blindness can only be told with cluster access: without it,
-		// silence and "no deploys" look the same.
-		if watchdog, err = blind.New(*c.cluster.blindAfter, reader.Layers, db, c.mail.to, dispatcher.Wake, log, time.Now, reg); err != nil {
-			return err
-		}
-		warnings = append(warnings, watchdog.Warning, reader.Warning)
-	}
-	warn := func() []string {
-		out := []string{}
-		for _, w := range warnings {
-			if msg := w(); msg != "" {
-				out = append(out, msg)
-			}
-		}
-		return out
-	}
-	// Ends when the HTTP server begins shutting down: long polls answer.
-	draining, drain := context.WithCancel(context.Background())
-	defer drain()
-	hook := webhook.New(token, eng, log, reg)
-	if watchdog != nil {
-		hook.OnEvent(watchdog.Event)
-	}
-	uiFS, err := fs.Sub(templates.UI, "ui")
-	if err != nil {
-		return err
-	}
-	pages, err := ui.New(eng, uiFS, ui.Options{
-		Token: verdictToken, TrustHeader: c.trustHeader, Warnings: warn, Draining: draining, Log: log,
-		Outbox: func() (int, int, error) { return outboxCounts(db) }, Mails: db.MailLog,
-	})
-	if err != nil {
-		return err
-	}
-	srv := server.New(server.Routes(server.Parts{
-		Webhook:  hook,
-		API:      api.New(eng, log, api.Options{Checks: checks, Warnings: warn, Draining: draining}),
-		Verdicts: edge.NewAuth(verdictToken, "", time.Now),
-		UI:       pages,
-		Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-	}), log)
-	srv.RegisterOnShutdown(drain)
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	url := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, "flux-deploy-notifier listening on %s\n", url)
-	log.Info("listening", "addr", ln.Addr().String(), "data_dir", c.dataDir, "layers", len(c.engine.Layers),
-		"stuck_after", c.engine.StuckAfter.String())
-
-	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
-	engineDone := make(chan error, 1)
-	go func() { engineDone <- eng.Run(engineCtx) }()
-	readerCtx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
-	readerDone := make(chan struct{})
-	go func() {
-		defer close(readerDone)
-		if reader == nil {
-			return
-		}
-		// Awaited with the reader, so that it never writes to a closed store.
-		var wg sync.WaitGroup
-		wg.Go(func() { watchdog.Run(readerCtx) })
-		if err := reader.Run(readerCtx); err != nil {
-			log.Error("cluster reader stopped; serving on events alone", "err", err)
-		}
-		wg.Wait()
-	}()
-	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
-	mailDone := make(chan error, 1)
-	go func() { mailDone <- dispatcher.Run(mailCtx) }()
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- srv.Serve(ln) }()
-
-	select {
-	case <-ctx.Done():
-	case err = <-serveDone:
-	}
-	// Drain HTTP first: in-flight webhooks are waiting on the engine, and
-	// long polls answer once draining ends. Within Kubernetes' grace
-	// period with the mail flush: see README "Stopping".
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if serr := srv.Shutdown(shutdownCtx); serr != nil {
-		log.Warn("http shutdown", "err", serr)
-	}
-	// The reader submits to the engine: stop it first.
-	stopReader()
-	<-readerDone
-	stopEngine()
-	<-engineDone
-	// What is left in the outbox goes out after the next start.
-	stopMail()
-	<-mailDone
-	log.Info("stopped")
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
 }
 
 func newLogger(c serveConfig, w io.Writer) *slog.Logger {

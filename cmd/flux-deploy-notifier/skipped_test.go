@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ancestry/gittest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/wait"
 )
 
 // TestWaitSkippedCommit: a commit never deployed on its own takes the
@@ -188,7 +188,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 			t.Fatalf("prod, a page a rollout: exit %d\n%s", exitOf(err), out)
 		}
 		events = events[:0]
-		for i := range maxPages + 1 {
+		for i := range wait.MaxPages + 1 {
 			deploy("busy", fmt.Sprintf("%040x", 0xb000+i), 30+2*i, "ReconciliationSucceeded")
 		}
 		if err := postEvents(context.Background(), &http.Client{Timeout: 10 * time.Second}, url, token, events); err != nil {
@@ -229,7 +229,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 
 	t.Run("JSON names the commit it went out in", func(t *testing.T) {
 		stdout, _, err := waitIn(checkout, path, "--rev", a, "--cluster", "prod,staging", "--output", "json")
-		var res waitResult
+		var res wait.Result
 		if jerr := json.Unmarshal([]byte(stdout), &res); jerr != nil {
 			t.Fatalf("not JSON (%v):\n%s", jerr, stdout)
 		}
@@ -262,31 +262,4 @@ func listProxy(t *testing.T, url string, onList func(*http.Request)) *httptest.S
 	}))
 	t.Cleanup(front.Close)
 	return front
-}
-
-// TestWhyUnknown: what wait says after looking for a deployed descendant
-// and finding none, for each way a look ends.
-func TestWhyUnknown(t *testing.T) {
-	since := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	for _, tt := range []struct {
-		name string
-		d    *descendants
-		want string
-	}{
-		{"no look yet", &descendants{git: &gitSide{}}, ""},
-		{"git failed", &descendants{git: &gitSide{err: errors.New("git is not installed")}, looked: true},
-			"git could not tell whether a later revision contains it: git is not installed"},
-		{"more than a look reads", &descendants{git: &gitSide{}, looked: true, cut: true, since: since},
-			"more than 10000 rollouts since 2026-11-30T12:00:00Z, too many to look through for one that contains it"},
-		{"some not fetched", &descendants{git: &gitSide{}, looked: true, since: since, checked: 3, unfetched: 1, lastErr: errors.New("bad object")},
-			"no deployed revision contains it: 3 rollouts since 2026-11-30T12:00:00Z checked, 1 of them not in this repository (bad object)"},
-		{"all checked", &descendants{git: &gitSide{}, looked: true, since: since, checked: 2, listed: 2},
-			"no deployed revision contains it: 2 rollouts since 2026-11-30T12:00:00Z checked"},
-		{"the oldest checked", &descendants{git: &gitSide{}, looked: true, since: since, checked: maxCandidates, listed: 2500},
-			"no deployed revision contains it: 1000 rollouts since 2026-11-30T12:00:00Z checked, the oldest 1000 of 2500"},
-	} {
-		if got := tt.d.why(); got != tt.want {
-			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
-		}
-	}
 }

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/wait"
 )
 
 // TestWait is the pipeline gate: exit 0 on applied, 1 on failed naming the
@@ -230,7 +229,7 @@ func TestWait(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), []string{"wait", "--url", url, "--rev", d, "--token-file", verdictToken, "--cluster", "qa,nowhere", "--timeout", "1s", "--output", "json"},
 			func(string) string { return "" }, &stdout, &stderr)
-		var res waitResult
+		var res wait.Result
 		if jerr := json.Unmarshal(stdout.Bytes(), &res); jerr != nil {
 			t.Fatalf("stdout is not JSON (%v):\n%s", jerr, stdout.String())
 		}
@@ -251,38 +250,4 @@ func TestWait(t *testing.T) {
 			t.Fatalf("exit %d: %s", code(err), out.String())
 		}
 	})
-}
-
-// TestReportPrintsChangesOnly: an answer that changes nothing prints
-// nothing; a verdict or a layer that moved prints one line.
-func TestReportPrintsChangesOnly(t *testing.T) {
-	var out bytes.Buffer
-	w := &waiter{progress: &lines{w: &out}}
-	view := func(verdict rollout.Verdict, apps rollout.LayerState) *verdictBody {
-		v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{Cluster: "prod", Hash: strings.Repeat("e5", 20),
-			Verdict: verdict, Summary: "s", Layers: rollout.MakeLayers([]rollout.LayerView{
-				{Name: "flux-system/apps", State: apps}, {Name: "flux-system/infra", State: rollout.LayerApplied}})}}}
-		return v
-	}
-	steps := []struct {
-		v    *verdictBody
-		want []string
-	}{
-		{view(rollout.VerdictApplying, rollout.LayerPending), []string{"e5e5e5e on prod: applying (s)", "e5e5e5e on prod: flux-system/infra applied"}},
-		{view(rollout.VerdictApplying, rollout.LayerPending), nil},
-		{view(rollout.VerdictApplying, rollout.LayerProgressing), []string{"e5e5e5e on prod: flux-system/apps pending -> progressing"}},
-		{view(rollout.VerdictApplied, rollout.LayerApplied), []string{"e5e5e5e on prod: applying -> applied (s)", "e5e5e5e on prod: flux-system/apps progressing -> applied"}},
-	}
-	for i, s := range steps {
-		out.Reset()
-		w.report(s.v)
-		w.last = s.v
-		got := strings.Split(strings.TrimSpace(out.String()), "\n")
-		if out.Len() == 0 {
-			got = nil
-		}
-		if strings.Join(got, "|") != strings.Join(s.want, "|") {
-			t.Errorf("answer %d printed %q, want %q", i, got, s.want)
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package main
+package wait
 
 import (
 	"context"
@@ -60,12 +60,12 @@ type descendants struct {
 	listed             int  // rollouts since then, of which git was asked about the oldest
 }
 
-// maxCandidates bounds the rollouts one look asks git about, the oldest
-// first, and one page of the list; maxPages bounds the pages one look
-// reads.
+// MaxCandidates bounds the rollouts one look asks git about, the oldest
+// first, and one page of the list; MaxPages bounds the pages one look
+// reads (README, "Limits known today").
 const (
-	maxCandidates = 1000
-	maxPages      = 10
+	MaxCandidates = 1000
+	MaxPages      = 10
 )
 
 // find returns the rollout of the earliest commit on the cluster that
@@ -91,7 +91,7 @@ func (d *descendants) find(ctx context.Context) (*rollout.View, error) {
 	// that deployed it.
 	slices.SortStableFunc(views, func(a, b *rollout.View) int { return a.FirstSeen.Compare(b.FirstSeen) })
 	d.checked, d.unfetched, d.lastErr, d.listed = 0, 0, nil, len(views)
-	for _, v := range views[:min(len(views), maxCandidates)] {
+	for _, v := range views[:min(len(views), MaxCandidates)] {
 		hash := gitHash(v)
 		if hash == "" || hash == commit.Hash {
 			continue
@@ -138,26 +138,26 @@ func (d *descendants) why() string {
 		return fmt.Sprintf("git could not tell whether a later revision contains it: %v", d.git.err)
 	case d.cut:
 		return fmt.Sprintf("more than %d rollouts since %s, too many to look through for one that contains it",
-			maxPages*maxCandidates, d.since.Format(time.RFC3339))
+			MaxPages*MaxCandidates, d.since.Format(time.RFC3339))
 	case d.unfetched > 0:
 		return fmt.Sprintf("no deployed revision contains it: %d rollouts since %s checked, %d of them not in this repository (%v)",
 			d.checked, d.since.Format(time.RFC3339), d.unfetched, d.lastErr)
 	}
 	msg := fmt.Sprintf("no deployed revision contains it: %d rollouts since %s checked", d.checked, d.since.Format(time.RFC3339))
-	if d.listed > maxCandidates {
-		msg += fmt.Sprintf(", the oldest %d of %d", maxCandidates, d.listed)
+	if d.listed > MaxCandidates {
+		msg += fmt.Sprintf(", the oldest %d of %d", MaxCandidates, d.listed)
 	}
 	return msg
 }
 
 // rollouts lists the waiter's cluster's rollouts that began at since or
-// later, page after page; cut reports that there were more than maxPages.
+// later, page after page; cut reports that there were more than MaxPages.
 func (w *waiter) rollouts(ctx context.Context, since time.Time) (views []*rollout.View, cut bool, err error) {
-	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}, "limit": {fmt.Sprint(maxCandidates)}, "layers": {"none"}}
+	q := url.Values{"since": {since.UTC().Format(time.RFC3339)}, "limit": {fmt.Sprint(MaxCandidates)}, "layers": {"none"}}
 	if w.cluster != "" {
 		q.Set("cluster", w.cluster)
 	}
-	for range maxPages {
+	for range MaxPages {
 		var body api.RolloutsResponse
 		status, err := w.getJSON(ctx, w.base+"/rollouts?"+q.Encode(), 64<<20, &body)
 		switch {

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/blind"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
+)
+
+// serve runs the service: its parts, built in the order data flows
+// through them, then run until ctx ends and stopped in the reverse order.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseServe(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	s := &service{c: c, getenv: getenv, stdout: stdout, log: newLogger(c, stderr), reg: prometheus.NewRegistry()}
+	defer s.close()
+	for _, part := range []func(context.Context) error{
+		s.loadTokens,   // the webhook's HMAC key and the verdict token
+		s.openState,    // bbolt, and the engine on it
+		s.openMail,     // the outbox's dispatcher, and the metrics
+		s.watchCluster, // with cluster access: the reader, and the blindness watchdog
+		s.listen,       // the webhook, the API, the status pages and /metrics behind one router
+	} {
+		if err := part(ctx); err != nil {
+			return err
+		}
+	}
+	return s.run(ctx)
+}
+
+// service is serve's parts.
+type service struct {
+	c      serveConfig
+	getenv func(string) string
+	stdout io.Writer
+	log    *slog.Logger
+	reg    *prometheus.Registry
+
+	token, verdictToken []byte
+	db                  *store.DB
+	eng                 *engine.Engine
+	mailer              *mail.Dispatcher
+	reader              *cluster.Reader // nil: events only
+	watchdog            *blind.Watchdog // with the reader
+	srv                 *http.Server
+	ln                  net.Listener
+	drain               context.CancelFunc
+}
+
+func (s *service) loadTokens(context.Context) error {
+	var err error
+	if s.c.tokenFile != "" {
+		if s.token, err = loadToken(s.c.tokenFile, s.c.generateToken, s.stdout); err != nil {
+			return err
+		}
+	} else {
+		s.log.Warn("serving without authentication: anyone who can reach the webhook can forge deploy verdicts")
+	}
+	if s.c.verdictToken != "" {
+		tok, err := readSecret(s.c.verdictToken)
+		if err != nil {
+			return fmt.Errorf("read verdict token: %w", err)
+		}
+		s.verdictToken = []byte(tok)
+	}
+	return nil
+}
+
+func (s *service) openState(context.Context) error {
+	var err error
+	if s.db, err = store.Open(s.c.dataDir); err != nil {
+		return err
+	}
+	s.eng, err = engine.New(s.db, s.c.engine, s.log, time.Now)
+	return err
+}
+
+func (s *service) openMail(context.Context) error {
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if s.mailer, err = s.c.mail.dispatcher(s.db, s.log, s.reg, s.stdout); err != nil {
+		return err
+	}
+	s.eng.OnMail(s.mailer.Wake)
+	s.eng.OnVerdict(api.RegisterMetrics(s.reg, s.eng, s.db, time.Now))
+	return nil
+}
+
+func (s *service) watchCluster(ctx context.Context) error {
+	statusMoved := func() {
+		if s.watchdog != nil {
+			s.watchdog.StatusMoved()
+		}
+	}
+	var err error
+	if s.reader, err = s.c.cluster.reader(s.getenv, s.eng, s.c.engine.DefaultCluster, statusMoved, s.log); err != nil || s.reader == nil {
+		return err
+	}
+	// A missing permission is reported now, not retried in the background.
+	accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.reader.CheckAccess(accessCtx); err != nil {
+		return err
+	}
+	// Blindness can only be told with cluster access: without it, silence
+	// and "no deploys" look the same.
+	s.watchdog, err = blind.New(*s.c.cluster.blindAfter, s.reader.Layers, s.db, s.c.mail.to, s.mailer.Wake, s.log, time.Now, s.reg)
+	return err
+}
+
+// warnings are what people must know of, on /readyz, /rollouts and the
+// status pages; none fails readiness (README "Health").
+func (s *service) warnings() []string {
+	sources := []func() string{s.eng.StoreWarning, s.mailer.Warning}
+	if s.reader != nil {
+		sources = append(sources, s.watchdog.Warning, s.reader.Warning)
+	}
+	out := []string{}
+	for _, w := range sources {
+		if msg := w(); msg != "" {
+			out = append(out, msg)
+		}
+	}
+	return out
+}
+
+func (s *service) listen(context.Context) error {
+	// Ends when the HTTP server begins shutting down: long polls answer.
+	draining, drain := context.WithCancel(context.Background())
+	s.drain = drain
+	hook := webhook.New(s.token, s.eng, s.log, s.reg)
+	var checks []api.Check
+	if s.reader != nil {
+		hook.OnEvent(s.watchdog.Event)
+		checks = append(checks, api.Check{Name: "cluster", OK: s.reader.Synced})
+	}
+	uiFS, err := fs.Sub(templates.UI, "ui")
+	if err != nil {
+		return err
+	}
+	pages, err := ui.New(s.eng, uiFS, ui.Options{
+		Token: s.verdictToken, TrustHeader: s.c.trustHeader, Warnings: s.warnings, Draining: draining, Log: s.log,
+		Outbox: func() (int, int, error) { return outboxCounts(s.db) }, Mails: s.db.MailLog,
+	})
+	if err != nil {
+		return err
+	}
+	s.srv = server.New(server.Routes(server.Parts{
+		Webhook:  hook,
+		API:      api.New(s.eng, s.log, api.Options{Checks: checks, Warnings: s.warnings, Draining: draining}),
+		Verdicts: edge.NewAuth(s.verdictToken, "", time.Now),
+		UI:       pages,
+		Metrics:  promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}),
+	}), s.log)
+	s.srv.RegisterOnShutdown(drain)
+	if s.ln, err = net.Listen("tcp", s.c.listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	fmt.Fprintf(s.stdout, "flux-deploy-notifier listening on http://%s\n", s.ln.Addr())
+	s.log.Info("listening", "addr", s.ln.Addr().String(), "data_dir", s.c.dataDir, "layers", len(s.c.engine.Layers),
+		"stuck_after", s.c.engine.StuckAfter.String())
+	return nil
+}
+
+// run starts the engine, the cluster reader, the mailer and the HTTP
+// server, and stops them in the order that loses nothing when ctx ends.
+func (s *service) run(ctx context.Context) error {
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- s.eng.Run(engineCtx) }()
+	readerCtx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		if s.reader == nil {
+			return
+		}
+		// Awaited with the reader, so that it never writes to a closed store.
+		var wg sync.WaitGroup
+		wg.Go(func() { s.watchdog.Run(readerCtx) })
+		if err := s.reader.Run(readerCtx); err != nil {
+			s.log.Error("cluster reader stopped; serving on events alone", "err", err)
+		}
+		wg.Wait()
+	}()
+	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
+	mailDone := make(chan error, 1)
+	go func() { mailDone <- s.mailer.Run(mailCtx) }()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- s.srv.Serve(s.ln) }()
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveDone:
+	}
+	// Drain HTTP first: in-flight webhooks are waiting on the engine, and
+	// long polls answer once draining ends. Within Kubernetes' grace
+	// period with the mail flush: see README "Stopping".
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if serr := s.srv.Shutdown(shutdownCtx); serr != nil {
+		s.log.Warn("http shutdown", "err", serr)
+	}
+	// The reader submits to the engine: stop it first.
+	stopReader()
+	<-readerDone
+	stopEngine()
+	<-engineDone
+	// What is left in the outbox goes out after the next start.
+	stopMail()
+	<-mailDone
+	s.log.Info("stopped")
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// close releases what the parts built hold, whether they ran or not.
+func (s *service) close() {
+	if s.drain != nil {
+		s.drain()
+	}
+	if s.ln != nil {
+		s.ln.Close() // never served when a later part failed; closed again after Serve is harmless
+	}
+	if s.db != nil {
+		s.db.Close()
+	}
+}
