@@ -200,25 +200,15 @@ const (
 	SeverityError = eventv1beta1.EventSeverityError
 )
 
-// FailureReason reports whether reason fails a revision whatever the
-// severity says.
-func FailureReason(reason string) bool {
-	switch reason {
-	case ReasonPruneFailed, ReasonHealthCheckFailed, ReasonReconciliationFailed, ReasonBuildFailed,
-		ReasonArtifactFailed, meta.InvalidCELExpressionReason, ReasonAccessDenied, meta.FeatureGateDisabledReason:
-		return true
-	}
-	return false
-}
-
-// KnownReason reports whether reason is one this package names.
-func KnownReason(reason string) bool {
+// ProgressReason reports whether reason is one of the reasons of progress
+// this service reads (none a failure; ingest classes those).
+func ProgressReason(reason string) bool {
 	switch reason {
 	case "", ReasonProgressing, ReasonReconciliationSucceeded, ReasonDependencyNotReady,
 		ReasonHealthCheckCanceled, ReasonNewArtifact:
 		return true
 	}
-	return FailureReason(reason)
+	return false
 }
 
 // HealthCheckPassed reports whether a Kustomization event says its health

@@ -29,7 +29,7 @@ func Signal(kind, reason, severity string) rollout.Signal {
 		return rollout.SignalWaiting
 	case reason == flux.ReasonHealthCheckCanceled:
 		return rollout.SignalCanceled
-	case flux.FailureReason(reason) || severity == flux.SeverityError:
+	case failing(reason) || severity == flux.SeverityError:
 		return rollout.SignalFailed
 	case reason == flux.ReasonReconciliationSucceeded:
 		return rollout.SignalSucceeded
@@ -70,6 +70,14 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 	o.Healthy = sig == rollout.SignalProgressing && flux.HealthCheckPassed(d.Reason, d.Message)
 	return o, true
 }
+
+// failing reports whether reason fails a revision whatever the event's
+// severity says: the reasons FailureClass classes.
+func failing(reason string) bool { return FailureClass(reason) != rollout.FailureOther }
+
+// KnownReason reports whether reason is one of Flux's this service reads:
+// a reason of progress, or of failure.
+func KnownReason(reason string) bool { return flux.ProgressReason(reason) || failing(reason) }
 
 // FailureClass is the class of a failure by Flux's reason for it: the one
 // place that reads Flux's failure reasons for what they mean.

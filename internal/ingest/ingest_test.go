@@ -89,8 +89,8 @@ func TestFailureClass(t *testing.T) {
 		if got := FailureClass(tt.reason); got != tt.want {
 			t.Errorf("FailureClass(%s) = %q, want %q", tt.reason, got, tt.want)
 		}
-		if tt.want != rollout.FailureOther && !flux.FailureReason(tt.reason) {
-			t.Errorf("%s has a class but flux does not call it a failure", tt.reason)
+		if failing(tt.reason) != (tt.want != rollout.FailureOther) || KnownReason(tt.reason) != failing(tt.reason) {
+			t.Errorf("%s: failing %v, known %v", tt.reason, failing(tt.reason), KnownReason(tt.reason))
 		}
 	}
 	d := flux.Decoded{}

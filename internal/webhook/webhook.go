@@ -245,7 +245,7 @@ func (h *Handler) count(kind, reason, result string) {
 	if kind != "" && !flux.KnownKind(kind) {
 		kind = "other"
 	}
-	if !flux.KnownReason(reason) {
+	if !ingest.KnownReason(reason) {
 		reason = "other"
 	}
 	h.events.WithLabelValues(kind, reason, result).Inc()
