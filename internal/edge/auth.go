@@ -46,9 +46,10 @@ func NewAuth(token []byte, trustHeader string, now func() time.Time) *Auth {
 // Enabled reports whether a token is required.
 func (a *Auth) Enabled() bool { return a.token != nil }
 
-// Token reports whether s is the token, in constant time.
+// Token reports whether s is the token, in constant time. An empty token
+// matches nothing.
 func (a *Auth) Token(s string) bool {
-	return a.token != nil && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(s)), a.token) == 1
+	return len(a.token) > 0 && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(s)), a.token) == 1
 }
 
 // Bearer reports whether r presents the token as Authorization: Bearer.

@@ -42,6 +42,7 @@ func TestAuthAllowed(t *testing.T) {
 		{"trusted proxy header", a, map[string]string{"X-Auth-Request-Email": "dev@example.com"}, "", true},
 		{"proxy header not trusted", noProxy, map[string]string{"X-Auth-Request-Email": "dev@example.com"}, "", false},
 		{"no token: open", edge.NewAuth(nil, "", clock), nil, "", true},
+		{"an empty token matches nothing", edge.NewAuth([]byte{}, "", clock), map[string]string{"Authorization": "Bearer "}, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
