@@ -60,7 +60,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c = serveConfig{
 		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
 		insecureNoAuth: *insecure, logFormat: *format,
-		engine:  rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation, ClassOf: ingest.FailureClass},
+		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation,
+			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf},
 		mail:    mc,
 		cluster: cc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}
@@ -100,7 +101,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 			return c, fmt.Errorf("--layers: %q is not namespace/name", l)
 		}
-		c.engine.Layers = append(c.engine.Layers, rollout.Emitter{Kind: rollout.KindLayer, Namespace: ns, Name: name})
+		c.engine.Layers = append(c.engine.Layers, ingest.Layer(ns, name))
 	}
 	return c, nil
 }

@@ -60,7 +60,7 @@ func (e *env) observeAt(t *testing.T, layer, label string, sig rollout.Signal, c
 	t.Helper()
 	err := e.engine.Submit(context.Background(), rollout.Observation{
 		Cluster:  cluster,
-		Emitter:  rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
+		Emitter:  rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: layer},
 		Revision: "main@sha1:" + hashOf(label), Hash: hashOf(label),
 		At: at.UTC().Truncate(time.Second), Signal: sig, Reason: "ReconciliationSucceeded",
 	})
@@ -302,7 +302,7 @@ func TestCommitOnEveryCluster(t *testing.T) {
 		t.Fatalf("clusters %v", got)
 	}
 	// An OCI rollout on a third cluster whose origin revision is C counts.
-	oci := rollout.Observation{Cluster: "edge", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: "apps"},
+	oci := rollout.Observation{Cluster: "edge", Emitter: rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"},
 		Revision: "latest@sha256:" + strings.Repeat("0c", 32), Hash: strings.Repeat("0c", 32),
 		Origin: "main@sha1:" + hashOf("C"), OriginHash: hashOf("C"), At: time.Now().UTC().Truncate(time.Second),
 		Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded"}
@@ -341,7 +341,7 @@ func TestRolloutsSinceAndSource(t *testing.T) {
 	e.observeAt(t, "apps", "early", rollout.SignalSucceeded, "", t0)
 	e.observeAt(t, "apps", "late", rollout.SignalSucceeded, "", t0.Add(30*time.Minute))
 	err := e.engine.Submit(context.Background(), rollout.Observation{
-		Emitter:  rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: "tenant"},
+		Emitter:  rollout.Emitter{Role: rollout.RoleSource, Kind: "GitRepository", Namespace: "flux-system", Name: "tenant"},
 		Revision: "main@sha1:" + hashOf("other"), Hash: hashOf("other"), At: t0.Add(40 * time.Minute), Signal: rollout.SignalArtifact, Reason: "NewArtifact",
 	})
 	if err != nil {

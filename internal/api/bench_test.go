@@ -22,7 +22,7 @@ func BenchmarkVerdictSettled(b *testing.B) {
 	for rev := range 3 {
 		for l := range 85 {
 			obs = append(obs, rollout.Observation{
-				Emitter:  rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: fmt.Sprintf("src-042-l%02d", l)},
+				Emitter:  rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: fmt.Sprintf("src-042-l%02d", l)},
 				Revision: "main@sha1:" + enginetest.Hash(fmt.Sprint(rev)), Hash: enginetest.Hash(fmt.Sprint(rev)),
 				At: t0.Add(time.Duration(rev)*time.Hour + time.Duration(l)*time.Second), Signal: rollout.SignalSucceeded,
 				Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s",

@@ -348,7 +348,7 @@ func (r *Reader) handle(ctx context.Context, key objectKey) error {
 		}
 		return err
 	}
-	return r.handleSource(ctx, rollout.Emitter{Kind: key.Kind, Namespace: key.Namespace, Name: key.Name})
+	return r.handleSource(ctx, ingest.Emitter(key.Kind, key.Namespace, key.Name))
 }
 
 // handleSource submits a source's artifact and, in the same batch, every

@@ -287,7 +287,7 @@ func TestReaderScenarios(t *testing.T) {
 			te := startEngine(t, t.TempDir(), now, "ops@example.com")
 			webhook := func() {
 				for i, l := range []string{"infra", "apps"} {
-					o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: ns, Name: l},
+					o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: ns, Name: l},
 						Revision: revOf("R5"), Hash: hashOf("R5"), At: now.Add(-time.Duration(9-i) * time.Minute),
 						Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded"}
 					if err := te.Submit(context.Background(), o); err != nil {

@@ -170,7 +170,7 @@ func fleetObservations(source string, revs, width int) []rollout.Observation {
 			sec := k*3600 + l
 			o := func(sec int, sig rollout.Signal, reason, msg string) rollout.Observation {
 				return rollout.Observation{
-					Emitter:  rollout.Emitter{Kind: own(rollout.KindLayer), Namespace: own("flux-system"), Name: own(name)},
+					Emitter:  rollout.Emitter{Role: rollout.RoleLayer, Kind: own("Kustomization"), Namespace: own("flux-system"), Name: own(name)},
 					Revision: own(revOf(label)), Hash: own(hashOf(label)), At: t0.Add(time.Duration(sec) * time.Second),
 					Signal: sig, Reason: own(reason), Message: own(msg),
 				}

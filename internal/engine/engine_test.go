@@ -21,7 +21,7 @@ var hashOf = enginetest.Hash
 func revOf(label string) string { return "main@sha1:" + hashOf(label) }
 
 func layer(name string) rollout.Emitter {
-	return rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: name}
+	return rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: name}
 }
 
 func ob(name, label string, sec int, sig rollout.Signal, reason, msg string) rollout.Observation {

@@ -21,7 +21,29 @@ func SourceOf(k *kustomizev1.Kustomization) rollout.Emitter {
 	if ref.Namespace == "" {
 		ref.Namespace = k.Namespace
 	}
-	return rollout.Emitter{Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name}
+	return Emitter(ref.Kind, ref.Namespace, ref.Name)
+}
+
+// RoleOf is what an object of Flux's kind is to rollouts: a Kustomization
+// a layer, a source a source; 0 for the kinds this service does not follow.
+func RoleOf(kind string) rollout.Role {
+	switch {
+	case kind == flux.KindKustomization:
+		return rollout.RoleLayer
+	case flux.IsSource(kind):
+		return rollout.RoleSource
+	}
+	return 0
+}
+
+// Emitter names the Flux object of kind namespace/name, with its role.
+func Emitter(kind, namespace, name string) rollout.Emitter {
+	return rollout.Emitter{Role: RoleOf(kind), Kind: kind, Namespace: namespace, Name: name}
+}
+
+// Layer names the Kustomization namespace/name.
+func Layer(namespace, name string) rollout.Emitter {
+	return Emitter(flux.KindKustomization, namespace, name)
 }
 
 // DependsOn lists a Kustomization's dependencies as namespace/name, its
@@ -54,7 +76,7 @@ func Membership(k *kustomizev1.Kustomization, gone bool, cluster, current string
 		sig = rollout.SignalSuspended
 	}
 	return rollout.Observation{
-		Cluster: cluster, Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.Namespace, Name: k.Name},
+		Cluster: cluster, Emitter: Layer(k.Namespace, k.Name),
 		Revision: rev.String(), Hash: rev.Hash, At: at.UTC().Truncate(time.Second), Signal: sig, DependsOn: DependsOn(k),
 	}, true
 }

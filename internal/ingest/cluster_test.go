@@ -37,14 +37,14 @@ func TestMembership(t *testing.T) {
 			}
 			continue
 		}
-		want := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: "apps"},
+		want := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"},
 			Revision: "main@sha1:" + hash, Hash: hash, At: at.UTC().Truncate(time.Second), Signal: tt.want,
 			DependsOn: []string{"flux-system/infra", "platform/db"}}
 		if !ok || !reflect.DeepEqual(o, want) {
 			t.Errorf("%s: %+v, want %+v", tt.name, o, want)
 		}
 	}
-	if src := SourceOf(k); src != (rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"}) {
+	if src := SourceOf(k); src != (rollout.Emitter{Role: rollout.RoleSource, Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"}) {
 		t.Errorf("SourceOf = %+v", src)
 	}
 }

@@ -48,7 +48,7 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 	}
 	o := rollout.Observation{
 		Cluster:  d.Cluster,
-		Emitter:  rollout.Emitter{Kind: kind, Namespace: d.InvolvedObject.Namespace, Name: d.InvolvedObject.Name},
+		Emitter:  Emitter(kind, d.InvolvedObject.Namespace, d.InvolvedObject.Name),
 		Revision: d.Rev.String(),
 		Hash:     d.Rev.Hash,
 		At:       d.At,

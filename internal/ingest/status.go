@@ -34,7 +34,7 @@ import (
 //   - status.history: each entry whose last reconciliation succeeded says its
 //     revision had applied by lastReconciled (catch-up after downtime).
 func Status(k *kustomizev1.Kustomization, cluster, waitingFor string) []rollout.Observation {
-	em := rollout.Emitter{Kind: rollout.KindLayer, Namespace: k.Namespace, Name: k.Name}
+	em := Layer(k.Namespace, k.Name)
 	var out []rollout.Observation
 	add := func(rev string, at time.Time, sig rollout.Signal, reason, msg string) *rollout.Observation {
 		r, err := flux.ParseRevision(rev)

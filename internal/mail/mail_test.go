@@ -33,7 +33,7 @@ var hashOf = enginetest.Hash
 func ob(layer, label string, sec int, sig rollout.Signal, reason, msg string) rollout.Observation {
 	return rollout.Observation{
 		Cluster:  "prod",
-		Emitter:  rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
+		Emitter:  rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: layer},
 		Revision: "main@sha1:" + hashOf(label), Hash: hashOf(label),
 		At: t0.Add(time.Duration(sec) * time.Second), Signal: sig, Reason: reason, Message: msg,
 	}
@@ -316,7 +316,7 @@ func TestEventTextIsData(t *testing.T) {
 	srv := smtptest.Start(t, smtpOptions)
 	e := start(t, t.TempDir(), srv)
 	art := rollout.Observation{
-		Cluster: "prod", Emitter: rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: "flux-system"},
+		Cluster: "prod", Emitter: rollout.Emitter{Role: rollout.RoleSource, Kind: "GitRepository", Namespace: "flux-system", Name: "flux-system"},
 		Revision: "main@sha1:" + hashOf("X"), Hash: hashOf("X"), At: t0, Signal: rollout.SignalArtifact,
 		Subject: "fix\r\nBcc: attacker@example.com\r\nX-Evil: 1 <script>alert(1)</script>",
 	}

@@ -10,7 +10,7 @@ import (
 // whose mails went out before an upgrade is not mailed again as a plain
 // failure after it.
 func TestLoadClassesStoredFailures(t *testing.T) {
-	layer := Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "apps"}
+	layer := Emitter{Role: RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"}
 	at := mt0.Add(time.Minute)
 	for _, tt := range []struct {
 		name      string
@@ -51,7 +51,7 @@ func TestLoadClassesStoredFailures(t *testing.T) {
 			}
 			// The next change of the rollout decides its mails again.
 			next := &Change{}
-			o := Observation{Cluster: "prod", Emitter: Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "web"},
+			o := Observation{Cluster: "prod", Emitter: Emitter{Role: RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "web"},
 				Revision: "main@sha1:abc", Hash: "abc", At: at.Add(time.Second), Signal: SignalProgressing, Reason: "Progressing"}
 			m.Apply(next, [][]Observation{{o}}, nil, at.Add(time.Second))
 			if len(c.Mails)+len(next.Mails) != tt.wantMails {

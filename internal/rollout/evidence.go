@@ -57,19 +57,27 @@ func (s Signal) rank() int {
 	return 0
 }
 
-// Emitter is the object an observation is about: a layer (Kustomization) or
-// a source (GitRepository, OCIRepository, Bucket).
+// Emitter is the object an observation is about: a layer, which applies
+// revisions, or a source, which produces them. Its role is given by the
+// edge that names it (ingest, from Flux's kind); the model reads the kind
+// only to name the emitter.
 type Emitter struct {
+	Role      Role   `json:"-"`
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 }
 
-// KindLayer is the kind of the objects that make up a rollout.
-const KindLayer = "Kustomization"
+// Role is what an emitter is to rollouts. Persisted as its number.
+type Role uint8
+
+const (
+	RoleSource Role = 1 // produces revisions
+	RoleLayer  Role = 2 // applies them: a rollout's expected layers are of this role
+)
 
 // IsLayer reports whether the emitter is a layer rather than a source.
-func (e Emitter) IsLayer() bool { return e.Kind == KindLayer }
+func (e Emitter) IsLayer() bool { return e.Role == RoleLayer }
 
 // Layer names a layer the way people and --layers do: namespace/name.
 func (e Emitter) Layer() string { return e.Namespace + "/" + e.Name }

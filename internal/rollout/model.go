@@ -32,6 +32,10 @@ type Config struct {
 	// failures had classes (by their reason, as the edge that made them
 	// does: ingest.FailureClass); nil leaves them FailureOther.
 	ClassOf func(reason string) FailureClass
+	// RoleOf gives, at Load, their role to emitters stored before records
+	// kept it (by their kind, as the edge does: ingest.RoleOf); without
+	// it, such a record fails the load.
+	RoleOf func(kind string) Role
 }
 
 // DefaultSettleAfter is the SettleAfter used when none is set.
@@ -126,6 +130,11 @@ func NewModel(cfg Config) (*Model, error) {
 	if cfg.SettleAfter <= 0 {
 		cfg.SettleAfter = DefaultSettleAfter
 	}
+	for _, l := range cfg.Layers {
+		if !l.IsLayer() {
+			return nil, fmt.Errorf("configured layer %s is not of the layer role", l)
+		}
+	}
 	m := &Model{cfg: cfg}
 	m.reset()
 	return m, nil
@@ -161,6 +170,8 @@ func (m *Model) Normalise(o *Observation) error {
 		return fmt.Errorf("%w: no revision", ErrInvalid)
 	case o.Emitter.Kind == "" || o.Emitter.Namespace == "" || o.Emitter.Name == "":
 		return fmt.Errorf("%w: no emitter", ErrInvalid)
+	case o.Emitter.Role != RoleLayer && o.Emitter.Role != RoleSource:
+		return fmt.Errorf("%w: emitter %s has no role", ErrInvalid, o.Emitter)
 	case o.At.IsZero():
 		return fmt.Errorf("%w: no time", ErrInvalid)
 	case o.Signal == 0 || o.Signal > SignalSuspended:
@@ -185,7 +196,20 @@ func (m *Model) Normalise(o *Observation) error {
 // storing those fails, Unmail them.
 func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 	m.reset()
+	role := func(e *Emitter) error {
+		if e.Role == 0 && m.cfg.RoleOf != nil {
+			e.Role = m.cfg.RoleOf(e.Kind)
+		}
+		if e.Role == 0 {
+			return fmt.Errorf("stored emitter %s has no role (Config.RoleOf)", e)
+		}
+		return nil
+	}
+	var floorErr error
 	err := s.Load(func(ek EvidenceKey, ev *Evidence) error {
+		if err := role(&ek.Emitter); err != nil {
+			return err
+		}
 		for i := range ev.Failures {
 			if f := &ev.Failures[i]; f.Class == FailureOther && m.cfg.ClassOf != nil {
 				f.Class = m.cfg.ClassOf(f.Reason)
@@ -197,8 +221,15 @@ func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 		m.nextSeq = max(m.nextSeq, ek.Seq+1)
 		return nil
 	}, func(key string) { m.mailed[key] = struct{}{} }, func(fk FloorKey, f Floor) {
+		if err := role(&fk.Emitter); err != nil {
+			floorErr = err
+			return
+		}
 		m.cluster(fk.Cluster).floors[fk.Emitter] = logEntry{f.First, f.Hash}
 	})
+	if err == nil {
+		err = floorErr
+	}
 	if err != nil {
 		m.reset()
 		return nil, fmt.Errorf("load state: %w", err)

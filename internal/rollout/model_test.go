@@ -14,7 +14,7 @@ var mt0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func obsAt(sec int, sig Signal, reason, msg string) Observation {
 	return Observation{
-		Cluster: "prod", Emitter: Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "apps"},
+		Cluster: "prod", Emitter: Emitter{Role: RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"},
 		Revision: "main@sha1:abc", Hash: "abc", At: mt0.Add(time.Duration(sec) * time.Second),
 		Signal: sig, Reason: reason, Message: msg,
 	}
@@ -91,7 +91,7 @@ func TestDueMails(t *testing.T) {
 		{Kind: "ConfigMap", Namespace: "apps", Name: "a"}, {Kind: "Secret", Namespace: "apps", Name: "b"}}}
 	health := FailureView{Layer: "flux-system/platform", Class: FailureHealth, Reason: "HealthCheckFailed"}
 	var routes routing
-	routes.add(Emitter{Kind: KindLayer, Namespace: "flux-system", Name: "apps"}, []string{"apps@x"})
+	routes.add(Emitter{Role: RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"}, []string{"apps@x"})
 	for _, c := range []struct {
 		name   string
 		v      *View

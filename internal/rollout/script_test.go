@@ -285,7 +285,7 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 	o := rollout.Observation{Revision: "main@sha1:" + scriptHash(f[1]), Hash: scriptHash(f[1]),
 		At: scriptT0.Add(time.Duration(atoi(t, sec)) * time.Second)}
 	if name, ok := strings.CutPrefix(f[0], "git:"); ok {
-		o.Emitter = rollout.Emitter{Kind: "GitRepository", Namespace: "flux-system", Name: name}
+		o.Emitter = ingest.Emitter("GitRepository", "flux-system", name)
 	} else {
 		o.Emitter = layerOf(f[0])
 	}
@@ -338,7 +338,7 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 }
 
 func layerOf(name string) rollout.Emitter {
-	return rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: name}
+	return ingest.Layer("flux-system", name)
 }
 
 // labelOf is the label whose hash a revision names, among R0 to R9 and

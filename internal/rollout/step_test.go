@@ -51,7 +51,7 @@ func (s *memStore) Load(evidence func(EvidenceKey, *Evidence) error, mailed func
 
 func stepObs(layer, hash string, sec int, sig Signal) Observation {
 	return Observation{
-		Cluster: "prod", Emitter: Emitter{Kind: KindLayer, Namespace: "flux-system", Name: layer},
+		Cluster: "prod", Emitter: Emitter{Role: RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: layer},
 		Revision: "main@sha1:" + hash, Hash: hash, At: mt0.Add(time.Duration(sec) * time.Second), Signal: sig,
 		Reason: sig.String(), Message: sig.String(),
 	}
@@ -84,7 +84,7 @@ func summarise(c *Change) stepResult {
 
 func TestModelSteps(t *testing.T) {
 	cfg := Config{
-		Layers:     []Emitter{{KindLayer, "flux-system", "infra"}, {KindLayer, "flux-system", "apps"}},
+		Layers:     []Emitter{{RoleLayer, "Kustomization", "flux-system", "infra"}, {RoleLayer, "Kustomization", "flux-system", "apps"}},
 		StuckAfter: 10 * time.Minute, SettleAfter: time.Minute, MailTo: []string{"ops@x"}, Verify: true,
 	}
 	type step struct {

@@ -88,16 +88,16 @@ func BenchmarkEvidence(b *testing.B) {
 		Succeeded:    &rollout.Mark{At: at.Add(time.Minute), Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s"},
 		HealthPassed: at.Add(30 * time.Second)}
 	js, _ := json.Marshal(ev)
-	rec := encodeEvidence(ev)
+	rec := encodeEvidence(rollout.RoleLayer, ev)
 	for _, c := range []struct {
 		name string
 		f    func() error
 		size int
 	}{
-		{"encode/binary", func() error { encodeEvidence(ev); return nil }, len(rec)},
+		{"encode/binary", func() error { encodeEvidence(rollout.RoleLayer, ev); return nil }, len(rec)},
 		{"encode/json", func() error { _, err := json.Marshal(ev); return err }, len(js)},
-		{"decode/binary", func() error { _, err := decodeEvidence(rec); return err }, len(rec)},
-		{"decode/json", func() error { _, err := decodeEvidence(js); return err }, len(js)},
+		{"decode/binary", func() error { _, _, err := decodeEvidence(rec); return err }, len(rec)},
+		{"decode/json", func() error { _, _, err := decodeEvidence(js); return err }, len(js)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()

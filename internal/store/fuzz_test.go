@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // FuzzDecodeEvidence: whatever bytes an evidence record holds (a disk's
@@ -12,21 +14,24 @@ import (
 // returns encodes to a record that reads back the same.
 func FuzzDecodeEvidence(f *testing.F) {
 	ev := sampleEvidence()
-	f.Add(encodeEvidence(ev))
+	f.Add(encodeEvidence(rollout.RoleLayer, ev))
 	js, _ := json.Marshal(ev)
 	f.Add(js)
 	f.Add([]byte{evidenceVersion})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ev, err := decodeEvidence(b)
+		ev, role, err := decodeEvidence(b)
 		if err != nil {
 			return
 		}
-		rec := encodeEvidence(ev)
-		back, err := decodeEvidence(rec)
+		rec := encodeEvidence(role, ev)
+		back, backRole, err := decodeEvidence(rec)
 		if err != nil {
 			t.Fatalf("re-encoded record does not decode: %v", err)
 		}
-		if again := encodeEvidence(back); !bytes.Equal(again, rec) {
+		if backRole != role {
+			t.Fatalf("role %d read back as %d", role, backRole)
+		}
+		if again := encodeEvidence(backRole, back); !bytes.Equal(again, rec) {
 			t.Fatalf("record changed on a second round trip:\n%q\n%q", rec, again)
 		}
 	})

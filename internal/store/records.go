@@ -405,15 +405,26 @@ func parseFloorKey(b []byte) (rollout.FloorKey, error) {
 	return rollout.FloorKey{Cluster: string(p[0]), Emitter: rollout.Emitter{Kind: string(p[1]), Namespace: string(p[2]), Name: string(p[3])}}, nil
 }
 
-func floorValue(f rollout.Floor) []byte {
-	return append(binary.BigEndian.AppendUint64(nil, uint64(f.First.UnixNano())), f.Hash...)
+// Since schema 6 the emitter's role follows the time, a byte below any hex
+// digit, which tells it from the hash that followed the time before.
+func floorValue(role rollout.Role, f rollout.Floor) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(f.First.UnixNano()))
+	return append(append(b, byte(role)), f.Hash...)
 }
 
-func parseFloorValue(b []byte) (rollout.Floor, error) {
+// parseFloorValue reads a floor, and the role of its emitter (0 in floors
+// before schema 6).
+func parseFloorValue(b []byte) (rollout.Floor, rollout.Role, error) {
 	if len(b) < 8 {
-		return rollout.Floor{}, fmt.Errorf("malformed floor %q", b)
+		return rollout.Floor{}, 0, fmt.Errorf("malformed floor %q", b)
 	}
-	return rollout.Floor{First: time.Unix(0, int64(binary.BigEndian.Uint64(b[:8]))).UTC(), Hash: string(b[8:])}, nil
+	f := rollout.Floor{First: time.Unix(0, int64(binary.BigEndian.Uint64(b[:8]))).UTC()}
+	rest, role := b[8:], rollout.Role(0)
+	if len(rest) > 0 && rest[0] < '0' {
+		role, rest = rollout.Role(rest[0]), rest[1:]
+	}
+	f.Hash = string(rest)
+	return f, role, nil
 }
 
 // Evidence keys are the rollout's sequence number (16 hex digits, so byte
@@ -454,12 +465,18 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // the time JSON did, and it is about half the size. The first byte is the
 // record's version; a record that starts with '{' is the JSON of schema 4
 // and before, still read. 2 added each failure's class; the model classes
-// the failures of records before when it loads them (Config.ClassOf).
-const evidenceVersion = 2
+// the failures of records before when it loads them (Config.ClassOf). 3
+// added the emitter's role, which its key does not say (the key's bytes
+// stay those of the records before, so that they are found and deleted);
+// the model gives a role to the emitters of records before
+// (Config.RoleOf).
+const evidenceVersion = 3
 
-func encodeEvidence(ev *rollout.Evidence) []byte {
+// encodeEvidence is the record of ev, evidence of an emitter of role.
+func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
 	w := &recordWriter{b: make([]byte, 0, evidenceSize(ev))}
 	w.byte(evidenceVersion)
+	w.byte(byte(role))
 	for _, s := range []string{ev.Revision, ev.Origin, ev.OriginHash, ev.Subject} {
 		w.string(s)
 	}
@@ -552,18 +569,24 @@ func (w *recordWriter) markFields(m rollout.Mark) {
 	w.string(m.Message)
 }
 
-func decodeEvidence(b []byte) (*rollout.Evidence, error) {
+// decodeEvidence reads an evidence record, and the role of its emitter
+// (0 in records before version 3).
+func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 	ev := new(rollout.Evidence)
 	if len(b) > 0 && b[0] == '{' {
 		if err := json.Unmarshal(b, ev); err != nil {
-			return nil, fmt.Errorf("decode evidence: %w", err)
+			return nil, 0, fmt.Errorf("decode evidence: %w", err)
 		}
-		return ev, nil
+		return ev, 0, nil
 	}
 	r := &recordReader{b: string(b), own: true}
 	ver := r.byte()
 	if (ver < 1 || ver > evidenceVersion) && r.err == nil {
-		return nil, fmt.Errorf("evidence of record version %d, this binary reads 1 to %d", ver, evidenceVersion)
+		return nil, 0, fmt.Errorf("evidence of record version %d, this binary reads 1 to %d", ver, evidenceVersion)
+	}
+	var role rollout.Role
+	if ver >= 3 {
+		role = rollout.Role(r.byte())
 	}
 	for _, s := range []*string{&ev.Revision, &ev.Origin, &ev.OriginHash, &ev.Subject} {
 		*s = r.string()
@@ -592,9 +615,9 @@ func decodeEvidence(b []byte) (*rollout.Evidence, error) {
 		r.err = fmt.Errorf("%d bytes left over", len(r.b))
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("decode evidence: %w", r.err)
+		return nil, 0, fmt.Errorf("decode evidence: %w", r.err)
 	}
-	return ev, nil
+	return ev, role, nil
 }
 
 func (r *recordReader) mark() *rollout.Mark {

@@ -25,7 +25,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func sampleBatch() *rollout.Batch {
-	layer := rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: "apps"}
+	layer := rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"}
 	key := rollout.Key{Cluster: "prod", Hash: strings.Repeat("ab", 20)}
 	done := at.Add(90 * time.Second)
 	ev := &rollout.Evidence{
@@ -95,11 +95,11 @@ func dump(t *testing.T, d *DB) string {
 					return nil
 				}
 				if bytes.Equal(name, bucketEvidence) {
-					ev, err := decodeEvidence(v)
+					ev, _, err := decodeEvidence(v)
 					if err != nil {
 						return err
 					}
-					if !bytes.Equal(encodeEvidence(ev), v) {
+					if !bytes.Equal(encodeEvidence(rollout.RoleLayer, ev), v) {
 						return fmt.Errorf("evidence record does not re-encode to the same bytes")
 					}
 					js, err := json.Marshal(ev)
@@ -298,8 +298,8 @@ func TestEvidenceRecords(t *testing.T) {
 		Progress: &rollout.Mark{At: at, Signal: rollout.SignalWaiting, Reason: "DependencyNotReady", Message: "dependency 'flux-system/infra' is not ready"}}
 	for name, ev := range map[string]*rollout.Evidence{"full": sampleEvidence(), "empty lists": empty, "oci": oci, "zero": {}} {
 		t.Run(name, func(t *testing.T) {
-			rec := encodeEvidence(ev)
-			got, err := decodeEvidence(rec)
+			rec := encodeEvidence(rollout.RoleLayer, ev)
+			got, _, err := decodeEvidence(rec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +307,7 @@ func TestEvidenceRecords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := decodeEvidence(js)
+			want, _, err := decodeEvidence(js)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -328,16 +328,16 @@ func TestEvidenceRecords(t *testing.T) {
 // byte too many, is an error, never a panic or evidence with fields
 // missing.
 func TestTruncatedEvidenceRecords(t *testing.T) {
-	rec := encodeEvidence(sampleEvidence())
+	rec := encodeEvidence(rollout.RoleLayer, sampleEvidence())
 	for n := range len(rec) {
-		if got, err := decodeEvidence(rec[:n]); err == nil {
+		if got, _, err := decodeEvidence(rec[:n]); err == nil {
 			t.Fatalf("record cut at %d of %d bytes decoded as %+v", n, len(rec), got)
 		}
 	}
-	if got, err := decodeEvidence(append(rec, 0)); err == nil {
+	if got, _, err := decodeEvidence(append(rec, 0)); err == nil {
 		t.Fatalf("record with a byte too many decoded as %+v", got)
 	}
-	if got, err := decodeEvidence(append([]byte{evidenceVersion + 1}, rec[1:]...)); err == nil {
+	if got, _, err := decodeEvidence(append([]byte{evidenceVersion + 1}, rec[1:]...)); err == nil {
 		t.Fatalf("record of a later version decoded as %+v", got)
 	}
 }

@@ -41,9 +41,13 @@ func TestRecordsRoundTripEveryField(t *testing.T) {
 
 		var ev rollout.Evidence
 		f.fill(reflect.ValueOf(&ev).Elem())
-		back, err := decodeEvidence(encodeEvidence(&ev))
+		role := rollout.Role(1 + seed%2)
+		back, backRole, err := decodeEvidence(encodeEvidence(role, &ev))
 		if err != nil {
 			t.Fatalf("seed %d: decode evidence: %v", seed, err)
+		}
+		if backRole != role {
+			t.Fatalf("seed %d: role %d read back as %d", seed, role, backRole)
 		}
 		if !reflect.DeepEqual(back, &ev) {
 			t.Fatalf("seed %d: the evidence record does not round-trip:\n got %+v\nwant %+v", seed, back, &ev)
@@ -167,8 +171,8 @@ func (f recordFiller) fill(v reflect.Value) {
 
 // TestRecordsOfSchema5 reads the records a schema 5 binary wrote for
 // sampleBatch (testdata/records-schema5.golden: evidence of version 1,
-// settled of version 2, outbox and mail log as JSON) back as what was
-// committed.
+// settled of version 2, outbox and mail log as JSON, floors without the
+// emitter's role) back as what was committed.
 func TestRecordsOfSchema5(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("testdata", "records-schema5.golden"))
 	if err != nil {
@@ -192,7 +196,7 @@ func TestRecordsOfSchema5(t *testing.T) {
 		}
 		switch bucket {
 		case "evidence":
-			ev, err := decodeEvidence([]byte(val))
+			ev, _, err := decodeEvidence([]byte(val))
 			for _, want := range batch.Puts {
 				if err != nil || !reflect.DeepEqual(ev, want) {
 					t.Errorf("version 1 evidence read as %+v (%v), want %+v", ev, err, want)
@@ -212,6 +216,13 @@ func TestRecordsOfSchema5(t *testing.T) {
 			if err != nil || q.Seq != 1 || !reflect.DeepEqual(q.Mail, batch.Mails[0]) || !q.Enqueued.Equal(at) {
 				t.Errorf("JSON outbox record read as %+v (%v)", q, err)
 			}
+		case "floors":
+			f, role, err := parseFloorValue([]byte(val))
+			for fk, want := range batch.Floors {
+				if err != nil || role != 0 || f != want || floorKey(fk) == nil {
+					t.Errorf("floor of schema 5 read as %+v, role %d (%v), want %+v", f, role, err, want)
+				}
+			}
 		case "maillog":
 			st, err := decodeMailStatus([]byte(val))
 			if err != nil || st.Kind != rollout.MailApplying || st.State != rollout.MailWaiting || st.To != "dev@example.com" {
@@ -222,7 +233,7 @@ func TestRecordsOfSchema5(t *testing.T) {
 		}
 		seen[bucket] = true
 	}
-	if len(seen) != 4 {
+	if len(seen) != 5 {
 		t.Fatalf("read %v of the schema 5 records", seen)
 	}
 }

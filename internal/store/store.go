@@ -43,7 +43,8 @@ var (
 // evidence), which a schema 3 binary cannot read, and the mail log; 5
 // binary evidence records, which a schema 4 binary would take for broken
 // JSON; 6 binary outbox, dead-letter and mail-log records, which a schema
-// 5 binary would take for broken JSON. Older files are upgraded in place (their evidence and settled
+// 5 binary would take for broken JSON, and the emitter's role in evidence
+// records and floors, which it would misread. Older files are upgraded in place (their evidence and settled
 // records are read as they are, JSON evidence too, rewritten as the
 // rollouts change), and the engine settles what it can at its first start.
 const schema = "6"
@@ -256,10 +257,11 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 		if err != nil {
 			return err
 		}
-		ev, err := decodeEvidence(v)
+		ev, role, err := decodeEvidence(v)
 		if err != nil {
 			return fmt.Errorf("%q: %w", k, err)
 		}
+		ek.Emitter.Role = role
 		return evidence(ek, ev)
 	}
 	return d.db.View(func(tx *bolt.Tx) error {
@@ -288,10 +290,11 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 			if err != nil {
 				return err
 			}
-			f, err := parseFloorValue(v)
+			f, role, err := parseFloorValue(v)
 			if err != nil {
 				return err
 			}
+			fk.Emitter.Role = role
 			floor(fk, f)
 			return nil
 		})
@@ -315,7 +318,7 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	// Encode outside the lock.
 	puts := make(map[string][]byte, len(b.Puts))
 	for ek, ev := range b.Puts {
-		puts[string(encodeKey(ek))] = encodeEvidence(ev)
+		puts[string(encodeKey(ek))] = encodeEvidence(ek.Emitter.Role, ev)
 	}
 	deletes := make([]string, len(b.Deletes))
 	for i, ek := range b.Deletes {
@@ -433,7 +436,7 @@ func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rol
 	}
 	fb := tx.Bucket(bucketFloors)
 	for fk, f := range floors {
-		if err := fb.Put(floorKey(fk), floorValue(f)); err != nil {
+		if err := fb.Put(floorKey(fk), floorValue(fk.Emitter.Role, f)); err != nil {
 			return err
 		}
 	}

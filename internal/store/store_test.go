@@ -14,6 +14,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -73,7 +74,10 @@ func testUpgrade(t *testing.T, from string) {
 	}
 	// The clock and configuration the v1 views were computed with.
 	now := time.Date(2026, 11, 30, 14, 49, 0, 0, time.UTC)
-	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"dev@example.com"}}
+	// The records before schema 6 name an emitter's kind, not its role:
+	// the service gives it from the kind, as here.
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"dev@example.com"},
+		RoleOf: ingest.RoleOf}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	outbox := -1
 	for run := range 2 {

@@ -18,7 +18,7 @@ var walT0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 func evKey(i int) rollout.EvidenceKey {
 	return rollout.EvidenceKey{
 		Key: rollout.Key{Cluster: "prod", Hash: "abababababababababababababababababababab"}, Seq: 1,
-		Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: "layer-" + strconv.Itoa(i)},
+		Emitter: rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "layer-" + strconv.Itoa(i)},
 	}
 }
 
@@ -230,7 +230,7 @@ type rolling struct {
 func (r *rolling) key(i int) rollout.EvidenceKey {
 	seq := uint64(i / r.width)
 	return rollout.EvidenceKey{Key: rollout.Key{Cluster: "prod", Hash: fmt.Sprintf("%040x", seq)}, Seq: seq,
-		Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: fmt.Sprintf("tenant-%04d", i%r.width)}}
+		Emitter: rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: fmt.Sprintf("tenant-%04d", i%r.width)}}
 }
 
 func (r *rolling) batch(n int) *rollout.Batch {

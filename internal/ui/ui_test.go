@@ -107,7 +107,7 @@ var liveHash = strings.Repeat("5e", 20)
 // succeed submits that layer's success on liveHash, sec seconds into it.
 func (v *env) succeed(layer string, sec int) {
 	v.t.Helper()
-	o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Kind: rollout.KindLayer, Namespace: "flux-system", Name: layer},
+	o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: layer},
 		Revision: "main@sha1:" + liveHash, Hash: liveHash, At: t0.Add(50*time.Minute + time.Duration(sec)*time.Second),
 		Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished"}
 	if err := v.e.Submit(context.Background(), o); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -61,7 +62,7 @@ func ExampleObservations(t0 time.Time) []rollout.Observation {
 	add := func(label, kind, name string, sec int, sig rollout.Signal, reason, msg string) *rollout.Observation {
 		r, h := rev(label)
 		out = append(out, rollout.Observation{
-			Cluster: "prod", Emitter: rollout.Emitter{Kind: kind, Namespace: "flux-system", Name: name},
+			Cluster: "prod", Emitter: ingest.Emitter(kind, "flux-system", name),
 			Revision: r, Hash: h, At: t0.Add(time.Duration(sec) * time.Second), Signal: sig, Reason: reason, Message: msg,
 		})
 		if sig == rollout.SignalFailed {
@@ -69,7 +70,7 @@ func ExampleObservations(t0 time.Time) []rollout.Observation {
 		}
 		return &out[len(out)-1]
 	}
-	ks := rollout.KindLayer
+	ks := flux.KindKustomization
 	layers := []string{"infra", "platform", "apps"}
 	rollout1 := func(label, subject string, sec int) {
 		add(label, "GitRepository", "flux-system", sec, rollout.SignalArtifact, "NewArtifact",
