@@ -196,18 +196,19 @@ func (m *Model) Normalise(o *Observation) error {
 // storing those fails, Unmail them.
 func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 	m.reset()
-	role := func(e *Emitter) error {
+	role := func(e Emitter) (Role, error) {
 		if e.Role == 0 && m.cfg.RoleOf != nil {
 			e.Role = m.cfg.RoleOf(e.Kind)
 		}
 		if e.Role == 0 {
-			return fmt.Errorf("stored emitter %s has no role (Config.RoleOf)", e)
+			return 0, fmt.Errorf("stored emitter %s has no role (Config.RoleOf)", e)
 		}
-		return nil
+		return e.Role, nil
 	}
 	var floorErr error
 	err := s.Load(func(ek EvidenceKey, ev *Evidence) error {
-		if err := role(&ek.Emitter); err != nil {
+		var err error
+		if ek.Emitter.Role, err = role(ek.Emitter); err != nil {
 			return err
 		}
 		for i := range ev.Failures {
@@ -221,7 +222,8 @@ func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 		m.nextSeq = max(m.nextSeq, ek.Seq+1)
 		return nil
 	}, func(key string) { m.mailed[key] = struct{}{} }, func(fk FloorKey, f Floor) {
-		if err := role(&fk.Emitter); err != nil {
+		var err error
+		if fk.Emitter.Role, err = role(fk.Emitter); err != nil {
 			floorErr = err
 			return
 		}
