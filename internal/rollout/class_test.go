@@ -60,3 +60,33 @@ func TestLoadClassesStoredFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadRefusesEmittersWithoutRole: a stored emitter with no role that
+// Config.RoleOf can give, or an unknown one, fails the load: a layer taken
+// for no layer would drop out of what rollouts expect.
+func TestLoadRefusesEmittersWithoutRole(t *testing.T) {
+	at := mt0.Add(time.Minute)
+	for _, tt := range []struct {
+		name    string
+		role    Role
+		roleOf  func(string) Role
+		wantErr bool
+	}{
+		{"a layer", RoleLayer, nil, false},
+		{"no role, none given", 0, nil, true},
+		{"no role, given from the kind", 0, func(string) Role { return RoleLayer }, false},
+		{"an unknown role", 7, nil, true},
+	} {
+		st := newMemStore()
+		em := Emitter{Role: tt.role, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"}
+		st.evidence[EvidenceKey{Key: Key{"prod", "abc"}, Seq: 1, Emitter: em}] = &Evidence{Revision: "main@sha1:abc", First: at, Last: at,
+			Succeeded: &Mark{At: at, Signal: SignalSucceeded}}
+		m, err := NewModel(Config{StuckAfter: time.Hour, RoleOf: tt.roleOf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Load(st, at); (err != nil) != tt.wantErr {
+			t.Errorf("%s: load error %v, want one: %v", tt.name, err, tt.wantErr)
+		}
+	}
+}

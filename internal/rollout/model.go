@@ -200,8 +200,8 @@ func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 		if e.Role == 0 && m.cfg.RoleOf != nil {
 			e.Role = m.cfg.RoleOf(e.Kind)
 		}
-		if e.Role == 0 {
-			return 0, fmt.Errorf("stored emitter %s has no role (Config.RoleOf)", e)
+		if e.Role != RoleLayer && e.Role != RoleSource {
+			return 0, fmt.Errorf("stored emitter %s has no role (Config.RoleOf) or an unknown one (%d)", e, e.Role)
 		}
 		return e.Role, nil
 	}
