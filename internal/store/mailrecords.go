@@ -29,6 +29,9 @@ func encodeQueued(q rollout.Queued) []byte {
 	w.object(m.Object)
 	w.bool(m.View != nil)
 	if m.View != nil {
+		// The view's own layout is the settled records': its version
+		// goes with it, so that a later layout still reads this one.
+		w.byte(settledVersion)
 		w.view(m.View)
 	}
 	w.bool(m.Blind != nil)
@@ -65,7 +68,11 @@ func decodeQueued(k, v []byte) (rollout.Queued, error) {
 		m.Kind = rollout.MailKind(kind)
 		m.Object = r.object()
 		if r.bool() {
-			m.View = r.view(settledVersion)
+			ver := r.byte()
+			if (ver < 1 || ver > settledVersion) && r.err == nil {
+				return q, fmt.Errorf("mail %x shows a view of record version %d, this binary reads 1 to %d", k, ver, settledVersion)
+			}
+			m.View = r.view(ver)
 		}
 		if r.bool() {
 			m.Blind = &rollout.Blind{Since: r.time(), Layers: int(r.uvarint()), Warning: r.string()}
@@ -133,14 +140,6 @@ func (r *recordReader) object() *rollout.Object {
 	}
 	r.fail("object")
 	return nil
-}
-
-// done is the read's error: the first one, or bytes left over.
-func (r *recordReader) done() error {
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%d bytes left over", len(r.b))
-	}
-	return r.err
 }
 
 // queuedJSON is the outbox and dead-letter record of schema 5 and before:

@@ -94,11 +94,8 @@ func (p *codec) decodeSettled(b []byte) (*rollout.View, error) {
 		return nil, fmt.Errorf("settled rollout of record version %d, this binary reads 1 to %d", ver, settledVersion)
 	}
 	v := r.view(ver)
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%d bytes left over", len(r.b))
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("decode settled rollout: %w", r.err)
+	if err := r.done(); err != nil {
+		return nil, fmt.Errorf("decode settled rollout: %w", err)
 	}
 	return v, nil
 }
@@ -256,6 +253,14 @@ type recordReader struct {
 	// revision and reasons the model shares with later evidence, would keep
 	// whole records of it alive.
 	own bool
+}
+
+// done is the read's error: the first one, or bytes left over.
+func (r *recordReader) done() error {
+	if r.err == nil && len(r.b) > 0 {
+		r.err = fmt.Errorf("%d bytes left over", len(r.b))
+	}
+	return r.err
 }
 
 func (r *recordReader) fail(what string) {
@@ -611,11 +616,8 @@ func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 	if r.bool() {
 		ev.Member = &rollout.Member{Mark: r.markFields(), DependsOn: r.strings()}
 	}
-	if r.err == nil && len(r.b) > 0 {
-		r.err = fmt.Errorf("%d bytes left over", len(r.b))
-	}
-	if r.err != nil {
-		return nil, 0, fmt.Errorf("decode evidence: %w", r.err)
+	if err := r.done(); err != nil {
+		return nil, 0, fmt.Errorf("decode evidence: %w", err)
 	}
 	return ev, role, nil
 }
