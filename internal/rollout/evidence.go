@@ -302,7 +302,8 @@ func (ev *Evidence) mergeFailure(o Observation) bool {
 	f := &ev.Failures[i]
 	changed := !found
 	if f.Class == FailureOther && o.Class != FailureOther {
-		// Evidence stored before failures had classes.
+		// A class over none, whatever came first: the fold stays
+		// commutative (ingest gives one reason one class).
 		f.Class, changed = o.Class, true
 	}
 	if o.At.Before(f.First) || o.At.Equal(f.First) && o.Message < f.Message {

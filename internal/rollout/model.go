@@ -100,7 +100,7 @@ type VerdictChange struct {
 // rollout, mailed for the key of every mail enqueued for one (pending,
 // sent or dead), and floor for every emitter's floor.
 type Loader interface {
-	Load(evidence func(EvidenceKey, *Evidence) error, mailed func(key string), floor func(FloorKey, Floor)) error
+	Load(evidence func(EvidenceKey, *Evidence) error, mailed func(key string), floor func(FloorKey, Floor) error) error
 }
 
 // Model holds every live rollout and decides on it: evidence merged in,
@@ -205,7 +205,6 @@ func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 		}
 		return e.Role, nil
 	}
-	var floorErr error
 	err := s.Load(func(ek EvidenceKey, ev *Evidence) error {
 		var err error
 		if ek.Emitter.Role, err = role(ek.Emitter); err != nil {
@@ -221,17 +220,14 @@ func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 		c.set(ek.Hash, ek.Emitter, ev, nil)
 		m.nextSeq = max(m.nextSeq, ek.Seq+1)
 		return nil
-	}, func(key string) { m.mailed[key] = struct{}{} }, func(fk FloorKey, f Floor) {
+	}, func(key string) { m.mailed[key] = struct{}{} }, func(fk FloorKey, f Floor) error {
 		var err error
 		if fk.Emitter.Role, err = role(fk.Emitter); err != nil {
-			floorErr = err
-			return
+			return err
 		}
 		m.cluster(fk.Cluster).floors[fk.Emitter] = logEntry{f.First, f.Hash}
+		return nil
 	})
-	if err == nil {
-		err = floorErr
-	}
 	if err != nil {
 		m.reset()
 		return nil, fmt.Errorf("load state: %w", err)

@@ -33,7 +33,7 @@ func (s *memStore) store(c *Change) {
 	maps.Copy(s.floors, c.Floors)
 }
 
-func (s *memStore) Load(evidence func(EvidenceKey, *Evidence) error, mailed func(string), floor func(FloorKey, Floor)) error {
+func (s *memStore) Load(evidence func(EvidenceKey, *Evidence) error, mailed func(string), floor func(FloorKey, Floor) error) error {
 	keys := slices.SortedFunc(maps.Keys(s.evidence), func(a, b EvidenceKey) int { return int(a.Seq) - int(b.Seq) })
 	for _, k := range keys {
 		if err := evidence(k, s.evidence[k].clone()); err != nil {
@@ -44,7 +44,9 @@ func (s *memStore) Load(evidence func(EvidenceKey, *Evidence) error, mailed func
 		mailed(k)
 	}
 	for k, f := range s.floors {
-		floor(k, f)
+		if err := floor(k, f); err != nil {
+			return err
+		}
 	}
 	return nil
 }

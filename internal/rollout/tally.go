@@ -82,7 +82,7 @@ func newTally(slots []slot, deps map[string][]string) *tally {
 			t.behind = append(t.behind, s.lv.Name)
 		}
 		if s.hasNext {
-			t.addNext(s.next)
+			addNext(t.nexts, s.next)
 		}
 	}
 	return t
@@ -145,7 +145,7 @@ func (t *tally) update(slots []slot, deps map[string][]string, i int, old *slot)
 			t.removeNext(old.next)
 		}
 		if s.hasNext {
-			t.addNext(s.next)
+			addNext(t.nexts, s.next)
 		}
 	}
 }
@@ -233,8 +233,6 @@ func flip(names []string, name string, in bool) []string {
 	}
 	return slices.Delete(slices.Clone(names), at, at+1)
 }
-
-func (t *tally) addNext(e logEntry) { addNext(t.nexts, e) }
 
 // addNext counts a layer that moved to e.hash at e.first.
 func addNext(nexts map[string]*earliest, e logEntry) {

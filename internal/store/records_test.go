@@ -153,7 +153,7 @@ func TestRecordsGolden(t *testing.T) {
 	floors := map[rollout.FloorKey]rollout.Floor{}
 	loaded = map[rollout.EvidenceKey]*rollout.Evidence{}
 	err = d.Load(func(k rollout.EvidenceKey, ev *rollout.Evidence) error { loaded[k] = ev; return nil },
-		func(k string) { mailed = append(mailed, k) }, func(k rollout.FloorKey, f rollout.Floor) { floors[k] = f })
+		func(k string) { mailed = append(mailed, k) }, func(k rollout.FloorKey, f rollout.Floor) error { floors[k] = f; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}

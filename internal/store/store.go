@@ -249,7 +249,7 @@ func (d *DB) Close() error {
 // for the key of every mail enqueued for them, and floor for every
 // emitter's floor. Settled rollouts are not loaded: they are read when
 // asked for.
-func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, mailed func(string), floor func(rollout.FloorKey, rollout.Floor)) error {
+func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, mailed func(string), floor func(rollout.FloorKey, rollout.Floor) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	decode := func(k, v []byte) error {
@@ -295,8 +295,7 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 				return err
 			}
 			fk.Emitter.Role = role
-			floor(fk, f)
-			return nil
+			return floor(fk, f)
 		})
 		if err != nil {
 			return err

@@ -45,7 +45,7 @@ func loaded(t *testing.T, d *DB) map[string]string {
 	err := d.Load(func(ek rollout.EvidenceKey, ev *rollout.Evidence) error {
 		out[ek.Emitter.Name] = ev.Revision
 		return nil
-	}, func(string) {}, func(rollout.FloorKey, rollout.Floor) {})
+	}, func(string) {}, func(rollout.FloorKey, rollout.Floor) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
