@@ -33,7 +33,7 @@ func waitCommand(ctx context.Context, args []string, getenv func(string) string,
 	timeout := f.Duration("timeout", "FDN_TIMEOUT", 15*time.Minute, "how long to wait for a terminal verdict")
 	cluster := f.String("cluster", "FDN_WAIT_CLUSTER", "", "the cluster, when the commit deploys to several; a comma list waits on each")
 	follow := f.Bool("follow-superseded", "FDN_FOLLOW_SUPERSEDED", false, "when superseded, wait for the newer revision and take its verdict")
-	attempts := f.Int("attempts", "FDN_ATTEMPTS", wait.MaxAttempts, "tries in a row when the service cannot be reached, 1 s apart, doubling")
+	attempts := f.Int("attempts", "FDN_ATTEMPTS", wait.DefaultAttempts, "tries in a row when the service cannot be reached, 1 s apart, doubling")
 	output := f.String("output", "FDN_OUTPUT", "text", "text, or json: the final verdicts as JSON on stdout (the rest on stderr)")
 	externalURL := f.String("external-url", "FDN_EXTERNAL_URL", "", "the service's URL as people reach it: the CI summary links each rollout's status page")
 	gitDir := f.String("git-dir", "FDN_GIT_DIR", "", "the repository holding the commit, to find the later revision it deployed in when it did not deploy on its own (default: the working directory's)")

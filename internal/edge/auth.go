@@ -96,7 +96,7 @@ func (a *Auth) Require(deny http.HandlerFunc) func(http.Handler) http.Handler {
 // that are not browsers.
 func Unauthorized(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="flux-deploy-notifier"`)
-	WriteJSON(w, http.StatusUnauthorized, Errorf(http.StatusUnauthorized, "", "this service requires Authorization: Bearer <verdict token>"))
+	Refuse(w, http.StatusUnauthorized, "", "this service requires Authorization: Bearer <verdict token>")
 }
 
 // Session is the value of a session cookie valid until expires.

@@ -7,7 +7,6 @@ package edge
 
 import (
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -27,12 +26,6 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
-
-// Errorf is an answer with status about field ("" when the request as a
-// whole is at fault).
-func Errorf(status int, field, format string, args ...any) *Error {
-	return &Error{Status: status, Field: field, Message: fmt.Sprintf(format, args...)}
-}
 
 // WriteError answers err: an *Error as it says, anything else as 500
 // "internal error", logged with its detail, which the client never sees.

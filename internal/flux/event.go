@@ -187,6 +187,8 @@ const (
 	ReasonReconciliationFailed    = meta.ReconciliationFailedReason
 	ReasonBuildFailed             = meta.BuildFailedReason
 	ReasonArtifactFailed          = meta.ArtifactFailedReason
+	ReasonInvalidCELExpression    = meta.InvalidCELExpressionReason
+	ReasonFeatureGateDisabled     = meta.FeatureGateDisabledReason
 	// kustomize-controller's for a denied cross-namespace reference.
 	ReasonAccessDenied = acl.AccessDeniedReason
 	// source-controller's event reason for a new artifact: no Flux API

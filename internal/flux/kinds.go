@@ -1,6 +1,8 @@
 package flux
 
 import (
+	"slices"
+
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -36,8 +38,9 @@ var sourceKinds = []SourceKind{
 	{KindBucket, sourcev1.GroupVersion.WithResource("buckets"), func() sourcev1.Source { return &sourcev1.Bucket{} }},
 }
 
-// SourceKinds are the kinds of source layers apply, in a fixed order.
-func SourceKinds() []SourceKind { return sourceKinds }
+// SourceKinds are the kinds of source layers apply, in a fixed order: a
+// copy, the table stays as it is.
+func SourceKinds() []SourceKind { return slices.Clone(sourceKinds) }
 
 // Source returns the source kind named kind; false when it is none.
 func Source(kind string) (SourceKind, bool) {

@@ -7,7 +7,6 @@ package ingest
 import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/fluxcd/pkg/apis/meta"
 )
 
 // Signal classifies what an event of a Kustomization or a source says
@@ -95,7 +94,7 @@ func FailureClass(reason string) rollout.FailureClass {
 		return rollout.FailureAccess
 	case flux.ReasonArtifactFailed:
 		return rollout.FailureArtifact
-	case meta.InvalidCELExpressionReason, meta.FeatureGateDisabledReason:
+	case flux.ReasonInvalidCELExpression, flux.ReasonFeatureGateDisabled:
 		return rollout.FailureConfig
 	}
 	return rollout.FailureOther

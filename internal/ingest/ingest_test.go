@@ -7,7 +7,6 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/fluxcd/pkg/apis/meta"
 )
 
 func TestSignal(t *testing.T) {
@@ -82,8 +81,8 @@ func TestFailureClass(t *testing.T) {
 		{flux.ReasonReconciliationFailed, rollout.FailureApply},
 		{flux.ReasonAccessDenied, rollout.FailureAccess},
 		{flux.ReasonArtifactFailed, rollout.FailureArtifact},
-		{meta.InvalidCELExpressionReason, rollout.FailureConfig},
-		{meta.FeatureGateDisabledReason, rollout.FailureConfig},
+		{flux.ReasonInvalidCELExpression, rollout.FailureConfig},
+		{flux.ReasonFeatureGateDisabled, rollout.FailureConfig},
 		{"SomethingNew", rollout.FailureOther},
 	} {
 		if got := FailureClass(tt.reason); got != tt.want {

@@ -36,11 +36,8 @@ const (
 
 func (c Code) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
-const (
-	maxPoll = 5 * time.Minute
-	// MaxAttempts is the default of Options.Attempts.
-	MaxAttempts = 5
-)
+// DefaultAttempts is the default of Options.Attempts.
+const DefaultAttempts = 5
 
 // verdictBody is what /verdict answers: a verdict, or an error.
 type verdictBody struct {
@@ -89,7 +86,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	waiters := make([]*waiter, len(o.Clusters))
 	for i, c := range o.Clusters {
 		waiters[i] = &waiter{base: strings.TrimRight(o.URL, "/"), token: o.Token, cluster: c, stderr: stderr, attempts: o.Attempts,
-			client: &http.Client{Timeout: maxPoll + 30*time.Second}, progress: progress}
+			client: &http.Client{Timeout: api.MaxWait + 30*time.Second}, progress: progress}
 		if git != nil {
 			waiters[i].skipped = &descendants{git: git, w: waiters[i]}
 		}
