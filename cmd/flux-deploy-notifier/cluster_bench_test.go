@@ -67,7 +67,7 @@ func BenchmarkServeClusterFleet(b *testing.B) {
 	if createErr != nil {
 		b.Fatal(createErr)
 	}
-	bin := buildBinary(b)
+	bin := buildBinary(b, false)
 
 	for b.Loop() {
 		cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--data-dir", b.TempDir(),

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,10 +27,17 @@ type child struct {
 	logs *syncbuf.Buffer // its stderr
 }
 
-func buildBinary(t testing.TB) string {
+// buildBinary builds the service; with verify (-tags fdn_verify), its
+// engine checks every view against a full evaluation after every batch,
+// as the tests want and a benchmark must not.
+func buildBinary(t testing.TB, verify bool) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flux-deploy-notifier")
-	out, err := exec.Command("go", "build", "-tags", "fdn_verify", "-o", bin, ".").CombinedOutput()
+	tags := ""
+	if verify {
+		tags = "fdn_verify"
+	}
+	out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -105,11 +113,18 @@ func TestAcknowledgedEventsSurviveSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the real binary")
 	}
-	bin := buildBinary(t)
+	bin := buildBinary(t, true)
 	dir := t.TempDir()
 	token := []byte("crash-token")
 	args := serviceArgs(t, dir, token)
 	first := startChild(t, bin, args...)
+	// The binary the tests build verifies every evaluation.
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(first.logs.String(), "verify_evaluation=true"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the fdn_verify build does not say it verifies:\n%s", first.logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	events := crashEvents(2000, 10)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}

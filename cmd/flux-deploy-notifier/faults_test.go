@@ -106,7 +106,7 @@ func TestDiskFull(t *testing.T) {
 			t.Errorf("umount: %v\n%s", err, out)
 		}
 	})
-	bin := buildBinary(t)
+	bin := buildBinary(t, true)
 	token := []byte("disk-token")
 	args := serviceArgs(t, mnt, token)
 	c := startChild(t, bin, args...)
@@ -225,7 +225,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the real binary")
 	}
-	bin := buildBinary(t)
+	bin := buildBinary(t, true)
 	dir := t.TempDir()
 	token := []byte("term-token")
 	args := serviceArgs(t, dir, token)

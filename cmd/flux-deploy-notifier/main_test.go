@@ -364,7 +364,7 @@ func TestRootsInsideTheBinary(t *testing.T) {
 // `set -e`, would otherwise stop on it (wait said "flag: help requested"
 // and exited 3, its code for trouble).
 func TestHelpExitsZero(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildBinary(t, false)
 	for _, args := range [][]string{{"-h"}, {"help"}, {"serve", "-h"}, {"sample", "-h"}, {"wait", "-h"}, {"wait", "--help"}, {"manifests", "-h"}} {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = []string{} // the FDN_* variables of the machine running the test stay out

@@ -182,7 +182,7 @@ func (s *service) listen(context.Context) error {
 	}
 	fmt.Fprintf(s.stdout, "flux-deploy-notifier listening on http://%s\n", s.ln.Addr())
 	s.log.Info("listening", "addr", s.ln.Addr().String(), "data_dir", s.c.dataDir, "layers", len(s.c.engine.Layers),
-		"stuck_after", s.c.engine.StuckAfter.String())
+		"stuck_after", s.c.engine.StuckAfter.String(), "verify_evaluation", s.c.engine.Verify)
 	return nil
 }
 
