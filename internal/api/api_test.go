@@ -347,6 +347,8 @@ func TestRolloutsSinceAndSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A source's revision is a rollout once a layer reports it.
+	e.observeAt(t, "tenant", "other", rollout.SignalProgressing, "", t0.Add(41*time.Minute))
 	hashes := func(query string) []string {
 		status, body := get(t, e.url+"/rollouts?"+query)
 		if status != 200 {

@@ -236,6 +236,24 @@ func (w *jsonWriter) layer(l rollout.LayerView) {
 		w.field("depends_on")
 		w.strs(l.DependsOn)
 	}
+	if len(l.Releases) > 0 {
+		w.field("releases")
+		list(w, l.Releases, w.release)
+	}
+	w.b = append(w.b, '}')
+}
+
+func (w *jsonWriter) release(rv rollout.ReleaseView) {
+	w.b = append(w.b, '{')
+	w.strField("kind", rv.Kind)
+	w.strField("namespace", rv.Namespace)
+	w.strField("name", rv.Name)
+	w.strField("state", string(rv.State))
+	w.strField("reason", rv.Reason)
+	w.strField("message", rv.Message)
+	w.field("at")
+	w.timePtr(rv.At)
+	w.timeField("since", rv.Since)
 	w.b = append(w.b, '}')
 }
 
@@ -250,6 +268,8 @@ func (w *jsonWriter) failures(fs []rollout.FailureView) {
 		w.strField("message", f.Message)
 		w.field("objects")
 		list(w, f.Objects, w.object)
+		w.optStr("release", f.Release)
+		w.optStr("remediation", f.Remediation)
 		w.timeField("at", f.At)
 		w.timeField("last_at", f.LastAt)
 		if f.AfterApplied {

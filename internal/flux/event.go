@@ -129,7 +129,7 @@ func (d *Decoded) validate() error {
 	}
 	if o.Kind != KindKustomization && !IsSource(o.Kind) {
 		// Other kinds (HelmRelease: chart versions) have their own revision
-		// forms; they are only counted.
+		// forms: kept as they are, never parsed as a source's.
 		return nil
 	}
 	if d.Revision != "" {
@@ -207,7 +207,9 @@ const (
 func ProgressReason(reason string) bool {
 	switch reason {
 	case "", ReasonProgressing, ReasonReconciliationSucceeded, ReasonDependencyNotReady,
-		ReasonHealthCheckCanceled, ReasonNewArtifact:
+		ReasonHealthCheckCanceled, ReasonNewArtifact,
+		ReasonInstallSucceeded, ReasonUpgradeSucceeded, ReasonTestSucceeded, ReasonRollbackSucceeded,
+		ReasonUninstallSucceeded, ReasonDriftDetected, ReasonDriftCorrected:
 		return true
 	}
 	return false

@@ -59,14 +59,14 @@ func IsSource(kind string) bool {
 }
 
 // otherKinds are the kinds notification-controller forwards events of
-// that this service counts but does not follow (yet): Helm's and the
-// image automation's.
-var otherKinds = []string{"HelmRelease", "HelmRepository", "HelmChart", "ImageRepository", "ImagePolicy", "ImageUpdateAutomation"}
+// that this service counts but does not follow: Helm's chart sources (a
+// HelmRelease's own events tell of its chart) and the image automation's.
+var otherKinds = []string{sourcev1.HelmRepositoryKind, sourcev1.HelmChartKind, "ImageRepository", "ImagePolicy", "ImageUpdateAutomation"}
 
 // KnownKind reports whether kind is one of Flux's this service knows: a
-// layer, a source, or a kind it counts events of.
+// layer, a source, a release, or a kind it counts events of.
 func KnownKind(kind string) bool {
-	if kind == KindKustomization || IsSource(kind) {
+	if kind == KindKustomization || IsSource(kind) || kind == KindHelmRelease {
 		return true
 	}
 	for _, k := range otherKinds {

@@ -25,11 +25,14 @@ func SourceOf(k *kustomizev1.Kustomization) rollout.Emitter {
 }
 
 // RoleOf is what an object of Flux's kind is to rollouts: a Kustomization
-// a layer, a source a source; 0 for the kinds this service does not follow.
+// a layer, a source a source, a HelmRelease a release inside a layer; 0
+// for the kinds this service does not follow.
 func RoleOf(kind string) rollout.Role {
 	switch {
 	case kind == flux.KindKustomization:
 		return rollout.RoleLayer
+	case kind == flux.KindHelmRelease:
+		return rollout.RoleRelease
 	case flux.IsSource(kind):
 		return rollout.RoleSource
 	}

@@ -20,6 +20,9 @@ func Signal(kind, reason, severity string) rollout.Signal {
 		}
 		return rollout.SignalArtifact
 	}
+	if kind == flux.KindHelmRelease {
+		return releaseSignal(reason, severity)
+	}
 	if kind != flux.KindKustomization {
 		return 0
 	}
@@ -37,24 +40,58 @@ func Signal(kind, reason, severity string) rollout.Signal {
 	}
 }
 
+// releaseSignal classes what a HelmRelease's event says of the release
+// of its latest spec: released (an install, upgrade or test succeeded),
+// failed, remediated (a rollback or uninstall after a failure: the
+// failure stands), or waiting on a dependency. Drift is the release's life
+// after its rollout: it does not judge one.
+func releaseSignal(reason, severity string) rollout.Signal {
+	switch reason {
+	case flux.ReasonInstallSucceeded, flux.ReasonUpgradeSucceeded, flux.ReasonTestSucceeded:
+		return rollout.SignalSucceeded
+	case flux.ReasonRollbackSucceeded, flux.ReasonUninstallSucceeded:
+		return rollout.SignalProgressing
+	case flux.ReasonDependencyNotReady:
+		return rollout.SignalWaiting
+	case flux.ReasonHealthCheckCanceled:
+		return rollout.SignalCanceled
+	case flux.ReasonDriftDetected, flux.ReasonDriftCorrected, flux.ReasonDriftCorrectionFailed:
+		return 0
+	}
+	if failing(reason) || severity == flux.SeverityError {
+		return rollout.SignalFailed
+	}
+	return 0
+}
+
 // Event translates a decoded event into an observation; false when the
-// event says nothing about a revision's progress.
+// event says nothing about a revision's progress. A release's event names
+// its chart's version, no revision of a source: the model gives it the
+// revision whose apply changed the release (a layer's Holds, which the
+// layer's Progressing event names).
 func Event(d flux.Decoded) (rollout.Observation, bool) {
 	kind := d.InvolvedObject.Kind
 	sig := Signal(kind, d.Reason, d.Severity)
-	if sig == 0 || d.Revision == "" {
+	release := kind == flux.KindHelmRelease
+	if sig == 0 || d.Revision == "" && !release {
 		return rollout.Observation{}, false
 	}
 	o := rollout.Observation{
-		Cluster:  d.Cluster,
-		Emitter:  Emitter(kind, d.InvolvedObject.Namespace, d.InvolvedObject.Name),
-		Revision: d.Rev.String(),
-		Hash:     d.Rev.Hash,
-		At:       d.At,
-		Signal:   sig,
-		Reason:   d.Reason,
-		Message:  d.Message,
-		MailTo:   d.MailTo,
+		Cluster: d.Cluster,
+		Emitter: Emitter(kind, d.InvolvedObject.Namespace, d.InvolvedObject.Name),
+		At:      d.At,
+		Signal:  sig,
+		Reason:  d.Reason,
+		Message: d.Message,
+		MailTo:  d.MailTo,
+	}
+	if !release {
+		o.Revision, o.Hash = d.Rev.String(), d.Rev.Hash
+	}
+	for _, c := range flux.ChangedObjects(d.Reason, d.Message, flux.KindHelmRelease) {
+		if kind == flux.KindKustomization {
+			o.Holds = append(o.Holds, Emitter(c.Kind, c.Namespace, c.Name))
+		}
 	}
 	if d.Origin != "" {
 		o.Origin, o.OriginHash = d.OriginRev.String(), d.OriginRev.Hash
@@ -94,8 +131,12 @@ func FailureClass(reason string) rollout.FailureClass {
 		return rollout.FailureAccess
 	case flux.ReasonArtifactFailed:
 		return rollout.FailureArtifact
-	case flux.ReasonInvalidCELExpression, flux.ReasonFeatureGateDisabled:
+	case flux.ReasonInvalidCELExpression, flux.ReasonFeatureGateDisabled, flux.ReasonValuesError:
 		return rollout.FailureConfig
+	case flux.ReasonInstallFailed, flux.ReasonUpgradeFailed, flux.ReasonRollbackFailed, flux.ReasonUninstallFailed:
+		return rollout.FailureRelease
+	case flux.ReasonTestFailed:
+		return rollout.FailureTest
 	}
 	return rollout.FailureOther
 }

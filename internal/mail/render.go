@@ -36,6 +36,10 @@ type Data struct {
 	Layer         string
 	Reason        string
 	Message       string
+	// Release is, on a failed mail, the release inside Layer that failed
+	// (Kind/namespace/name), and Remediation what helm-controller did next.
+	Release     string
+	Remediation string
 	Object        *rollout.Object
 	Layers        []LayerRow
 	Duration      string
@@ -174,8 +178,13 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		d.Duration = v.CompletedAt.Sub(v.FirstSeen).Round(time.Second).String()
 	}
 	for _, f := range v.Failures {
-		if f.Layer == m.Layer && f.Reason == m.Reason {
-			d.Message = trim(f.Message)
+		if f.Layer == m.Layer && f.Release == m.Release && f.Reason == m.Reason {
+			d.Message, d.Release, d.Remediation = trim(f.Message), f.Release, trim(f.Remediation)
+			if f.Release != "" {
+				// helm-controller's message is Helm's error, then its logs:
+				// the error's line says what failed (the page has the rest).
+				d.Message, _, _ = strings.Cut(d.Message, "\n")
+			}
 		}
 	}
 	if r.externalURL != "" {

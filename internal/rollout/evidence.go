@@ -74,10 +74,24 @@ type Role uint8
 const (
 	RoleSource Role = 1 // produces revisions
 	RoleLayer  Role = 2 // applies them: a rollout's expected layers are of this role
+	// RoleRelease is an object a layer applies that has its own rollout (a
+	// HelmRelease): its evidence tells no revision of its own, it belongs to
+	// the revision whose apply changed it (a layer's Holds), and that layer
+	// has applied the revision only once it is released.
+	RoleRelease Role = 3
 )
 
-// IsLayer reports whether the emitter is a layer rather than a source.
+// KnownRole reports whether r is one of the roles above.
+func KnownRole(r Role) bool { return r == RoleSource || r == RoleLayer || r == RoleRelease }
+
+// IsLayer reports whether the emitter is a layer.
 func (e Emitter) IsLayer() bool { return e.Role == RoleLayer }
+
+// IsSource reports whether the emitter is a source.
+func (e Emitter) IsSource() bool { return e.Role == RoleSource }
+
+// IsRelease reports whether the emitter is a release inside a layer.
+func (e Emitter) IsRelease() bool { return e.Role == RoleRelease }
 
 // Layer names a layer the way people and --layers do: namespace/name.
 func (e Emitter) Layer() string { return e.Namespace + "/" + e.Name }
@@ -118,6 +132,10 @@ const (
 	FailureAccess   FailureClass = "access"   // a cross-namespace reference was denied
 	FailureArtifact FailureClass = "artifact" // the source's artifact could not be fetched
 	FailureConfig   FailureClass = "config"   // the object's own spec cannot work (a CEL expression, a feature gate)
+	// A release's: its install, upgrade, rollback or uninstall failed, or
+	// its tests did.
+	FailureRelease FailureClass = "release"
+	FailureTest    FailureClass = "test"
 )
 
 // Observation is one fact about one emitter and one revision.
@@ -138,6 +156,9 @@ type Observation struct {
 	MailTo     []string     // recipients the event's Alert routes it to (eventMetadata mail_to)
 	DependsOn  []string     // with SignalExpected/Suspended: the layers this one depends on (ns/name)
 	Healthy    bool         // a progress event saying the health checks passed
+	// Holds, with a layer's progress, are the releases its apply of the
+	// revision created or changed: they belong to this revision on it.
+	Holds []Emitter
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters
@@ -197,6 +218,17 @@ type Evidence struct {
 	// Member is the cluster's latest word on whether this layer must apply
 	// this revision (SignalExpected or SignalSuspended), with its dependsOn.
 	Member *Member `json:"member,omitempty"`
+	// Holds are the releases the layer's apply of this revision created or
+	// changed, each with the earliest report naming it; sorted.
+	Holds []Hold `json:"holds,omitempty"`
+}
+
+// Hold is a release a layer's apply of a revision changed, and when the
+// layer first said so: the release's evidence after it, until the layer's
+// next apply that changes it, is about this revision.
+type Hold struct {
+	Release Emitter   `json:"release"`
+	At      time.Time `json:"at"`
 }
 
 // Member is a membership mark from cluster state.
@@ -230,6 +262,7 @@ func (ev *Evidence) clone() *Evidence {
 		c.Member = &m
 	}
 	c.MailTo = slices.Clone(ev.MailTo)
+	c.Holds = slices.Clone(ev.Holds)
 	c.Failures = make([]Failure, len(ev.Failures))
 	for i, f := range ev.Failures {
 		f.Objects = slices.Clone(f.Objects)
@@ -258,6 +291,15 @@ func (ev *Evidence) merge(o Observation) bool {
 	}
 	if ev.First.IsZero() || o.At.Before(ev.First) {
 		ev.First, changed = o.At, true
+	}
+	for _, rel := range o.Holds {
+		i, found := slices.BinarySearchFunc(ev.Holds, rel, func(h Hold, e Emitter) int { return compareEmitters(h.Release, e) })
+		switch {
+		case !found:
+			ev.Holds, changed = slices.Insert(ev.Holds, i, Hold{Release: rel, At: o.At}), true
+		case o.At.Before(ev.Holds[i].At):
+			ev.Holds[i].At, changed = o.At, true
+		}
 	}
 	if o.At.After(ev.Last) {
 		ev.Last, changed = o.At, true

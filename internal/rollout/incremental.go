@@ -157,7 +157,23 @@ func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Tim
 // change.
 func (c *cluster) patchAll(r *rolloutState, k *evalCache, ems map[Emitter]struct{}) ([]int, bool) {
 	var changed []int
+	var holders []Emitter
 	for e := range ems {
+		if e.IsRelease() {
+			// A release's evidence is read by the slots of the layers
+			// that hold it.
+			c.holders(r, e, func(l Emitter) { holders = append(holders, l) })
+		}
+	}
+	for _, l := range holders {
+		if _, ok := ems[l]; !ok {
+			ems[l] = struct{}{}
+		}
+	}
+	for e := range ems {
+		if e.IsRelease() {
+			continue
+		}
 		i, ok := c.patch(r, k, e)
 		if !ok {
 			return nil, false
@@ -230,7 +246,7 @@ func (c *cluster) unsilence(r *rolloutState) {
 func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) (int, bool) {
 	ev := r.ev[e]
 	if ev != nil {
-		if p := c.logs[e].before(r.position(e)); p != "" && !k.preds[p] {
+		if p := c.predecessor(r, e); p != "" && !k.preds[p] {
 			return -1, false
 		}
 	}

@@ -41,6 +41,7 @@ type cluster struct {
 	logs     map[Emitter]*emitterLog                // entries of live rollouts only
 	floors   map[Emitter]logEntry                   // newest settled entry of each log
 	silent   map[Emitter]map[*rolloutState]struct{} // rollouts expecting each layer without evidence on it
+	holds    map[Emitter][]holdEntry                // by release: the live holds of it, in order (attribute)
 
 	settleFrom logEntry // where the next settle pass goes on, zero: at the oldest
 
@@ -86,7 +87,7 @@ func (a logEntry) compare(b logEntry) int {
 
 func newCluster(name string) *cluster {
 	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}, floors: map[Emitter]logEntry{},
-		silent: map[Emitter]map[*rolloutState]struct{}{}, words: map[string]string{}}
+		silent: map[Emitter]map[*rolloutState]struct{}{}, holds: map[Emitter][]holdEntry{}, words: map[string]string{}}
 }
 
 // link counts, for each rollout, the rollouts whose entries follow its own
@@ -127,6 +128,10 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	e = c.share(r, lg, e, ev)
 	old := r.ev[e]
 	r.ev[e] = ev
+	if old == nil || !slices.Equal(old.Holds, ev.Holds) {
+		c.unhold(r, e, old)
+		c.hold(r, e, ev)
+	}
 	if r.first.IsZero() || ev.First.Before(r.first) {
 		if !r.first.IsZero() {
 			// Every silent layer's place moved, and so did r's in the
@@ -199,6 +204,7 @@ type folds struct {
 	origin, originHash string  // the smallest origin revision
 	source, subject    string  // the smallest source, its subject
 	known              bool    // the cluster marked a layer's membership
+	layered            bool    // a layer or a release has evidence: the rollout is one (read)
 	routes             routing // who the Alerts route mails to
 }
 
@@ -214,7 +220,7 @@ func (f *folds) add(e Emitter, ev *Evidence) (revChanged bool) {
 	if ev.OriginHash != "" && (f.originHash == "" || ev.OriginHash < f.originHash || ev.OriginHash == f.originHash && ev.Origin < f.origin) {
 		f.origin, f.originHash = ev.Origin, ev.OriginHash
 	}
-	if !e.IsLayer() {
+	if e.IsSource() {
 		if f.source == "" || e.String() < f.source {
 			f.source = e.String()
 		}
@@ -224,6 +230,9 @@ func (f *folds) add(e Emitter, ev *Evidence) (revChanged bool) {
 	}
 	if e.IsLayer() && ev.Member != nil {
 		f.known = true
+	}
+	if !e.IsSource() {
+		f.layered = true
 	}
 	f.routes.add(e, ev.MailTo)
 	return revChanged
@@ -309,6 +318,31 @@ func (c *cluster) silentBetween(e Emitter, lo, x logEntry, f func(*rolloutState)
 	}
 }
 
+// read reports whether r is a rollout people are told of: a layer (or a
+// release in one) has evidence on its revision, or a layer has reported a
+// revision of one of its sources before (while live, or settled since: only
+// such a source's revisions are ever published, and settle). A source no
+// layer reads (a HelmRelease's chart) makes no rollout of its own.
+func (c *cluster) read(r *rolloutState) bool {
+	if r.layered {
+		return true
+	}
+	for e := range r.ev {
+		if !e.IsSource() {
+			continue
+		}
+		if _, ok := c.floors[e]; ok {
+			return true
+		}
+		for _, x := range c.logs[e].revs {
+			if c.rollouts[x.hash].layered {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // drop forgets a rollout entirely.
 func (c *cluster) drop(hash string) {
 	r := c.rollouts[hash]
@@ -322,6 +356,7 @@ func (c *cluster) drop(hash string) {
 				delete(c.logs, e)
 			}
 		}
+		c.unhold(r, e, ev)
 	}
 	c.unsilence(r)
 	delete(c.rollouts, hash)

@@ -84,7 +84,13 @@ func (l Layers) patch(changed []int, at func(int) LayerView) Layers {
 
 func sameLayer(a, b LayerView) bool {
 	return a.Name == b.Name && a.State == b.State && a.Revision == b.Revision && a.Reason == b.Reason && a.Message == b.Message &&
-		sameTime(a.At, b.At) && sameTime(a.Since, b.Since) && sameTime(a.Healthy, b.Healthy) && slices.Equal(a.DependsOn, b.DependsOn)
+		sameTime(a.At, b.At) && sameTime(a.Since, b.Since) && sameTime(a.Healthy, b.Healthy) && slices.Equal(a.DependsOn, b.DependsOn) &&
+		slices.EqualFunc(a.Releases, b.Releases, sameRelease)
+}
+
+func sameRelease(a, b ReleaseView) bool {
+	return a.Kind == b.Kind && a.Namespace == b.Namespace && a.Name == b.Name && a.State == b.State && a.Reason == b.Reason &&
+		a.Message == b.Message && sameTime(a.At, b.At) && a.Since.Equal(b.Since)
 }
 
 func sameTime(a, b *time.Time) bool {

@@ -113,6 +113,8 @@ func TestSameLayerSeesEveryField(t *testing.T) {
 			f.Set(reflect.ValueOf(&later))
 		case []string:
 			f.Set(reflect.ValueOf([]string{"flux-system/platform"}))
+		case []ReleaseView:
+			f.Set(reflect.ValueOf([]ReleaseView{{Kind: "HelmRelease", Namespace: "apps", Name: "web", State: LayerPending, Since: at}}))
 		default:
 			t.Fatalf("field %s of type %s: teach this test (and sameLayer) to change it", typ.Field(i).Name, f.Type())
 		}

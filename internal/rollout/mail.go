@@ -24,10 +24,13 @@ type Mail struct {
 	Key    string // de-duplication: rollout, kind, layer/object where relevant, recipient
 	Kind   MailKind
 	To     string
-	Layer  string  // failed, prune-failed
-	Reason string  // failed
-	Object *Object // prune-failed
-	View   *View   // the rollout as it stood when the mail became due
+	Layer  string // failed, prune-failed
+	Reason string // failed
+	// Release is, on a failed mail, the release inside Layer whose failure
+	// it is (Kind/namespace/name).
+	Release string
+	Object  *Object // prune-failed
+	View    *View   // the rollout as it stood when the mail became due
 	// Blind is set, instead of View, on the "no events from Flux" mail.
 	Blind *Blind
 }
@@ -111,6 +114,10 @@ func dueMails(v *View, to []string, routes routing) []Mail {
 				add(Mail{Kind: MailPruneFailed, Layer: f.Layer, Object: &o}, rcpts,
 					f.Layer, o.Kind+"/"+o.Namespace+"/"+o.Name)
 			}
+			continue
+		}
+		if f.Release != "" {
+			add(Mail{Kind: MailFailed, Layer: f.Layer, Release: f.Release, Reason: f.Reason}, rcpts, f.Layer, f.Release, f.Reason)
 			continue
 		}
 		add(Mail{Kind: MailFailed, Layer: f.Layer, Reason: f.Reason}, rcpts, f.Layer, f.Reason)

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 )
 
@@ -166,12 +167,16 @@ func (m *Model) Normalise(o *Observation) error {
 		o.Cluster = m.cfg.DefaultCluster
 	}
 	switch {
-	case o.Hash == "" || o.Revision == "":
+	case (o.Hash == "" || o.Revision == "") && !o.Emitter.IsRelease():
+		// A release's evidence tells no revision: Apply gives it the one
+		// whose apply changed the release (attribute).
 		return fmt.Errorf("%w: no revision", ErrInvalid)
 	case o.Emitter.Kind == "" || o.Emitter.Namespace == "" || o.Emitter.Name == "":
 		return fmt.Errorf("%w: no emitter", ErrInvalid)
-	case o.Emitter.Role != RoleLayer && o.Emitter.Role != RoleSource:
+	case !KnownRole(o.Emitter.Role):
 		return fmt.Errorf("%w: emitter %s has no role", ErrInvalid, o.Emitter)
+	case len(o.Holds) > 0 && !o.Emitter.IsLayer():
+		return fmt.Errorf("%w: %s holds releases but is no layer", ErrInvalid, o.Emitter)
 	case o.At.IsZero():
 		return fmt.Errorf("%w: no time", ErrInvalid)
 	case o.Signal == 0 || o.Signal > SignalSuspended:
@@ -182,6 +187,11 @@ func (m *Model) Normalise(o *Observation) error {
 		// The store keeps times as Unix nanoseconds: outside these, the
 		// time read back after a restart would not be the one judged.
 		return fmt.Errorf("%w: time %s outside the years %d to %d", ErrInvalid, o.At.Format(time.RFC3339), minYear, maxYear)
+	}
+	for _, h := range o.Holds {
+		if !h.IsRelease() || h.Kind == "" || h.Namespace == "" || h.Name == "" {
+			return fmt.Errorf("%w: %s holds %s, which is no release", ErrInvalid, o.Emitter, h)
+		}
 	}
 	o.Message = truncate(o.Message, maxMessage)
 	for i := range o.Objects {
@@ -200,7 +210,7 @@ func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 		if e.Role == 0 && m.cfg.RoleOf != nil {
 			e.Role = m.cfg.RoleOf(e.Kind)
 		}
-		if e.Role != RoleLayer && e.Role != RoleSource {
+		if !KnownRole(e.Role) {
 			return 0, fmt.Errorf("stored emitter %s has no role (Config.RoleOf) or an unknown one (%d)", e, e.Role)
 		}
 		return e.Role, nil
@@ -266,7 +276,7 @@ func (m *Model) Unknown(batches [][]Observation) []Key {
 	for _, obs := range batches {
 		for i := range obs {
 			k := Key{obs[i].Cluster, obs[i].Hash}
-			if seen[k] {
+			if seen[k] || k.Hash == "" {
 				continue
 			}
 			seen[k] = true
@@ -280,57 +290,56 @@ func (m *Model) Unknown(batches [][]Observation) []Key {
 
 // Apply merges normalised observations into c's state and evaluates the
 // rollouts they change. Observations about settled rollouts (settled, from
-// the archive) or settled history (beforeFloor) are ignored. It returns
-// how many evidence records changed and how many observations were ignored.
+// the archive) or settled history (beforeFloor) are ignored. A release's
+// observation that names no revision is given the one whose apply changed
+// the release (attribute), once the batch's other observations are in:
+// a layer's report that it changed the release may come in the same batch.
+// It returns how many evidence records changed and how many observations
+// were ignored.
 func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, now time.Time) (learned, ignored int) {
 	if c.Puts == nil {
 		c.Puts = make(map[EvidenceKey]*Evidence)
 	}
 	// Emitters that have evidence on a rollout in this batch, by rollout.
 	inBatch := map[Key]map[Emitter]bool{}
+	var releases []*Observation
 	for _, obs := range batches {
 		for i := range obs {
 			o := &obs[i]
-			k := Key{o.Cluster, o.Hash}
-			if settled[k] {
-				ignored++
+			if o.Emitter.IsRelease() && o.Hash == "" {
+				releases = append(releases, o)
 				continue
 			}
-			cl := m.cluster(o.Cluster)
-			if cl.beforeFloor(o, inBatch[k][o.Emitter]) {
+			if !m.merge(c.Puts, o, inBatch, settled) {
 				ignored++
-				continue
-			}
-			if inBatch[k] == nil {
-				inBatch[k] = map[Emitter]bool{}
-			}
-			inBatch[k][o.Emitter] = true
-			r := cl.rollout(o.Hash, m.nextSeq)
-			if r.seq == m.nextSeq {
-				m.nextSeq++
-			}
-			ek := EvidenceKey{r.key, r.seq, o.Emitter}
-			ev, pending := c.Puts[ek]
-			if !pending {
-				ev = r.ev[o.Emitter].clone()
-			}
-			if ev.merge(*o) && !pending {
-				c.Puts[ek] = ev
 			}
 		}
-	}
-	if len(c.Puts) == 0 {
-		return 0, ignored
 	}
 	// Installed before evaluating, so the views (and the mails they make
 	// due) are computed from the state being committed.
 	dirty := dirtySet{}
 	visible := map[*rolloutState]bool{}
-	for ek, ev := range c.Puts {
-		cl := m.clusters[ek.Cluster]
-		if cl.set(ek.Hash, ek.Emitter, ev, dirty) {
-			visible[cl.rollouts[ek.Hash]] = true
+	m.install(c.Puts, dirty, visible)
+	if len(releases) > 0 {
+		late := map[EvidenceKey]*Evidence{}
+		for _, o := range releases {
+			cl := m.cluster(o.Cluster)
+			h, ok := cl.attribute(o)
+			if !ok {
+				ignored++ // no live revision changed it: about settled history, or none this service follows
+				continue
+			}
+			a := *o
+			a.Hash, a.Revision = h.hash, cl.rollouts[h.hash].ev[h.layer].Revision
+			if !m.merge(late, &a, inBatch, settled) {
+				ignored++
+			}
 		}
+		m.install(late, dirty, visible)
+		maps.Copy(c.Puts, late)
+	}
+	if len(c.Puts) == 0 {
+		return 0, ignored
 	}
 	// Once every entry of the batch is in the logs: the rollouts that read
 	// a changed one as their predecessor.
@@ -339,6 +348,46 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 	}
 	m.recompute(c, dirty, now)
 	return len(c.Puts), ignored
+}
+
+// merge folds o into the evidence pending in puts (taken from memory when
+// none is); false when o is ignored.
+func (m *Model) merge(puts map[EvidenceKey]*Evidence, o *Observation, inBatch map[Key]map[Emitter]bool, settled map[Key]bool) bool {
+	k := Key{o.Cluster, o.Hash}
+	if settled[k] {
+		return false
+	}
+	cl := m.cluster(o.Cluster)
+	if cl.beforeFloor(o, inBatch[k][o.Emitter]) {
+		return false
+	}
+	if inBatch[k] == nil {
+		inBatch[k] = map[Emitter]bool{}
+	}
+	inBatch[k][o.Emitter] = true
+	r := cl.rollout(o.Hash, m.nextSeq)
+	if r.seq == m.nextSeq {
+		m.nextSeq++
+	}
+	ek := EvidenceKey{r.key, r.seq, o.Emitter}
+	ev, pending := puts[ek]
+	if !pending {
+		ev = r.ev[o.Emitter].clone()
+	}
+	if ev.merge(*o) && !pending {
+		puts[ek] = ev
+	}
+	return true
+}
+
+// install puts pending evidence in the index, recording what it changes.
+func (m *Model) install(puts map[EvidenceKey]*Evidence, dirty dirtySet, visible map[*rolloutState]bool) {
+	for ek, ev := range puts {
+		cl := m.clusters[ek.Cluster]
+		if cl.set(ek.Hash, ek.Emitter, ev, dirty) {
+			visible[cl.rollouts[ek.Hash]] = true
+		}
+	}
 }
 
 func (m *Model) cluster(name string) *cluster {
@@ -356,7 +405,7 @@ func (m *Model) cluster(name string) *cluster {
 func (m *Model) recompute(c *Change, dirty dirtySet, now time.Time) {
 	for r, d := range dirty {
 		cl := m.clusters[r.key.Cluster]
-		if cl == nil || cl.rollouts[r.key.Hash] != r {
+		if cl == nil || cl.rollouts[r.key.Hash] != r || r.view == nil && !cl.read(r) {
 			continue
 		}
 		// Every recomputed view is republished: comparing it with the old
@@ -460,7 +509,7 @@ func (m *Model) CollectGarbage(c *Change, now time.Time) int {
 
 func (c *cluster) isCurrent(r *rolloutState) bool {
 	for em := range r.ev {
-		if c.logs[em].latest() == r.key.Hash {
+		if !em.IsRelease() && c.logs[em].latest() == r.key.Hash {
 			return true
 		}
 	}

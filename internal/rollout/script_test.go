@@ -40,9 +40,14 @@ import (
 // fresh (no revision R0 applied by infra, platform and apps before),
 // x3 (every observation delivered three times).
 //
-// Keys after the verdict: behind L,L; root L; by LABEL; late; from
+// "oci:NAME" is OCIRepository apps/NAME (a chart's source).
+// "hr:NAME - EVENT@SECOND" is an event of HelmRelease apps/NAME (ok is
+// UpgradeSucceeded, rollback RollbackSucceeded); a layer's holds=N+N names
+// the releases its report says it changed.
+//
+// Keys after the verdict (or "none": no rollout, no mail): behind L,L; root L; by LABEL; late; from
 // events|config|cluster; completed SECOND|none; layers N; state L=STATE,...; pending L=LABEL;
-// failures L:Reason[:after],...; subject words; source kind/ns/name;
+// failures L[>release]:Reason[:remedied][:after],...; releases L>release=STATE,...; subject words; source kind/ns/name;
 // terminal; mails a, b, ... where a mail is "kind [layer] [object]
 // [reason] to" as the outbox keys it, the layer's namespace and the
 // recipients' @example.com left out. Layers are named without
@@ -169,6 +174,17 @@ func runRule(t *testing.T, line string) {
 		t.Fatalf("want LABEL VERDICT first, got %q", asserts[0])
 	}
 	v := views[scriptHash(head[0])]
+	if head[1] == "none" {
+		if v != nil {
+			t.Fatalf("%s is a rollout: %s, %s", head[0], v.Verdict, v.Summary)
+		}
+		for _, m := range mails {
+			if m.View != nil && m.View.Hash == scriptHash(head[0]) {
+				t.Errorf("mail %s about %s", m.Kind, head[0])
+			}
+		}
+		return
+	}
 	if v == nil {
 		t.Fatalf("no rollout of %s", head[0])
 	}
@@ -235,6 +251,12 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 		var out []string
 		for _, f := range v.Failures {
 			s := short(f.Layer) + ":" + f.Reason
+			if f.Release != "" {
+				s = short(f.Layer) + ">" + f.Release[strings.LastIndexByte(f.Release, '/')+1:] + ":" + f.Reason
+			}
+			if f.Remediation != "" {
+				s += ":remedied"
+			}
 			for _, o := range f.Objects {
 				s += ":" + o.Kind + "/" + o.Namespace + "/" + o.Name
 			}
@@ -242,6 +264,14 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 				s += ":after"
 			}
 			out = append(out, s)
+		}
+		return strings.Join(out, ",")
+	case "releases":
+		var out []string
+		for _, l := range v.Layers.All() {
+			for _, rv := range l.Releases {
+				out = append(out, short(l.Name)+">"+rv.Name+"="+string(rv.State))
+			}
 		}
 		return strings.Join(out, ",")
 	case "subject":
@@ -257,6 +287,9 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 			s := string(m.Kind)
 			if m.Layer != "" {
 				s += " " + short(m.Layer)
+			}
+			if m.Release != "" {
+				s += ">" + m.Release[strings.LastIndexByte(m.Release, '/')+1:]
 			}
 			if o := m.Object; o != nil {
 				s += " " + o.Kind + "/" + o.Namespace + "/" + o.Name
@@ -284,13 +317,27 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 	}
 	o := rollout.Observation{Revision: "main@sha1:" + scriptHash(f[1]), Hash: scriptHash(f[1]),
 		At: scriptT0.Add(time.Duration(atoi(t, sec)) * time.Second)}
+	reason, msg := "", ""
 	if name, ok := strings.CutPrefix(f[0], "git:"); ok {
 		o.Emitter = ingest.Emitter("GitRepository", "flux-system", name)
+	} else if name, ok := strings.CutPrefix(f[0], "oci:"); ok {
+		o.Emitter = ingest.Emitter("OCIRepository", "apps", name)
+	} else if name, ok := strings.CutPrefix(f[0], "hr:"); ok {
+		// A release's event names no revision: the model attributes it.
+		o.Emitter, o.Revision, o.Hash = releaseOf(name), "", ""
+		switch {
+		case event == "ok":
+			event, reason, msg = "", "UpgradeSucceeded", "Helm upgrade succeeded for release apps/"+name+".v2 with chart "+name+"@1.0.0"
+			o.Signal = rollout.SignalSucceeded
+		case event == "rollback":
+			event, reason, msg = "", "RollbackSucceeded", "Helm rollback to previous release apps/"+name+".v1 with chart "+name+"@1.0.0 succeeded"
+			o.Signal = rollout.SignalProgressing
+		}
 	} else {
 		o.Emitter = layerOf(f[0])
 	}
-	reason, msg := "", ""
 	switch {
+	case event == "":
 	case event == "ok":
 		o.Signal, reason, msg = rollout.SignalSucceeded, "ReconciliationSucceeded", "Reconciliation finished in 1s, next run in 5m0s"
 	case event == "prog":
@@ -330,11 +377,19 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 			o.Objects = append(o.Objects, rollout.Object{Kind: p[0], Namespace: p[1], Name: p[2], Error: "forbidden"})
 		case "subject":
 			o.Subject = strings.ReplaceAll(v, "_", " ")
+		case "holds":
+			for _, name := range strings.Split(v, "+") {
+				o.Holds = append(o.Holds, releaseOf(name))
+			}
 		default:
 			t.Fatalf("observation %q: unknown %q", s, kv)
 		}
 	}
 	return o
+}
+
+func releaseOf(name string) rollout.Emitter {
+	return ingest.Emitter("HelmRelease", "apps", name)
 }
 
 func layerOf(name string) rollout.Emitter {

@@ -68,6 +68,11 @@ func (c *cluster) settles(r *rolloutState, after time.Duration, now time.Time) b
 	}
 	quiet := r.last
 	for em, ev := range r.ev {
+		if em.IsRelease() {
+			// It moves on with its layer: a commit that does not change
+			// it holds no release.
+			continue
+		}
 		s, ok := c.logs[em].after(logEntry{ev.First, r.key.Hash})
 		if !ok {
 			return false // the emitter is still at this revision
@@ -206,6 +211,7 @@ func (c *cluster) restore(r *rolloutState) {
 			c.logs[em] = lg
 		}
 		c.insertEntry(lg, logEntry{ev.First, r.key.Hash})
+		c.hold(r, em, ev)
 	}
 	c.setCache(r, r.cache)
 }
@@ -217,6 +223,11 @@ func (m *Model) retire(c *Change, r *rolloutState) {
 	cl := m.clusters[r.key.Cluster]
 	for em, ev := range r.ev {
 		c.Deletes = append(c.Deletes, EvidenceKey{r.key, r.seq, em})
+		if r.view == nil {
+			// Never published (read): a floor would tell that layers read
+			// its sources.
+			continue
+		}
 		x := logEntry{ev.First, r.key.Hash}
 		if f, ok := cl.floors[em]; !ok || f.compare(x) < 0 {
 			cl.floors[em] = x

@@ -108,18 +108,25 @@ type LayerView struct {
 	// DependsOn are the layers it depends on (namespace/name), when the
 	// cluster told them.
 	DependsOn []string `json:"depends_on,omitempty"`
+	// Releases are the releases its apply of the revision changed.
+	Releases []ReleaseView `json:"releases,omitempty"`
 }
 
 // FailureView is one failure of one layer.
 type FailureView struct {
-	Layer        string       `json:"layer"`
-	Class        FailureClass `json:"class,omitempty"`
-	Reason       string       `json:"reason"`
-	Message      string       `json:"message"`
-	Objects      []Object     `json:"objects"`
-	At           time.Time    `json:"at"`
-	LastAt       time.Time    `json:"last_at"`
-	AfterApplied bool         `json:"after_applied,omitempty"` // a later degradation, not the deploy's failure
+	Layer   string       `json:"layer"`
+	Class   FailureClass `json:"class,omitempty"`
+	Reason  string       `json:"reason"`
+	Message string       `json:"message"`
+	Objects []Object     `json:"objects"`
+	// Release is the release whose failure it is (Kind/namespace/name),
+	// on the layer whose apply changed it; Remediation what the release
+	// reported after the failure (a rollback, say).
+	Release      string    `json:"release,omitempty"`
+	Remediation  string    `json:"remediation,omitempty"`
+	At           time.Time `json:"at"`
+	LastAt       time.Time `json:"last_at"`
+	AfterApplied bool      `json:"after_applied,omitempty"` // a later degradation, not the deploy's failure
 }
 
 // Where a rollout's expected layers came from.
@@ -149,7 +156,7 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 			if e.IsLayer() && ev.Member != nil && ev.Member.Signal == SignalExpected {
 				set[e] = true
 			}
-			if p := c.logs[e].before(r.position(e)); p != "" {
+			if p := c.predecessor(r, e); p != "" {
 				preds[p] = true
 			}
 		}
@@ -163,7 +170,7 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 		if e.IsLayer() {
 			set[e] = true
 		}
-		if p := c.logs[e].before(r.position(e)); p != "" {
+		if p := c.predecessor(r, e); p != "" {
 			preds[p] = true
 		}
 	}
@@ -187,6 +194,15 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 		was[e] = c.rollouts[x.hash].ev[e].Revision
 	}
 	return sortedEmitters(set), preds, was
+}
+
+// predecessor is the revision r replaced on emitter e: the one e reported
+// just before; none for a release, whose reports follow its layer's.
+func (c *cluster) predecessor(r *rolloutState, e Emitter) string {
+	if e.IsRelease() {
+		return ""
+	}
+	return c.logs[e].before(r.position(e))
 }
 
 // clusterKnown reports whether cluster state told which layers this
@@ -361,6 +377,7 @@ func (c *cluster) layerSlot(r *rolloutState, l Emitter, was string) slot {
 			}
 		}
 	}
+	withReleases(&s, r, ev)
 	s.working = s.lv.State == LayerProgressing && !c.movedOn(l, r)
 	s.next, s.hasNext = c.logs[l].after(r.position(l))
 	return s
@@ -407,19 +424,40 @@ func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress
 	out := []FailureView{}
 	for _, i := range failing {
 		l := expected[i]
-		for _, f := range r.ev[l].Failures {
+		ev := r.ev[l]
+		for _, f := range ev.Failures {
 			out = append(out, FailureView{
 				Layer: l.Layer(), Class: f.Class, Reason: f.Reason, Message: f.Message,
 				Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
 				AfterApplied: p.completed && f.First.After(p.completedAt),
 			})
 		}
+		for _, h := range ev.Holds {
+			rev := r.ev[h.Release]
+			if rev == nil {
+				continue
+			}
+			for _, f := range rev.Failures {
+				fv := FailureView{
+					Layer: l.Layer(), Release: h.Release.String(), Class: f.Class, Reason: f.Reason, Message: f.Message,
+					Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
+					AfterApplied: p.completed && f.First.After(p.completedAt),
+				}
+				if m := rev.Progress; m != nil && m.At.After(f.Last) {
+					fv.Remediation = m.Message
+				}
+				out = append(out, fv)
+			}
+		}
 	}
 	slices.SortStableFunc(out, func(a, b FailureView) int {
 		if c := a.At.Compare(b.At); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Layer, b.Layer)
+		if c := strings.Compare(a.Layer, b.Layer); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Release, b.Release)
 	})
 	return out
 }
@@ -577,7 +615,11 @@ func summary(v *View, expected, behind int) string {
 		return s
 	case VerdictFailed:
 		for _, f := range v.Failures {
-			if !f.AfterApplied {
+			switch {
+			case f.AfterApplied:
+			case f.Release != "":
+				return fmt.Sprintf("%s failed: %s %s", f.Layer, f.Release, f.Reason)
+			default:
 				return fmt.Sprintf("%s failed: %s", f.Layer, f.Reason)
 			}
 		}

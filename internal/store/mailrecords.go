@@ -13,9 +13,10 @@ import (
 // its delivery state; a mail-log record is what became of one. Both are
 // the store's own binary records, like evidence: the first byte is the
 // record's version. A record that starts with '{' is the JSON schema 5 and
-// before wrote, still read (queuedJSON, mailStatusJSON).
+// before wrote, still read (queuedJSON, mailStatusJSON). Queued version 2
+// added the mail's release.
 const (
-	queuedVersion     = 1
+	queuedVersion     = 2
 	mailStatusVersion = 1
 )
 
@@ -43,6 +44,7 @@ func encodeQueued(q rollout.Queued) []byte {
 	w.time(q.Enqueued)
 	w.uint(uint64(q.Attempts))
 	w.time(q.NextAttempt)
+	w.string(m.Release)
 	return w.b
 }
 
@@ -57,8 +59,9 @@ func decodeQueued(k, v []byte) (rollout.Queued, error) {
 		q = j.queued()
 	} else {
 		r := &recordReader{b: string(v), own: true}
-		if ver := r.byte(); ver != queuedVersion && r.err == nil {
-			return q, fmt.Errorf("mail %x of record version %d, this binary reads %d", k, ver, queuedVersion)
+		qver := r.byte()
+		if (qver < 1 || qver > queuedVersion) && r.err == nil {
+			return q, fmt.Errorf("mail %x of record version %d, this binary reads 1 to %d", k, qver, queuedVersion)
 		}
 		m := &q.Mail
 		var kind string
@@ -78,6 +81,9 @@ func decodeQueued(k, v []byte) (rollout.Queued, error) {
 			m.Blind = &rollout.Blind{Since: r.time(), Layers: int(r.uvarint()), Warning: r.string()}
 		}
 		q.Enqueued, q.Attempts, q.NextAttempt = r.time(), int(r.uvarint()), r.time()
+		if qver >= 2 {
+			m.Release = r.string()
+		}
 		if err := r.done(); err != nil {
 			return q, fmt.Errorf("decode mail %x: %w", k, err)
 		}

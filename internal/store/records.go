@@ -28,7 +28,9 @@ import (
 // what it depends on (Since, Healthy, DependsOn); version 1 records decode
 // without them. 3 added each failure's class; records before have none
 // (FailureOther: the status page marks a failed health check as a failure).
-const settledVersion = 3
+// 4 added the releases each layer holds, and on each failure the release
+// whose it is and what remediation did; records before have none.
+const settledVersion = 4
 
 func encodeSettled(v *rollout.View) ([]byte, error) { return (&codec{}).encodeSettled(v) }
 
@@ -177,6 +179,14 @@ func (w *recordWriter) view(v *rollout.View) {
 		w.optTime(l.Since)
 		w.optTime(l.Healthy)
 		w.strings(l.DependsOn)
+		w.count(len(l.Releases), l.Releases == nil)
+		for _, rv := range l.Releases {
+			for _, s := range []string{rv.Kind, rv.Namespace, rv.Name, string(rv.State), rv.Reason, rv.Message} {
+				w.string(s)
+			}
+			w.optTime(rv.At)
+			w.time(rv.Since)
+		}
 	}
 	w.count(len(v.Failures), v.Failures == nil)
 	for _, f := range v.Failures {
@@ -188,6 +198,8 @@ func (w *recordWriter) view(v *rollout.View) {
 		w.time(f.At)
 		w.time(f.LastAt)
 		w.bool(f.AfterApplied)
+		w.string(f.Release)
+		w.string(f.Remediation)
 	}
 }
 
@@ -224,6 +236,9 @@ func (r *recordReader) view(ver byte) *rollout.View {
 			if ver >= 2 {
 				l.Since, l.Healthy, l.DependsOn = r.optTimeIn(&times[3*i+1]), r.optTimeIn(&times[3*i+2]), r.strings()
 			}
+			if ver >= 4 {
+				l.Releases = r.releases()
+			}
 		}
 		v.Layers = rollout.MakeLayers(layers)
 	}
@@ -238,9 +253,26 @@ func (r *recordReader) view(ver byte) *rollout.View {
 			f.Reason, f.Message = r.string(), r.string()
 			f.Objects = r.objects()
 			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
+			if ver >= 4 {
+				f.Release, f.Remediation = r.string(), r.string()
+			}
 		}
 	}
 	return v
+}
+
+func (r *recordReader) releases() []rollout.ReleaseView {
+	n, isNil := r.count()
+	if isNil {
+		return nil
+	}
+	out := make([]rollout.ReleaseView, n)
+	for i := range out {
+		rv := &out[i]
+		rv.Kind, rv.Namespace, rv.Name, rv.State = r.string(), r.string(), r.string(), rollout.LayerState(r.string())
+		rv.Reason, rv.Message, rv.At, rv.Since = r.string(), r.string(), r.optTime(), r.time()
+	}
+	return out
 }
 
 // recordReader reads what recordWriter wrote; the first error sticks and
@@ -474,8 +506,8 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // added the emitter's role, which its key does not say (the key's bytes
 // stay those of the records before, so that they are found and deleted);
 // the model gives a role to the emitters of records before
-// (Config.RoleOf).
-const evidenceVersion = 3
+// (Config.RoleOf). 4 added the releases a layer's apply changed (Holds).
+const evidenceVersion = 4
 
 // encodeEvidence is the record of ev, evidence of an emitter of role.
 func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
@@ -505,6 +537,14 @@ func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
 	if ev.Member != nil {
 		w.markFields(ev.Member.Mark)
 		w.list(ev.Member.DependsOn)
+	}
+	w.count(len(ev.Holds), len(ev.Holds) == 0)
+	for _, h := range ev.Holds {
+		w.byte(byte(h.Release.Role))
+		for _, s := range []string{h.Release.Kind, h.Release.Namespace, h.Release.Name} {
+			w.string(s)
+		}
+		w.time(h.At)
 	}
 	return w.b
 }
@@ -616,10 +656,27 @@ func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 	if r.bool() {
 		ev.Member = &rollout.Member{Mark: r.markFields(), DependsOn: r.strings()}
 	}
+	if ver >= 4 {
+		ev.Holds = r.holds()
+	}
 	if err := r.done(); err != nil {
 		return nil, 0, fmt.Errorf("decode evidence: %w", err)
 	}
 	return ev, role, nil
+}
+
+func (r *recordReader) holds() []rollout.Hold {
+	n, isNil := r.count()
+	if isNil {
+		return nil
+	}
+	out := make([]rollout.Hold, n)
+	for i := range out {
+		h := &out[i]
+		h.Release = rollout.Emitter{Role: rollout.Role(r.byte()), Kind: r.string(), Namespace: r.string(), Name: r.string()}
+		h.At = r.time()
+	}
+	return out
 }
 
 func (r *recordReader) mark() *rollout.Mark {

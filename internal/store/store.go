@@ -44,10 +44,12 @@ var (
 // binary evidence records, which a schema 4 binary would take for broken
 // JSON; 6 binary outbox, dead-letter and mail-log records, which a schema
 // 5 binary would take for broken JSON, and the emitter's role in evidence
-// records and floors, which it would misread. Older files are upgraded in place (their evidence and settled
+// records and floors, which it would misread; 7 evidence records of version 4 (the
+// releases a layer holds), settled records of version 4 and queued mails of
+// version 2 (releases), which a schema 6 binary cannot read. Older files are upgraded in place (their evidence and settled
 // records are read as they are, JSON evidence too, rewritten as the
 // rollouts change), and the engine settles what it can at its first start.
-const schema = "6"
+const schema = "7"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
@@ -99,7 +101,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return err
 		}
 		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5":
+		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5", string(v) == "6":
 			if err := meta.Put(keySchema, []byte(schema)); err != nil {
 				return err
 			}

@@ -224,6 +224,9 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestKinds: a HelmRelease's event that no layer's apply explains is
+// acknowledged and kept out of every rollout; a source's revision that no
+// layer has reported is no rollout until one does.
 func TestKinds(t *testing.T) {
 	const token = "t"
 	e := newEnv(t, []byte(token))
@@ -232,13 +235,23 @@ func TestKinds(t *testing.T) {
 		t.Fatalf("HelmRelease: %d", status)
 	}
 	if len(enginetest.List(t, e.engine, "", 10)) != 0 {
-		t.Fatal("a HelmRelease event was stored")
+		t.Fatal("a HelmRelease event no layer explains made a rollout")
 	}
-	art := `{"involvedObject":{"kind":"GitRepository","namespace":"flux-system","name":"flux-system"},"severity":"info","timestamp":"` + time.Now().UTC().Format(time.RFC3339) + `","reason":"NewArtifact","message":"stored artifact for commit 'Add web'","metadata":{"revision":"main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1","cluster":"prod"}}`
+	now := time.Now().UTC().Format(time.RFC3339)
+	const rev = `"revision":"main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1","cluster":"prod"`
+	art := `{"involvedObject":{"kind":"GitRepository","namespace":"flux-system","name":"flux-system"},"severity":"info","timestamp":"` + now + `","reason":"NewArtifact","message":"stored artifact for commit 'Add web'","metadata":{` + rev + `}}`
 	if status, _ := post(t, e.url, []byte(art), signed(token, art)); status != 202 {
 		t.Fatalf("GitRepository: %d", status)
 	}
-	v, err := e.engine.Lookup(engine.Query{Cluster: "prod", Hash: "731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"})
+	q := engine.Query{Cluster: "prod", Hash: "731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"}
+	if v, err := e.engine.Lookup(q); err == nil {
+		t.Fatalf("a revision no layer reported is a rollout: %+v", v)
+	}
+	layer := `{"involvedObject":{"kind":"Kustomization","namespace":"flux-system","name":"apps"},"severity":"info","timestamp":"` + now + `","reason":"DependencyNotReady","message":"Dependencies do not meet ready condition","metadata":{` + rev + `}}`
+	if status, _ := post(t, e.url, []byte(layer), signed(token, layer)); status != 202 {
+		t.Fatalf("Kustomization: %d", status)
+	}
+	v, err := e.engine.Lookup(q)
 	if err != nil || v.Subject != "Add web" || v.Verdict != rollout.VerdictApplying {
 		t.Fatalf("source evidence: %+v, %v", v, err)
 	}

@@ -50,8 +50,9 @@ func ExampleMails(dir string, now time.Time) ([]rollout.Queued, error) {
 }
 
 // ExampleObservations are the example rollouts, from t0 on, on cluster
-// prod: R1 applied, R2 failed (prune), R3 failed (health check), R4 stuck
-// on apps once the clock passes its deadline.
+// prod: R1 applied, R2 failed (prune), R3 failed (health check), R5
+// failed (a HelmRelease's upgrade, rolled back), R4 stuck on apps once the
+// clock passes its deadline.
 func ExampleObservations(t0 time.Time) []rollout.Observation {
 	rev := func(label string) (string, string) {
 		s := sha1.Sum([]byte("example-" + label))
@@ -102,6 +103,25 @@ func ExampleObservations(t0 time.Time) []rollout.Observation {
 	add("R3", ks, "platform", 632, rollout.SignalProgressing, "Progressing", "Deployment/platform/ingress configured")
 	add("R3", ks, "platform", 932, rollout.SignalFailed, "HealthCheckFailed",
 		"health check failed after 5m0.01s: timeout waiting for: [Deployment/platform/ingress status: 'InProgress']")
+	// A HelmRelease whose upgrade fails, which helm-controller rolls back.
+	rollout1("R5", "Set web's log level from values (#416)", 1000)
+	add("R5", ks, "infra", 1002, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	add("R5", ks, "platform", 1032, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	add("R5", ks, "apps", 1062, rollout.SignalProgressing, "Progressing", "HelmRelease/apps/web configured").
+		Holds = []rollout.Emitter{ingest.Emitter(flux.KindHelmRelease, "apps", "web")}
+	add("R5", ks, "apps", 1062, rollout.SignalSucceeded, "ReconciliationSucceeded", done)
+	release := func(sec int, sig rollout.Signal, reason, msg string) {
+		o := rollout.Observation{Cluster: "prod", Emitter: ingest.Emitter(flux.KindHelmRelease, "apps", "web"),
+			At: t0.Add(time.Duration(sec) * time.Second), Signal: sig, Reason: reason, Message: msg}
+		if sig == rollout.SignalFailed {
+			o.Class = ingest.FailureClass(reason)
+		}
+		out = append(out, o)
+	}
+	release(1070, rollout.SignalFailed, flux.ReasonUpgradeFailed,
+		"Helm upgrade failed for release apps/web with chart web@1.4.2: execution error at (web/templates/configmap.yaml:3:11): logLevel must be one of debug, info, warn\n\nLast Helm logs:\n\npreparing upgrade for web")
+	release(1071, rollout.SignalProgressing, flux.ReasonRollbackSucceeded,
+		"Helm rollback to previous release apps/web.v4 with chart web@1.4.2 succeeded")
 	// A layer that never moves: stuck by the time the clock reads now.
 	rollout1("R4", "Recovered: revert replicas (#415)", 1200)
 	add("R4", ks, "infra", 1202, rollout.SignalSucceeded, "ReconciliationSucceeded", done)

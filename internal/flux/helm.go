@@ -1,0 +1,74 @@
+package flux
+
+import (
+	"strings"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+)
+
+// KindHelmRelease is helm-controller's release: an object a layer applies
+// that rolls out on its own.
+const KindHelmRelease = helmv2.HelmReleaseKind
+
+// HelmReleases is the resource of the releases.
+var HelmReleases = helmv2.GroupVersion.WithResource("helmreleases")
+
+// Reasons helm-controller's events give (its API's constants; the drift
+// corrections are literals in the controller, exported by no module).
+const (
+	ReasonInstallSucceeded      = helmv2.InstallSucceededReason
+	ReasonInstallFailed         = helmv2.InstallFailedReason
+	ReasonUpgradeSucceeded      = helmv2.UpgradeSucceededReason
+	ReasonUpgradeFailed         = helmv2.UpgradeFailedReason
+	ReasonTestSucceeded         = helmv2.TestSucceededReason
+	ReasonTestFailed            = helmv2.TestFailedReason
+	ReasonRollbackSucceeded     = helmv2.RollbackSucceededReason
+	ReasonRollbackFailed        = helmv2.RollbackFailedReason
+	ReasonUninstallSucceeded    = helmv2.UninstallSucceededReason
+	ReasonUninstallFailed       = helmv2.UninstallFailedReason
+	ReasonDriftDetected         = helmv2.DriftDetectedReason
+	ReasonDriftCorrected        = "DriftCorrected"
+	ReasonDriftCorrectionFailed = "DriftCorrectionFailed"
+	ReasonValuesError           = "ValuesError"
+)
+
+// The actions of kustomize-controller's change set lines that changed an
+// object (fluxcd/pkg/ssa CreatedAction and ConfiguredAction; that module is
+// kustomize-controller's machinery, too heavy to import for two words).
+const (
+	actionCreated    = "created"
+	actionConfigured = "configured"
+)
+
+// ChangedObject is an object a layer's apply created or changed, as its
+// Progressing event names it.
+type ChangedObject struct {
+	Kind, Namespace, Name string
+}
+
+// ChangedObjects are the objects of kind a Progressing event of a
+// Kustomization says its apply created or configured: one line each,
+// "Kind/namespace/name action" (the change set kustomize-controller
+// emits; deletions and unchanged objects are not changes to follow).
+func ChangedObjects(reason, msg, kind string) []ChangedObject {
+	if reason != ReasonProgressing || !strings.Contains(msg, kind+"/") {
+		return nil
+	}
+	var out []ChangedObject
+	for line := range strings.SplitSeq(msg, "\n") {
+		subject, action, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || action != actionCreated && action != actionConfigured {
+			continue
+		}
+		k, rest, ok := strings.Cut(subject, "/")
+		if !ok || k != kind {
+			continue
+		}
+		ns, name, ok := strings.Cut(rest, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			continue
+		}
+		out = append(out, ChangedObject{k, ns, name})
+	}
+	return out
+}
