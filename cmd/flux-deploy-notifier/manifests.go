@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // tokenPlaceholder marks where the token goes; the same value must be in
@@ -20,7 +23,8 @@ const tokenPlaceholder = "REPLACE-WITH-THE-TOKEN-OF-manifests/secret.yaml"
 
 // manifests prints what registers the service with notification-controller:
 // the Secret holding the HMAC token, a generic-hmac Provider and an Alert
-// sending every Kustomization and source event at severity info. They are
+// sending every Kustomization, source and HelmRelease event at severity
+// info. They are
 // built from notification-controller's own API types, so the YAML cannot
 // drift from Flux's API; manifests/flux.yaml is this output.
 func manifests(_ context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -29,8 +33,26 @@ func manifests(_ context.Context, args []string, getenv func(string) string, std
 	fluxNS := f.String("flux-namespace", "FDN_FLUX_NAMESPACE", "flux-system", "namespace of the Provider, the Alert and their Secret")
 	url := f.String("url", "FDN_URL", "", "webhook address (default http://flux-deploy-notifier.<namespace>.svc.cluster.local:8080/webhook)")
 	cluster := f.String("cluster", "FDN_MANIFESTS_CLUSTER", "default", "cluster name sent as eventMetadata.cluster")
+	releases := f.String("helmrelease-namespaces", "FDN_HELMRELEASE_NAMESPACES", "",
+		"comma list of the namespaces whose HelmReleases the Alert sends (default the flux namespace; an Alert has no namespace wildcard)")
 	if err := f.parse(args); err != nil {
 		return err
+	}
+	sources := []notifyv1.CrossNamespaceObjectReference{
+		{Kind: flux.KindKustomization, Name: "*"},
+		{Kind: flux.KindGitRepository, Name: "*"},
+		{Kind: flux.KindOCIRepository, Name: "*"},
+	}
+	releaseNS := rollout.ParseRecipients(*releases) // a comma list, blanks dropped
+	if len(releaseNS) == 0 {
+		releaseNS = []string{*fluxNS}
+	}
+	for _, n := range releaseNS {
+		ref := notifyv1.CrossNamespaceObjectReference{Kind: flux.KindHelmRelease, Name: "*"}
+		if n != *fluxNS {
+			ref.Namespace = n
+		}
+		sources = append(sources, ref)
 	}
 	if *url == "" {
 		*url = fmt.Sprintf("http://flux-deploy-notifier.%s.svc.cluster.local:8080/webhook", *ns)
@@ -60,11 +82,7 @@ func manifests(_ context.Context, args []string, getenv func(string) string, std
 			Spec: notifyv1beta3.AlertSpec{
 				ProviderRef:   meta.LocalObjectReference{Name: name},
 				EventSeverity: "info",
-				EventSources: []notifyv1.CrossNamespaceObjectReference{
-					{Kind: "Kustomization", Name: "*"},
-					{Kind: "GitRepository", Name: "*"},
-					{Kind: "OCIRepository", Name: "*"},
-				},
+				EventSources:  sources,
 				EventMetadata: map[string]string{"cluster": *cluster},
 			},
 		},

@@ -25,14 +25,14 @@ func sample(ctx context.Context, args []string, getenv func(string) string, stdo
 	f := newFlags("sample", getenv, stderr)
 	url := f.String("url", "FDN_URL", "http://127.0.0.1:8080", "base URL of a running flux-deploy-notifier")
 	tokenFile := f.String("token-file", "FDN_HMAC_TOKEN_FILE", "./data/dev-token", "token the service was started with")
-	scenario := f.String("scenario", "FDN_SAMPLE_SCENARIO", "clean", "clean or prune-failed")
+	scenario := f.String("scenario", "FDN_SAMPLE_SCENARIO", "clean", "clean, prune-failed or helm-failed")
 	cluster := f.String("cluster", "FDN_SAMPLE_CLUSTER", "dev", "cluster name sent as metadata.cluster")
 	start := f.String("start", "FDN_SAMPLE_START", "", "RFC 3339 time of the rollout's first event (default 20 s ago)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	if *scenario != "clean" && *scenario != "prune-failed" {
-		return fmt.Errorf("--scenario must be clean or prune-failed, not %q", *scenario)
+	if *scenario != "clean" && *scenario != "prune-failed" && *scenario != "helm-failed" {
+		return fmt.Errorf("--scenario must be clean, prune-failed or helm-failed, not %q", *scenario)
 	}
 	token, err := os.ReadFile(*tokenFile)
 	if err != nil {
@@ -114,6 +114,25 @@ func sampleEvents(scenario, cluster string, t0 time.Time) []flux.Event {
 			`delete failed, errors: ConfigMap/apps/old-config delete failed: configmaps "old-config" is forbidden: `+
 				`ValidatingAdmissionPolicy 'protect-configmaps' with binding 'protect-configmaps' denied request: `+
 				`ConfigMaps labelled protect=true may not be deleted;`, 9))
+	}
+	if scenario == "helm-failed" {
+		// The apps layer (no wait) applies a HelmRelease; helm-controller's
+		// upgrade then fails and it rolls the release back.
+		hr := func(sev, reason, msg string, s int) flux.Event {
+			return flux.Event{
+				InvolvedObject: flux.ObjectRef{Kind: flux.KindHelmRelease, Namespace: "apps", Name: "web",
+					APIVersion: "helm.toolkit.fluxcd.io/v2"},
+				Severity: sev, Timestamp: at(s), Message: msg, Reason: reason,
+				Metadata:            map[string]string{"revision": "1.4.2", "token": "sha256:4f1e", "cluster": cluster},
+				ReportingController: "helm-controller",
+			}
+		}
+		evs[len(evs)-1].Message = "HelmRelease/apps/web configured"
+		return append(evs,
+			ks("apps", flux.SeverityInfo, flux.ReasonReconciliationSucceeded, "Reconciliation finished in 180ms, next run in 10m0s", 8),
+			hr(flux.SeverityError, flux.ReasonUpgradeFailed, "Helm upgrade failed for release apps/web with chart web@1.4.2: "+
+				"execution error at (web/templates/configmap.yaml:3:11): logLevel must be one of debug, info, warn\n\nLast Helm logs:\n\npreparing upgrade for web", 10),
+			hr(flux.SeverityInfo, flux.ReasonRollbackSucceeded, "Helm rollback to previous release apps/web.v4 with chart web@1.4.2 succeeded", 11))
 	}
 	return append(evs,
 		ks("apps", flux.SeverityInfo, flux.ReasonProgressing, "Health check passed in 3.4s", 12),

@@ -35,7 +35,11 @@ func TestWait(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	now := time.Now().UTC().Add(-20 * time.Second)
 	clean, pruned := sampleEvents("clean", "dev", now), sampleEvents("prune-failed", "dev", now.Add(time.Minute))
+	helm := sampleEvents("helm-failed", "dev", now.Add(2*time.Minute))
 	if err := postEvents(context.Background(), client, url, token, clean); err != nil {
+		t.Fatal(err)
+	}
+	if err := postEvents(context.Background(), client, url, token, helm); err != nil {
 		t.Fatal(err)
 	}
 	if err := postEvents(context.Background(), client, url, token, pruned); err != nil {
@@ -72,6 +76,9 @@ func TestWait(t *testing.T) {
 			[]string{": applied", "flux-system/apps", "applied"}},
 		{"prune failed", []string{"--rev", pruned[0].Metadata["revision"], "--token-file", verdictToken}, 1,
 			[]string{": failed", "failure: flux-system/apps PruneFailed", "ConfigMap apps/old-config: configmaps \"old-config\" is forbidden"}},
+		{"a release failed", []string{"--rev", helm[0].Metadata["revision"], "--token-file", verdictToken}, 1,
+			[]string{": failed (flux-system/apps failed: HelmRelease/apps/web UpgradeFailed)", "failure: flux-system/apps HelmRelease/apps/web UpgradeFailed",
+				"Helm upgrade failed for release apps/web", "then: Helm rollback to previous release apps/web.v4"}},
 		{"never seen: timeout", []string{"--rev", strings.Repeat("ab", 20), "--token-file", verdictToken, "--timeout", "1s"}, 2,
 			[]string{"unknown", "timed out"}},
 		{"no token", []string{"--rev", hash(clean[0].Metadata["revision"])}, 3, []string{"verdict token"}},

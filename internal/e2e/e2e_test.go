@@ -60,6 +60,7 @@ func TestFlux(t *testing.T) {
 		{"restart", restartMidRollout},
 		{"no-success-event", noSuccessEvent},
 		{"stuck", stuckBehindHealthCheck},
+		{"helm", helmReleases},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -82,6 +83,7 @@ type world struct {
 	svc        *Service
 	evt        *Service
 	stuckAfter time.Duration // of both instances; zero: the default
+	releaseNS  []string      // whose HelmReleases the Alerts send; none: ns
 }
 
 func (r *rig) world(t *testing.T, name string) *world {
@@ -103,12 +105,12 @@ type tier struct {
 func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 	t.Helper()
 	r0 := w.repo.Publish(t, f)
-	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{StuckAfter: w.stuckAfter})
+	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS})
 	var layers []string
 	for _, n := range tiers {
 		layers = append(layers, w.ns+"/"+n)
 	}
-	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter})
+	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS})
 	for i, name := range tiers {
 		w.applyTier(t, i, opts[name])
 	}
@@ -882,4 +884,111 @@ func stuckBehindHealthCheck(t *testing.T, w *world) {
 	stuck := fmt.Sprintf("stuck: %s waiting on %s/platform", r1.Hash[:7], w.ns)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), stuck)
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictStuck}}, applying(r0), applied(r0), applying(r1), stuck)
+}
+
+// 14. A HelmRelease in the apps tier (no wait), its chart from an
+// OCIRepository through chartRef, released by helm-controller: a commit
+// that changes it is applied only once helm-controller released it; one
+// whose upgrade fails is failed, naming the release and saying that it
+// was rolled back, and never applied; a commit that does not change the
+// release is not held by its failure.
+func helmReleases(t *testing.T, w *world) {
+	appsNS := w.ns + "-apps"
+	w.releaseNS = []string{appsNS}
+	w.c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+appsNS+"}\n")
+	chart := NewChart(t, w.c, w.arts, appsNS, "web-chart")
+	// invalid: an object the kube-apiserver refuses, so that the failed
+	// upgrade is in Helm's storage and helm-controller remediates it (a
+	// template that fails to render changes nothing to roll back).
+	chart.Publish(t, "1.0.0", map[string]string{"configmap.yaml": `apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ if .Values.invalid }}Invalid_Name{{ else }}{{ .Release.Name }}-settings{{ end }}}
+data: {message: {{ .Values.message | quote }}}
+`})
+	release := func(message string, invalid bool) string {
+		return fmt.Sprintf(`apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: web, namespace: %s}
+spec:
+  interval: 1h
+  timeout: 30s
+  chartRef: {kind: OCIRepository, name: web-chart}
+  upgrade: {remediation: {retries: 1}}
+  values: {message: %q, invalid: %v}
+`, appsNS, message, invalid)
+	}
+	name := "HelmRelease/" + appsNS + "/web"
+	f0 := w.base("0").with("apps/release.yaml", release("v0", false))
+	r0 := w.start(t, f0, nil)
+	w.awaitHelmRelease(t, appsNS, "web", 1)
+
+	// An upgrade that succeeds: applied only once the release is.
+	r1 := w.repo.Publish(t, f0.with("apps/release.yaml", release("v1", false)))
+	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	// helm-controller writes the release before it says so.
+	if got := w.helmRevision(t, appsNS, "web"); got < 2 {
+		t.Fatalf("applied verdict for %s while Helm's release is at version %d", r1.Hash[:7], got)
+	}
+
+	// An upgrade the kube-apiserver refuses: failed, naming the release,
+	// rolled back.
+	r2 := w.repo.Publish(t, f0.with("apps/release.yaml", release("v2", true)))
+	v := w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, 2*time.Minute)
+	if len(v.Failures) == 0 || v.Failures[0].Release != name || v.Failures[0].Reason != "UpgradeFailed" ||
+		!strings.Contains(v.Failures[0].Message, "Invalid_Name") || v.Failures[0].Layer != w.ns+"/apps" {
+		t.Fatalf("failures of %s do not name the release's failed upgrade\n%s", r2.Hash[:7], dump(v))
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for !strings.Contains(v.Failures[0].Remediation, "rollback") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no remediation shown for %s after 90s\n%s", r2.Hash[:7], dump(v))
+		}
+		time.Sleep(250 * time.Millisecond)
+		v = w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, time.Minute)
+	}
+
+	// A commit that does not change the release, while it stays failed.
+	r3 := w.repo.Publish(t, w.base("3").with("apps/release.yaml", release("v2", true)))
+	w.awaitApplied(t, r3, tiers...)
+
+	failed := "failed: " + w.ns + "/apps " + name + " UpgradeFailed (" + r2.Hash[:7] + ")"
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), failed, applying(r3), applied(r3))
+	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictApplied}, {r1, rollout.VerdictApplied}, {r2, rollout.VerdictFailed}, {r3, rollout.VerdictApplied}},
+		applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), failed, applying(r3), applied(r3))
+}
+
+// helmRevision is the version of a Helm release that is deployed, from
+// Helm's own storage (the release Secrets helm-controller writes); 0 when
+// none is.
+func (w *world) helmRevision(t *testing.T, namespace, name string) int {
+	t.Helper()
+	ri, err := w.c.ResourceFor("v1", "Secret", namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := ri.List(context.Background(), metav1.ListOptions{LabelSelector: "owner=helm,name=" + name + ",status=deployed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := 0
+	for _, s := range list.Items {
+		var n int
+		if _, err := fmt.Sscan(s.GetLabels()["version"], &n); err == nil {
+			v = max(v, n)
+		}
+	}
+	return v
+}
+
+// awaitHelmRelease polls until Helm's release is deployed at version or
+// later.
+func (w *world) awaitHelmRelease(t *testing.T, namespace, name string, version int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for w.helmRevision(t, namespace, name) < version {
+		if time.Now().After(deadline) {
+			t.Fatalf("Helm release %s/%s not deployed at version %d within 2m", namespace, name, version)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

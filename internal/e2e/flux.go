@@ -1,6 +1,6 @@
 // Package e2e runs flux-deploy-notifier against real Flux controllers:
-// kustomize-controller and notification-controller built from their Go
-// modules (tools/), on the real kube-apiserver and etcd of clustertest, with
+// kustomize-controller, helm-controller and notification-controller built
+// from their Go modules (tools/), on the real kube-apiserver and etcd of clustertest, with
 // commits published as artifacts served on loopback the way
 // source-controller serves them. The scenarios are in e2e_test.go, behind
 // the e2e build tag: `make e2e` runs them.
@@ -42,8 +42,8 @@ func shardGates() map[string]string {
 	}
 }
 
-// Flux is a running notification-controller and the kustomize-controllers
-// of every shard.
+// Flux is a running notification-controller, helm-controller and the
+// kustomize-controllers of every shard.
 type Flux struct {
 	// Processes by name, for their logs.
 	Processes map[string]*clustertest.Process
@@ -102,7 +102,7 @@ func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
 	t.Helper()
 	bin := clustertest.BinDir()
-	for _, b := range []string{"kustomize-controller", "notification-controller"} {
+	for _, b := range []string{"kustomize-controller", "notification-controller", "helm-controller"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
 			t.Fatalf("%s is missing: run `make e2ebin` (it builds the Flux controllers into bin/)", b)
 		}
@@ -135,6 +135,8 @@ func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
 	slices.Sort(shards)
 	run("kustomize-controller", "kustomize-controller", append(common,
 		"--watch-label-selector="+ShardLabel+" notin ("+strings.Join(shards, ", ")+")")...)
+	// A release's missing dependency is checked again every 5 s.
+	run("helm-controller", "helm-controller", "--events-addr=http://"+events, "--requeue-dependency=5s")
 
 	client := &http.Client{Timeout: 2 * time.Second}
 	for name, p := range f.Processes {

@@ -65,6 +65,9 @@ type Options struct {
 	Layers     []string
 	// StuckAfter is --stuck-after; zero keeps the default (30m).
 	StuckAfter time.Duration
+	// ReleaseNamespaces are the namespaces whose HelmReleases the Alert
+	// sends (manifests --helmrelease-namespaces); none: the scenario's.
+	ReleaseNamespaces []string
 }
 
 // Registration is the name of the Secret, Provider and Alert of an
@@ -115,7 +118,7 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	s := &Service{URL: "http://" + listen, MailTo: mailTo, bin: bin, name: name, c: c, t: t,
 		args: append(args, "--mail-to", mailTo)}
 	out, err := exec.Command(bin, "manifests", "--flux-namespace", namespace,
-		"--url", s.URL+"/webhook", "--cluster", Cluster).Output()
+		"--url", s.URL+"/webhook", "--cluster", Cluster, "--helmrelease-namespaces", strings.Join(opts.ReleaseNamespaces, ",")).Output()
 	if err != nil {
 		t.Fatalf("manifests: %v", err)
 	}

@@ -150,6 +150,105 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 	}
 }
 
+// Chart is an OCIRepository holding a Helm chart, whose versions the test
+// publishes by writing its status, as source-controller would after
+// pulling them: a HelmRelease reads it through chartRef.
+type Chart struct {
+	Namespace, Name string
+	c               *clustertest.Cluster
+	a               *Artifacts
+}
+
+// NewChart creates the OCIRepository, without an artifact yet.
+func NewChart(t testing.TB, c *clustertest.Cluster, a *Artifacts, namespace, name string) *Chart {
+	t.Helper()
+	c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
+kind: OCIRepository
+metadata: {name: %s, namespace: %s}
+spec:
+  interval: 1h
+  url: oci://registry.example.invalid/charts/%s
+  ref: {tag: "1.0.0"}
+  layerSelector: {mediaType: application/vnd.cncf.helm.chart.content.v1.tar+gzip, operation: copy}
+`, name, namespace, name))
+	return &Chart{Namespace: namespace, Name: name, c: c, a: a}
+}
+
+// Publish makes a chart of version whose templates are files (name:
+// content, under templates/) the repository's artifact: the chart's .tgz
+// served on loopback, its revision <version>@sha256:<digest>, the tag
+// equal to the version (helm-controller takes the chart's version from
+// it). It returns the revision.
+func (ch *Chart) Publish(t testing.TB, version string, templates map[string]string) string {
+	t.Helper()
+	files := map[string]string{ch.Name + "/Chart.yaml": "apiVersion: v2\nname: " + ch.Name + "\nversion: " + version + "\n"}
+	for n, body := range templates {
+		files[ch.Name+"/templates/"+n] = body
+	}
+	tgz := tarball(t, files)
+	digest := sha256.Sum256(tgz)
+	hexDigest := hex.EncodeToString(digest[:])
+	rev := version + "@sha256:" + hexDigest
+	artifactPath := path.Join("ocirepository", ch.Namespace, ch.Name, hexDigest+".tgz")
+	url := ch.a.put("/"+artifactPath, tgz)
+	status := func(gen int64) map[string]any {
+		now := time.Now().UTC().Format(time.RFC3339)
+		ready := map[string]any{
+			"type": "Ready", "status": "True", "reason": "Succeeded", "observedGeneration": gen,
+			"message": "stored artifact for digest '" + rev + "'", "lastTransitionTime": now,
+		}
+		return map[string]any{
+			"observedGeneration": gen,
+			"conditions":         []any{ready},
+			"url":                "oci://registry.example.invalid/charts/" + ch.Name,
+			"artifact": map[string]any{
+				"path": artifactPath, "url": url, "revision": rev,
+				"digest": "sha256:" + hexDigest, "size": int64(len(tgz)), "lastUpdateTime": now,
+			},
+		}
+	}
+	writeStatus(t, ch.c, "OCIRepository", ch.Namespace, ch.Name, rev, func(u map[string]any, gen int64) {
+		spec, _ := u["spec"].(map[string]any)
+		spec["ref"] = map[string]any{"tag": version}
+		u["status"] = status(gen)
+	})
+	return rev
+}
+
+// writeStatus rewrites a source's spec and status (update), retrying on
+// conflicts.
+func writeStatus(t testing.TB, c *clustertest.Cluster, kind, namespace, name, what string, set func(u map[string]any, gen int64)) {
+	t.Helper()
+	ctx := context.Background()
+	ri, err := c.ResourceFor("source.toolkit.fluxcd.io/v1", kind, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		u, err := ri.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		set(u.Object, u.GetGeneration())
+		// The spec first (it may move the generation), then the status
+		// for the generation it made.
+		if u, err = ri.Update(ctx, u, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
+			t.Fatalf("publish %s: %v", what, err)
+		}
+		set(u.Object, u.GetGeneration())
+		_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("publish %s: %v", what, err)
+		}
+		return
+	}
+}
+
 // tarball is a gzipped tar of files, with their directories, in a stable
 // order.
 func tarball(t testing.TB, files map[string]string) []byte {

@@ -65,19 +65,19 @@ func (c *cluster) unhold(r *rolloutState, e Emitter, ev *Evidence) {
 }
 
 // attribute finds the revision a release's observation belongs to: the
-// live hold of it reported last strictly before the observation. Flux's
-// times are whole seconds, and in the second of the apply the release may
-// still report on its previous state (an action already under way), so a
-// report of that same second goes to the hold before: the new revision
-// then waits for a later report, which is safe, rather than taking one
-// that may be the old state's.
+// live hold of it reported last at or before the observation. Flux's
+// times are whole seconds, and a quick release (a chart of ConfigMaps)
+// reports in the second of the apply: that report is the new revision's.
+// What events cannot tell apart is a report of an action that was already
+// under way when the apply changed the release (docs/verdicts.md, "Releases
+// inside a layer").
 func (c *cluster) attribute(o *Observation) (holdEntry, bool) {
 	list := c.holds[o.Emitter]
 	i, _ := slices.BinarySearchFunc(list, o.At, func(h holdEntry, t time.Time) int {
-		if h.at.Before(t) {
-			return -1
+		if h.at.After(t) {
+			return 1
 		}
-		return 1
+		return -1
 	})
 	if i == 0 {
 		return holdEntry{}, false

@@ -90,6 +90,11 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 		end = now
 	}
 	for _, l := range layers {
+		for _, rv := range l.Releases {
+			if rv.At != nil && rv.At.After(end) {
+				end = *rv.At
+			}
+		}
 		for _, t := range []*time.Time{l.Since, l.At, l.Healthy} {
 			if t != nil && t.Before(start) {
 				start = *t
@@ -106,13 +111,24 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 	x := func(t time.Time) float64 {
 		return tlLeft + float64(t.Sub(start))/float64(span)*(tlWidth-tlLeft-8)
 	}
-	tl := timeline{Width: tlWidth, Left: tlLeft, Height: tlTop + len(layers)*tlRow + 8}
+	rows := len(layers)
+	for _, l := range layers {
+		rows += len(l.Releases)
+	}
+	tl := timeline{Width: tlWidth, Left: tlLeft, Height: tlTop + rows*tlRow + 8}
+	// A release's failures are drawn on its own row, under its layer's.
 	failures := map[string][]rollout.FailureView{}
 	for _, f := range v.Failures {
-		failures[f.Layer] = append(failures[f.Layer], f)
+		key := f.Layer
+		if f.Release != "" {
+			key = f.Layer + ">" + f.Release
+		}
+		failures[key] = append(failures[key], f)
 	}
-	for i, l := range layers {
+	i := 0
+	for _, l := range layers {
 		row := timelineRow{Y: tlTop + i*tlRow, Name: l.Name, State: string(l.State)}
+		i++
 		if l.Since != nil {
 			row.Bar = true
 			to := end // still at it: up to now, or to the end of a final rollout
@@ -133,6 +149,25 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 			row.Marks = append(row.Marks, timelineMark{X: x(f.At), Y: float64(row.Y) + 8, Kind: kind, Title: f.Reason + ": " + f.Message})
 		}
 		tl.Rows = append(tl.Rows, row)
+		for _, rv := range l.Releases {
+			name := rv.Kind + "/" + rv.Namespace + "/" + rv.Name
+			rr := timelineRow{Y: tlTop + i*tlRow, Name: "↳ " + rv.Namespace + "/" + rv.Name, State: string(rv.State), Bar: true}
+			i++
+			to := end
+			if rv.At != nil && rv.State != rollout.LayerProgressing && rv.State != rollout.LayerWaiting {
+				to = *rv.At
+			}
+			rr.X, rr.W = x(rv.Since), max(x(to)-x(rv.Since), tlMinBar)
+			rr.Detail = name + ": " + string(rv.State) + " " + rv.Reason + " " + since(to.Sub(rv.Since))
+			for _, f := range failures[l.Name+">"+name] {
+				title := f.Reason + ": " + f.Message
+				if f.Remediation != "" {
+					title += "; then: " + f.Remediation
+				}
+				rr.Marks = append(rr.Marks, timelineMark{X: x(f.At), Y: float64(rr.Y) + 8, Kind: "failed", Title: title})
+			}
+			tl.Rows = append(tl.Rows, rr)
+		}
 	}
 	for i := range 5 {
 		t := start.Add(span * time.Duration(i) / 4)

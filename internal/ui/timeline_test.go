@@ -67,3 +67,31 @@ func TestTimelineOrder(t *testing.T) {
 		t.Error("a final rollout has a now line")
 	}
 }
+
+// TestTimelineReleases: each release a layer's apply changed is a row
+// under its layer, from the apply to its result, with its failure (and
+// what remediation did) on its own row rather than the layer's.
+func TestTimelineReleases(t *testing.T) {
+	layers := []rollout.LayerView{
+		{Name: "flux-system/apps", State: rollout.LayerFailed, Since: at(1), At: at(12), Releases: []rollout.ReleaseView{
+			{Kind: "HelmRelease", Namespace: "apps", Name: "web", State: rollout.LayerFailed, Reason: "UpgradeFailed", At: at(12), Since: *at(2)},
+			{Kind: "HelmRelease", Namespace: "apps", Name: "api", State: rollout.LayerApplied, Reason: "UpgradeSucceeded", At: at(5), Since: *at(2)},
+		}},
+		{Name: "flux-system/infra", State: rollout.LayerApplied, Since: at(0), At: at(1)},
+	}
+	v := &rollout.View{FirstSeen: tt0, LastSeen: *at(12), Terminal: true, Verdict: rollout.VerdictFailed, Layers: rollout.MakeLayers(layers),
+		Failures: []rollout.FailureView{{Layer: "flux-system/apps", Release: "HelmRelease/apps/web", Reason: "UpgradeFailed", Message: "boom",
+			Remediation: "Helm rollback to previous release apps/web.v4 succeeded", At: *at(12)}}}
+	tl := newTimeline(v, tt0.Add(time.Hour))
+	want := []string{"flux-system/infra", "flux-system/apps", "↳ apps/web", "↳ apps/api"}
+	if got := rowNames(tl); !slices.Equal(got, want) {
+		t.Fatalf("rows %v, want %v", got, want)
+	}
+	apps, web, api := tl.Rows[1], tl.Rows[2], tl.Rows[3]
+	if len(apps.Marks) != 0 || len(web.Marks) != 1 || web.Marks[0].Title != "UpgradeFailed: boom; then: Helm rollback to previous release apps/web.v4 succeeded" {
+		t.Fatalf("the release's failure is not on its row: layer %+v, release %+v", apps.Marks, web.Marks)
+	}
+	if !api.Bar || api.State != string(rollout.LayerApplied) || api.X+api.W >= web.X+web.W || tl.Height != tlTop+4*tlRow+8 {
+		t.Fatalf("release rows: api %+v web %+v height %d", api, web, tl.Height)
+	}
+}

@@ -431,7 +431,7 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 		if f.AfterApplied {
 			continue
 		}
-		fmt.Fprintf(out, "failure: %s %s\n", f.Layer, f.Reason)
+		fmt.Fprintf(out, "failure: %s\n", failureTitle(f))
 		for _, o := range f.Objects {
 			name := o.Name
 			if o.Namespace != "" {
@@ -446,10 +446,22 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 			}
 			fmt.Fprintf(out, "  %s\n", msg)
 		}
+		if f.Remediation != "" {
+			fmt.Fprintf(out, "  then: %s\n", f.Remediation)
+		}
 	}
 	if v.RootCause != "" && v.Verdict == rollout.VerdictStuck {
 		fmt.Fprintf(out, "root cause: %s\n", v.RootCause)
 	}
+}
+
+// failureTitle names a failure: its layer, the release inside it whose
+// failure it is, and Flux's reason.
+func failureTitle(f rollout.FailureView) string {
+	if f.Release != "" {
+		return f.Layer + " " + f.Release + " " + f.Reason
+	}
+	return f.Layer + " " + f.Reason
 }
 
 // The CI systems whose own output wait speaks.
@@ -523,7 +535,10 @@ func annotate(out io.Writer, waiters []*waiter) {
 			for _, o := range f.Objects {
 				msg += "\n" + o.Kind + " " + o.Namespace + "/" + o.Name + ": " + o.Error
 			}
-			fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": "+f.Layer+" "+f.Reason), ghData(msg))
+			if f.Remediation != "" {
+				msg += "\nthen: " + f.Remediation
+			}
+			fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": "+failureTitle(f)), ghData(msg))
 		}
 		switch v.Verdict {
 		case rollout.VerdictStuck:
@@ -580,6 +595,13 @@ func appendSummary(path, rev, externalURL string, waiters []*waiter) error {
 				at = l.At.UTC().Format(time.RFC3339)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mdCell(l.Name), l.State, mdCell(l.Reason), at)
+			for _, rv := range l.Releases {
+				at := ""
+				if rv.At != nil {
+					at = rv.At.UTC().Format(time.RFC3339)
+				}
+				fmt.Fprintf(&b, "| ↳ %s | %s | %s | %s |\n", mdCell(rv.Kind+" "+rv.Namespace+"/"+rv.Name), rv.State, mdCell(rv.Reason), at)
+			}
 		}
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
