@@ -40,19 +40,19 @@ type Data struct {
 	// (Kind/namespace/name), and Remediation what helm-controller did next.
 	Release     string
 	Remediation string
-	Object        *rollout.Object
-	Layers        []LayerRow
-	Duration      string
-	Deadline      string
-	Late          bool
-	Behind        []string
-	RootCause     string
-	RootState     string
-	RootMessage   string
-	URL           string
-	Since         string // blind: last event from notification-controller
-	Warning       string // blind: what is wrong and what to check
-	LayerCount    int    // blind: layers the cluster reader sees
+	Object      *rollout.Object
+	Layers      []LayerRow
+	Duration    string
+	Deadline    string
+	Late        bool
+	Behind      []string
+	RootCause   string
+	RootState   string
+	RootMessage string
+	URL         string
+	Since       string // blind: last event from notification-controller
+	Warning     string // blind: what is wrong and what to check
+	LayerCount  int    // blind: layers the cluster reader sees
 }
 
 // LayerRow is one layer in a mail.
