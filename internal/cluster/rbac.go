@@ -20,14 +20,18 @@ func Rules() []rbacv1.PolicyRule {
 	for _, sk := range flux.SourceKinds() {
 		src = append(src, sk.Resource.Resource)
 	}
-	return append(rules, rbacv1.PolicyRule{APIGroups: []string{sourcev1.GroupVersion.Group}, Resources: src, Verbs: verbs})
+	return append(rules, rbacv1.PolicyRule{APIGroups: []string{sourcev1.GroupVersion.Group}, Resources: src, Verbs: verbs},
+		rbacv1.PolicyRule{APIGroups: []string{flux.HelmReleases.Group}, Resources: []string{flux.HelmReleases.Resource}, Verbs: verbs})
 }
 
 // Resource is the API resource the reader watches for a kind
-// (Kustomization, GitRepository, OCIRepository, Bucket).
+// (Kustomization, GitRepository, OCIRepository, Bucket, HelmRelease).
 func Resource(kind string) schema.GroupVersionResource {
-	if kind == kustomizationKind {
+	switch kind {
+	case kustomizationKind:
 		return kustomizations
+	case flux.KindHelmRelease:
+		return flux.HelmReleases
 	}
 	sk, _ := flux.Source(kind)
 	return sk.Resource

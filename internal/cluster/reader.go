@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +52,8 @@ type Config struct {
 	StatusMoved func()
 }
 
-// Reader watches Kustomizations and their sources.
+// Reader watches Kustomizations, their sources and the HelmReleases they
+// apply.
 type Reader struct {
 	dyn    dynamic.Interface
 	sub    Submitter
@@ -66,6 +68,9 @@ type Reader struct {
 	srcs     map[string][]cache.GenericLister // by kind
 	marked   map[string]string                // layer -> last membership mark stored, to send changes only
 	served   map[string]bool                  // source kinds this cluster serves (CheckAccess)
+	releases []cache.Indexer                  // HelmReleases, indexed by owner layer; none when not read
+	// readReleases: CheckAccess found HelmReleases served and readable.
+	readReleases bool
 	// The objects to look at. A burst of changes to one object is looked at
 	// once; a look whose observations could not be stored is retried with
 	// backoff, so nothing the cluster said is lost to a store error.
@@ -91,6 +96,19 @@ const sourceIndex = "sourceRef"
 func indexBySource(obj any) ([]string, error) {
 	if k, ok := obj.(*kustomizev1.Kustomization); ok {
 		return []string{ingest.SourceOf(k).String()}, nil
+	}
+	return nil, nil
+}
+
+// ownerIndex indexes HelmReleases by the layer that applies them
+// (namespace/name), so that a layer's change finds its releases.
+const ownerIndex = "owner"
+
+func indexByOwner(obj any) ([]string, error) {
+	if hr, ok := obj.(*helmv2.HelmRelease); ok {
+		if ns, name, ok := ingest.Owner(hr); ok {
+			return []string{ns + "/" + name}, nil
+		}
 	}
 	return nil, nil
 }
@@ -143,6 +161,22 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 			}
 		}
 	}
+	// HelmReleases are read when the cluster serves them and the role
+	// grants them; without, their events alone say how they went.
+	r.readReleases = true
+	for _, ns := range namespaces {
+		_, err := r.dyn.Resource(flux.HelmReleases).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		switch {
+		case apierrors.IsForbidden(err):
+			r.log.Warn("HelmReleases not read: grant get, list and watch on helmreleases (see manifests/) for their status to count", "namespace", nsName(ns))
+			r.readReleases = false
+		case apierrors.IsNotFound(err):
+			r.log.Info("HelmReleases not served by this cluster")
+			r.readReleases = false
+		case err != nil:
+			return fmt.Errorf("cluster access: list helmreleases in %s: %w", nsName(ns), err)
+		}
+	}
 	return nil
 }
 
@@ -183,6 +217,15 @@ func (r *Reader) Run(ctx context.Context) error {
 			r.watch(si.Informer(), sk.Kind)
 			r.srcs[sk.Kind] = append(r.srcs[sk.Kind], cache.NewGenericLister(si.Informer().GetIndexer(), sk.Resource.GroupResource()))
 			synced = append(synced, si.Informer().HasSynced)
+		}
+		if r.readReleases {
+			hi := f.ForResource(flux.HelmReleases)
+			if err := hi.Informer().AddIndexers(cache.Indexers{ownerIndex: indexByOwner}); err != nil {
+				return fmt.Errorf("index HelmReleases by owner: %w", err)
+			}
+			r.watch(hi.Informer(), flux.KindHelmRelease)
+			r.releases = append(r.releases, hi.Informer().GetIndexer())
+			synced = append(synced, hi.Informer().HasSynced)
 		}
 		f.Start(ctx.Done())
 		layerF.Start(ctx.Done())
@@ -247,9 +290,12 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 		}
 		var slim runtime.Object
 		var err error
-		if kind == flux.KindKustomization {
+		switch kind {
+		case flux.KindKustomization:
 			slim, err = slimLayer(u)
-		} else {
+		case flux.KindHelmRelease:
+			slim, err = slimRelease(u)
+		default:
 			slim, err = slimSource(kind, u)
 		}
 		if err != nil {
@@ -348,7 +394,37 @@ func (r *Reader) handle(ctx context.Context, key objectKey) error {
 		}
 		return err
 	}
+	if key.Kind == flux.KindHelmRelease {
+		return r.handleRelease(ctx, key.Namespace, key.Name)
+	}
 	return r.handleSource(ctx, ingest.Emitter(key.Kind, key.Namespace, key.Name))
+}
+
+// handleRelease submits what a HelmRelease's status says, with, in the
+// same batch, the hold its layer's apply made of it when the layer's
+// history tells it (the layer's own event may never come).
+func (r *Reader) handleRelease(ctx context.Context, ns, name string) error {
+	hr := r.release(ns, name)
+	if hr == nil {
+		return nil
+	}
+	var k *kustomizev1.Kustomization
+	if lns, lname, ok := ingest.Owner(hr); ok {
+		k = r.layer(lns, lname)
+	}
+	return r.submit(ctx, r.releaseObservations(hr, k, nil), nil)
+}
+
+// releaseObservations appends what the cluster says of a HelmRelease that
+// layer k (nil: not cached) applies: the hold k's history tells, and its
+// status.
+func (r *Reader) releaseObservations(hr *helmv2.HelmRelease, k *kustomizev1.Kustomization, obs []rollout.Observation) []rollout.Observation {
+	if k != nil {
+		if o, ok := ingest.ReleaseHold(hr, k, r.cfg.Cluster); ok {
+			obs = append(obs, o)
+		}
+	}
+	return append(obs, ingest.ReleaseStatus(hr, r.cfg.Cluster)...)
 }
 
 // handleSource submits a source's artifact and, in the same batch, every
@@ -400,10 +476,22 @@ func (r *Reader) submit(ctx context.Context, obs []rollout.Observation, marks ma
 }
 
 // look appends a Kustomization's membership mark for its source's current
-// revision (when it changed since last stored) and then its progress.
+// revision (when it changed since last stored), then its progress, then
+// what the cluster says of the HelmReleases it applies: in the batch of
+// the layer's success, so that the success is never judged without the
+// releases the apply changed (its history tells which).
 func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
 	obs, marks = r.mark(k, false, obs, marks)
-	return append(obs, ingest.Status(k, r.cfg.Cluster, r.current(k))...), marks
+	obs = append(obs, ingest.Status(k, r.cfg.Cluster, r.current(k))...)
+	for _, idx := range r.releases {
+		objs, _ := idx.ByIndex(ownerIndex, k.Namespace+"/"+k.Name) // the index is registered before the informers start
+		for _, o := range objs {
+			if hr, ok := o.(*helmv2.HelmRelease); ok {
+				obs = r.releaseObservations(hr, k, obs)
+			}
+		}
+	}
+	return obs, marks
 }
 
 // current is the revision of a Kustomization's source's artifact, or "".
@@ -436,6 +524,18 @@ func (r *Reader) mark(k *kustomizev1.Kustomization, gone bool, obs []rollout.Obs
 func (r *Reader) layer(ns, name string) *kustomizev1.Kustomization {
 	k, _ := get(r.layers, ns, name).(*kustomizev1.Kustomization)
 	return k
+}
+
+// release is the cached HelmRelease ns/name, or nil.
+func (r *Reader) release(ns, name string) *helmv2.HelmRelease {
+	for _, idx := range r.releases {
+		if o, ok, _ := idx.GetByKey(ns + "/" + name); ok {
+			if hr, ok := o.(*helmv2.HelmRelease); ok {
+				return hr
+			}
+		}
+	}
+	return nil
 }
 
 // source is the cached source of kind ns/name, or nil.

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
@@ -349,4 +352,120 @@ func TestReaderScenarios(t *testing.T) {
 			t.Fatalf("layers %v", layerNames(v))
 		}
 	})
+}
+
+// TestReaderHelmRelease: with no event at all, a HelmRelease's status on
+// the real kube-apiserver says how the commit whose apply changed it went:
+// the layer's history names that commit (its first reconciliation came
+// after kustomize-controller's apply, whose time the field manager on the
+// HelmRelease keeps), and the status says whether helm-controller's
+// attempt at that spec released it or failed, and what remediation did.
+func TestReaderHelmRelease(t *testing.T) {
+	c := clustertest.Start(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, tt := range []struct {
+		name    string
+		ready   map[string]any
+		extra   []any
+		want    rollout.Verdict
+		attempt int64 // lastAttemptedGeneration; 0: the current one
+	}{
+		{name: "released", want: rollout.VerdictApplied,
+			ready: map[string]any{"type": "Ready", "status": "True", "reason": "UpgradeSucceeded", "message": "Helm upgrade succeeded for release helm/web.v2 with chart web@1.0.0"}},
+		{name: "failed", want: rollout.VerdictFailed,
+			ready: map[string]any{"type": "Ready", "status": "False", "reason": "UpgradeFailed", "message": "Helm upgrade failed"},
+			extra: []any{
+				map[string]any{"type": "Released", "status": "False", "reason": "UpgradeFailed", "message": "Helm upgrade failed for release helm/web with chart web@1.0.0: boom"},
+				map[string]any{"type": "Remediated", "status": "True", "reason": "RollbackSucceeded", "message": "Helm rollback to previous release helm/web.v1 with chart web@1.0.0 succeeded"},
+			}},
+		{name: "not attempted yet", want: rollout.VerdictApplying, attempt: 1,
+			ready: map[string]any{"type": "Ready", "status": "True", "reason": "UpgradeSucceeded", "message": "Helm upgrade succeeded for release helm/web.v1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := c.NewWorld(t, "helm-"+strings.ReplaceAll(tt.name, " ", "-"), now)
+			ns := w.Namespace()
+			// kustomize-controller's apply of the HelmRelease, as its field
+			// manager: the kube-apiserver stamps it now.
+			hr := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+				"metadata": map[string]any{"name": "web", "namespace": ns, "labels": map[string]any{
+					"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": ns}},
+				"spec": map[string]any{"interval": "1h", "chartRef": map[string]any{"kind": "OCIRepository", "name": "web"},
+					"values": map[string]any{"message": "v2"}},
+			}}
+			if err := c.ServerSideApply(context.Background(), hr, "kustomize-controller", false); err != nil {
+				t.Fatal(err)
+			}
+			ri, err := c.ResourceFor("helm.toolkit.fluxcd.io/v2", "HelmRelease", ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ri.Get(context.Background(), "web", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gen := got.GetGeneration()
+			attempt := gen
+			if tt.attempt > 0 {
+				attempt = tt.attempt
+				// A spec helm-controller has not acted on: a second apply.
+				hr.Object["spec"].(map[string]any)["values"] = map[string]any{"message": "v3"}
+				if err := c.ServerSideApply(context.Background(), hr, "kustomize-controller", false); err != nil {
+					t.Fatal(err)
+				}
+				if got, err = ri.Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				gen = got.GetGeneration()
+			}
+			ready := maps.Clone(tt.ready)
+			ready["lastTransitionTime"] = time.Now().UTC().Add(time.Second).Format(time.RFC3339)
+			for _, c := range tt.extra {
+				c.(map[string]any)["lastTransitionTime"] = ready["lastTransitionTime"]
+			}
+			got.Object["status"] = map[string]any{"observedGeneration": gen, "lastAttemptedGeneration": attempt,
+				"conditions": append([]any{ready}, tt.extra...)}
+			if _, err := ri.UpdateStatus(context.Background(), got, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// apps applied R2 in a reconciliation that ended after that
+			// apply; R1 long before.
+			w.Source("fleet", revOf("R2"))
+			later := time.Now().UTC().Add(time.Minute)
+			w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", Applied: revOf("R2"), Attempted: revOf("R2"),
+				Ready: w.Ready("True", "ReconciliationSucceeded", "Applied revision: "+revOf("R2"), -time.Minute),
+				History: []any{
+					clustertest.HistoryEntry(revOf("R1"), now.Add(-time.Hour), now.Add(-50*time.Minute)),
+					clustertest.HistoryEntry(revOf("R2"), later, later),
+				}})
+			te := run(t, c, ns, now)
+			if tt.want == rollout.VerdictApplying {
+				// The layer applied it, and its release says it holds: it
+				// stays applying however long one waits.
+				waitFor(t, "the release held by the layer", func() bool {
+					v := te.Get(rollout.Key{Cluster: "prod", Hash: hashOf("R2")})
+					return v != nil && v.Layers.Len() == 1 && len(v.Layers.At(0).Releases) == 1
+				})
+				v := te.Get(rollout.Key{Cluster: "prod", Hash: hashOf("R2")})
+				if v.Verdict != rollout.VerdictApplying || v.Layers.At(0).Releases[0].State != rollout.LayerProgressing {
+					t.Fatalf("a release not attempted at its generation: %s, %+v", v.Verdict, v.Layers.At(0).Releases)
+				}
+				return
+			}
+			v := verdict(t, te, "R2", tt.want)
+			if l := v.Layers.At(0); len(l.Releases) != 1 || l.Releases[0].Name != "web" {
+				t.Fatalf("the layer's releases: %+v", l.Releases)
+			}
+			if tt.want == rollout.VerdictFailed {
+				f := v.Failures[0]
+				if f.Release != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" || !strings.Contains(f.Message, "boom") ||
+					!strings.Contains(f.Remediation, "rollback") || f.Class != rollout.FailureRelease {
+					t.Fatalf("failure %+v", f)
+				}
+			}
+			if r1 := verdict(t, te, "R1", rollout.VerdictApplied); len(r1.Layers.At(0).Releases) != 0 {
+				t.Fatalf("R1, whose apply did not change the release, is held by it: %+v", r1.Layers.At(0))
+			}
+		})
+	}
 }

@@ -8,10 +8,13 @@ package cluster
 import (
 	"fmt"
 	"reflect"
+	"time"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -43,7 +46,7 @@ func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error)
 		kept := make([]any, 0, len(history))
 		for _, h := range history {
 			m, _ := h.(map[string]any)
-			kept = append(kept, pick(m, "lastReconciledStatus", "lastReconciled", "metadata"))
+			kept = append(kept, pick(m, "lastReconciledStatus", "firstReconciled", "lastReconciled", "metadata"))
 		}
 		st["history"] = kept
 	}
@@ -59,6 +62,55 @@ func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error)
 		return k, err
 	}
 	return k, nil
+}
+
+// slimRelease is a HelmRelease as cached: what ingest.ReleaseStatus,
+// ingest.ReleaseHold and the owner index read. Its spec (values, often
+// large), its inventory and all but the newest history entry are left out;
+// of its managed fields, kustomize-controller's apply time alone.
+func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
+	md := slimMetadata(u)
+	g := kustomizev1.GroupVersion.Group
+	labels := map[string]any{}
+	for _, k := range []string{g + "/name", g + "/namespace"} {
+		if v, ok := u.GetLabels()[k]; ok {
+			labels[k] = v
+		}
+	}
+	if len(labels) > 0 {
+		md["labels"] = labels
+	}
+	for _, mf := range u.GetManagedFields() {
+		if mf.Manager == flux.KustomizeFieldManager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Time != nil {
+			md["managedFields"] = []any{map[string]any{"manager": mf.Manager, "operation": string(mf.Operation),
+				"time": mf.Time.UTC().Format(time.RFC3339)}}
+		}
+	}
+	status, _ := u.Object["status"].(map[string]any)
+	st := pick(status, "observedGeneration", "lastAttemptedGeneration")
+	if conds, ok := status["conditions"].([]any); ok {
+		var kept []any
+		for _, c := range conds {
+			switch m, _ := c.(map[string]any); m["type"] {
+			case meta.ReadyCondition, helmv2.ReleasedCondition, helmv2.RemediatedCondition, meta.StalledCondition:
+				kept = append(kept, m)
+			}
+		}
+		st["conditions"] = kept
+	}
+	if history, ok := status["history"].([]any); ok && len(history) > 0 {
+		if m, ok := history[0].(map[string]any); ok {
+			st["history"] = []any{pick(m, "lastDeployed")}
+		}
+	}
+	slim := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md, "status": st}
+	hr := &helmv2.HelmRelease{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(slim, hr); err != nil {
+		*hr = helmv2.HelmRelease{}
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": slimMetadata(u)}, hr)
+		return hr, err
+	}
+	return hr, nil
 }
 
 // slimSource is a source as cached: Flux's type with its artifact alone,

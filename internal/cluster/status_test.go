@@ -7,9 +7,13 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
@@ -218,6 +222,90 @@ func TestSlimLayerThatDoesNotConvert(t *testing.T) {
 		}
 		if obs := ingest.Status(k, "prod", ""); len(obs) != 0 {
 			t.Fatalf("%v: observations from an object that did not convert: %+v", tt.field, obs)
+		}
+	}
+}
+
+// helmRelease is a whole HelmRelease as the kube-apiserver serves it:
+// applied by kustomize-controller (and touched by another manager), with
+// values, an inventory, a history of three releases and every condition
+// helm-controller writes.
+func helmRelease(ready, readyReason string, attempted int64) *unstructured.Unstructured {
+	at := func(min int) string { return time.Date(2026, 11, 30, 12, min, 0, 0, time.UTC).Format(time.RFC3339) }
+	cond := func(typ, status, reason, msg string, min int) map[string]any {
+		return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg, "lastTransitionTime": at(min)}
+	}
+	entry := func(v int64, min int) map[string]any {
+		return map[string]any{"name": "web", "namespace": "apps", "version": v, "status": "deployed", "chartName": "web",
+			"chartVersion": "1.0.0", "configDigest": "sha256:ab", "digest": "sha256:cd", "firstDeployed": at(0), "lastDeployed": at(min)}
+	}
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+		"metadata": map[string]any{"name": "web", "namespace": "apps", "uid": "u1", "resourceVersion": "7", "generation": int64(4),
+			"labels": map[string]any{"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system", "team": "web"},
+			"annotations": map[string]any{"note": "x"},
+			"managedFields": []any{
+				map[string]any{"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "helm.toolkit.fluxcd.io/v2",
+					"time": at(10), "fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:spec": map[string]any{}}},
+				map[string]any{"manager": "helm-controller", "operation": "Update", "apiVersion": "helm.toolkit.fluxcd.io/v2",
+					"time": at(12), "fieldsType": "FieldsV1", "fieldsV1": map[string]any{"f:status": map[string]any{}}, "subresource": "status"},
+			}},
+		"spec": map[string]any{"interval": "1h", "chartRef": map[string]any{"kind": "OCIRepository", "name": "web"},
+			"values": map[string]any{"replicas": int64(3), "image": map[string]any{"tag": "v1.4.2"}}},
+		"status": map[string]any{
+			"observedGeneration": int64(4), "lastAttemptedGeneration": attempted, "lastAttemptedReleaseAction": "upgrade",
+			"lastAttemptedRevision": "1.0.0", "failures": int64(1), "storageNamespace": "apps", "helmChart": "apps/apps-web",
+			"history":   []any{entry(5, 11), entry(4, 5), entry(3, 1)},
+			"inventory": map[string]any{"entries": []any{map[string]any{"id": "apps_web-settings__ConfigMap", "v": "v1"}}},
+			"conditions": []any{
+				cond("Ready", ready, readyReason, "Helm "+readyReason, 11),
+				cond("Released", ready, readyReason, "Helm upgrade for release apps/web: "+readyReason, 11),
+				cond("Remediated", "True", "RollbackSucceeded", "Helm rollback to previous release apps/web.v4 succeeded", 12),
+				cond("Stalled", "True", "RetriesExceeded", "Failed to upgrade after 1 attempt(s)", 12),
+				cond("TestSuccess", "True", "TestSucceeded", "tests passed", 11),
+				cond("Reconciling", "False", "Succeeded", "done", 12),
+			},
+		},
+	}}
+}
+
+// TestSlimReleaseKeepsWhatIsRead: every reading of a slim HelmRelease
+// equals the whole object's (its status, the hold its layer's history
+// tells, its owner and apply time), and what nothing reads is gone.
+func TestSlimReleaseKeepsWhatIsRead(t *testing.T) {
+	layer := &kustomizev1.Kustomization{}
+	layer.Namespace, layer.Name = "flux-system", "apps"
+	layer.Status.History = meta.History{
+		{Digest: "sha256:1", FirstReconciled: metav1.NewTime(time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC)), Metadata: map[string]string{"revision": "main@sha1:" + strings.Repeat("1", 40)}},
+		{Digest: "sha256:2", FirstReconciled: metav1.NewTime(time.Date(2026, 11, 30, 12, 10, 30, 0, time.UTC)), Metadata: map[string]string{"revision": "main@sha1:" + strings.Repeat("2", 40)}},
+	}
+	for _, u := range []*unstructured.Unstructured{
+		helmRelease("True", "UpgradeSucceeded", 4),
+		helmRelease("False", "UpgradeFailed", 4),
+		helmRelease("True", "UpgradeSucceeded", 3), // not attempted at this generation
+	} {
+		s, err := slimRelease(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &helmv2.HelmRelease{}
+		if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, w); err != nil {
+			t.Fatal(err)
+		}
+		want := ingest.ReleaseStatus(w, "prod")
+		if len(want) == 0 {
+			t.Fatal("the whole object gives no observation: the case tests nothing")
+		}
+		if got := ingest.ReleaseStatus(s, "prod"); !reflect.DeepEqual(got, want) {
+			t.Errorf("ingest.ReleaseStatus of the slim object\n got %+v\nwant %+v", got, want)
+		}
+		wantHold, ok := ingest.ReleaseHold(w, layer, "prod")
+		if gotHold, _ := ingest.ReleaseHold(s, layer, "prod"); !ok || !reflect.DeepEqual(gotHold, wantHold) || wantHold.Hash != strings.Repeat("2", 40) {
+			t.Errorf("the hold: slim %+v, whole %+v (%v)", gotHold, wantHold, ok)
+		}
+		if s.Spec.Values != nil || s.Status.Inventory != nil || len(s.Status.History) != 1 || len(s.Annotations) != 0 || len(s.Labels) != 2 ||
+			len(s.ManagedFields) != 1 || s.ManagedFields[0].FieldsV1 != nil {
+			t.Errorf("the slim object still has what nothing reads: %+v", s)
 		}
 	}
 }

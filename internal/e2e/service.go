@@ -66,7 +66,8 @@ type Options struct {
 	// StuckAfter is --stuck-after; zero keeps the default (30m).
 	StuckAfter time.Duration
 	// ReleaseNamespaces are the namespaces whose HelmReleases the Alert
-	// sends (manifests --helmrelease-namespaces); none: the scenario's.
+	// sends (manifests --helmrelease-namespaces; none: the scenario's) and,
+	// with cluster access, that the service reads too.
 	ReleaseNamespaces []string
 }
 
@@ -113,7 +114,7 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 		mailTo = namespace + "-events@e2e.test"
 		args = append(args, "--cluster=off", "--layers", strings.Join(opts.Layers, ","))
 	} else {
-		args = append(args, "--kubeconfig", c.Kubeconfig, "--namespaces", namespace)
+		args = append(args, "--kubeconfig", c.Kubeconfig, "--namespaces", strings.Join(append([]string{namespace}, opts.ReleaseNamespaces...), ","))
 	}
 	s := &Service{URL: "http://" + listen, MailTo: mailTo, bin: bin, name: name, c: c, t: t,
 		args: append(args, "--mail-to", mailTo)}

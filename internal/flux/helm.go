@@ -32,6 +32,11 @@ const (
 	ReasonValuesError           = "ValuesError"
 )
 
+// KustomizeFieldManager is kustomize-controller's server-side-apply field
+// manager, its controller name (a literal in its main package): the time of
+// its managed fields on an object is when its apply last changed it.
+const KustomizeFieldManager = "kustomize-controller"
+
 // The actions of kustomize-controller's change set lines that changed an
 // object (fluxcd/pkg/ssa CreatedAction and ConfiguredAction; that module is
 // kustomize-controller's machinery, too heavy to import for two words).

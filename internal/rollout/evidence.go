@@ -159,6 +159,14 @@ type Observation struct {
 	// Holds, with a layer's progress, are the releases its apply of the
 	// revision created or changed: they belong to this revision on it.
 	Holds []Emitter
+	// A release's state from the cluster rather than from its events:
+	// Applied is when kustomize-controller's apply last changed it (its
+	// managedFields), which attributes the observation (attribute), and
+	// Status says it is read from status, where helm-controller says which
+	// generation it acted on: a success from it is a release of the spec
+	// that apply made.
+	Applied time.Time
+	Status  bool
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters
@@ -221,6 +229,12 @@ type Evidence struct {
 	// Holds are the releases the layer's apply of this revision created or
 	// changed, each with the earliest report naming it; sorted.
 	Holds []Hold `json:"holds,omitempty"`
+	// Of a release: Watched is its earliest state read from the cluster's
+	// status, and Confirmed the earliest success there. Once its status is
+	// watched, a success counts only when the status confirms it: an event
+	// cannot say which spec the action it reports was for.
+	Watched   time.Time `json:"watched,omitzero"`
+	Confirmed *Mark     `json:"confirmed,omitempty"`
 }
 
 // Hold is a release a layer's apply of a revision changed, and when the
@@ -255,6 +269,10 @@ func (ev *Evidence) clone() *Evidence {
 	if ev.Succeeded != nil {
 		s := *ev.Succeeded
 		c.Succeeded = &s
+	}
+	if ev.Confirmed != nil {
+		s := *ev.Confirmed
+		c.Confirmed = &s
 	}
 	if ev.Member != nil {
 		m := *ev.Member
@@ -305,6 +323,14 @@ func (ev *Evidence) merge(o Observation) bool {
 		ev.Last, changed = o.At, true
 	}
 	m := Mark{At: o.At, Signal: o.Signal, Reason: o.Reason, Message: o.Message}
+	if o.Status {
+		if ev.Watched.IsZero() || o.At.Before(ev.Watched) {
+			ev.Watched, changed = o.At, true
+		}
+		if o.Signal == SignalSucceeded && (ev.Confirmed == nil || ev.Confirmed.after(m)) {
+			ev.Confirmed, changed = &m, true
+		}
+	}
 	switch o.Signal {
 	case SignalSucceeded:
 		if ev.Succeeded == nil || ev.Succeeded.after(m) {

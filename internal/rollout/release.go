@@ -71,8 +71,25 @@ func (c *cluster) unhold(r *rolloutState, e Emitter, ev *Evidence) {
 // What events cannot tell apart is a report of an action that was already
 // under way when the apply changed the release (docs/verdicts.md, "Releases
 // inside a layer").
+//
+// A release's state read from the cluster says when the apply it follows
+// happened (Applied): it belongs to the hold reported first at or after
+// that apply (kustomize-controller reports an apply after making it).
 func (c *cluster) attribute(o *Observation) (holdEntry, bool) {
 	list := c.holds[o.Emitter]
+	if !o.Applied.IsZero() {
+		applied := o.Applied.Truncate(time.Second)
+		i, _ := slices.BinarySearchFunc(list, applied, func(h holdEntry, t time.Time) int {
+			if h.at.Before(t) {
+				return -1
+			}
+			return 1
+		})
+		if i == len(list) {
+			return holdEntry{}, false
+		}
+		return list[i], true
+	}
 	i, _ := slices.BinarySearchFunc(list, o.At, func(h holdEntry, t time.Time) int {
 		if h.at.After(t) {
 			return 1
@@ -134,10 +151,15 @@ func withReleases(s *slot, r *rolloutState, ev *Evidence) {
 	for i, h := range ev.Holds {
 		rv := &s.lv.Releases[i]
 		rev := r.ev[h.Release]
-		if rev == nil || rev.Succeeded == nil {
+		if at, ok := released(rev); !ok {
 			s.succeeded = false
-		} else if rev.Succeeded.At.After(s.succAt) {
-			s.succAt = rev.Succeeded.At
+			if rv.State == LayerApplied || rv.State == LayerRecovered {
+				// Its event says so; its status, which says which
+				// spec, does not yet.
+				rv.State = LayerProgressing
+			}
+		} else if at.After(s.succAt) {
+			s.succAt = at
 		}
 		if rev != nil {
 			for _, f := range rev.Failures {
@@ -166,6 +188,21 @@ func withReleases(s *slot, r *rolloutState, ev *Evidence) {
 		}
 		s.lv.At = behind.At
 	}
+}
+
+// released is whether a release's evidence on a revision says it was
+// released, and when: by its status once the cluster's status of it is
+// read, else by its event.
+func released(rev *Evidence) (time.Time, bool) {
+	switch {
+	case rev == nil:
+		return time.Time{}, false
+	case rev.Confirmed != nil:
+		return rev.Confirmed.At, true
+	case rev.Watched.IsZero() && rev.Succeeded != nil:
+		return rev.Succeeded.At, true
+	}
+	return time.Time{}, false
 }
 
 // releaseNote is a message about a release, shown on its layer.

@@ -43,7 +43,9 @@ import (
 // "oci:NAME" is OCIRepository apps/NAME (a chart's source).
 // "hr:NAME - EVENT@SECOND" is an event of HelmRelease apps/NAME (ok is
 // UpgradeSucceeded, rollback RollbackSucceeded); a layer's holds=N+N names
-// the releases its report says it changed.
+// the releases its report says it changed. "hrs:NAME - EVENT@SECOND
+// applied=SECOND" is the release's state read from the cluster's status
+// (ok, prog, fail(Reason)), applied the time of the apply it follows.
 //
 // Keys after the verdict (or "none": no rollout, no mail): behind L,L; root L; by LABEL; late; from
 // events|config|cluster; completed SECOND|none; layers N; state L=STATE,...; pending L=LABEL;
@@ -322,6 +324,17 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 		o.Emitter = ingest.Emitter("GitRepository", "flux-system", name)
 	} else if name, ok := strings.CutPrefix(f[0], "oci:"); ok {
 		o.Emitter = ingest.Emitter("OCIRepository", "apps", name)
+	} else if name, ok := strings.CutPrefix(f[0], "hrs:"); ok {
+		// A release's state read from the cluster's status.
+		o.Emitter, o.Revision, o.Hash, o.Status = releaseOf(name), "", "", true
+		switch {
+		case event == "ok":
+			event, reason, msg = "", "UpgradeSucceeded", "Helm upgrade succeeded for release apps/"+name+".v2 with chart "+name+"@1.0.0"
+			o.Signal = rollout.SignalSucceeded
+		case event == "prog":
+			event, reason, msg = "", "Progressing", "Running 'upgrade' action with timeout of 5m0s"
+			o.Signal = rollout.SignalProgressing
+		}
 	} else if name, ok := strings.CutPrefix(f[0], "hr:"); ok {
 		// A release's event names no revision: the model attributes it.
 		o.Emitter, o.Revision, o.Hash = releaseOf(name), "", ""
@@ -377,6 +390,8 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 			o.Objects = append(o.Objects, rollout.Object{Kind: p[0], Namespace: p[1], Name: p[2], Error: "forbidden"})
 		case "subject":
 			o.Subject = strings.ReplaceAll(v, "_", " ")
+		case "applied":
+			o.Applied = scriptT0.Add(time.Duration(atoi(t, v)) * time.Second)
 		case "holds":
 			for _, name := range strings.Split(v, "+") {
 				o.Holds = append(o.Holds, releaseOf(name))

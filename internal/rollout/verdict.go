@@ -443,7 +443,7 @@ func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress
 					Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
 					AfterApplied: p.completed && f.First.After(p.completedAt),
 				}
-				if m := rev.Progress; m != nil && m.At.After(f.Last) {
+				if m := rev.Progress; m != nil && !m.At.Before(f.Last) {
 					fv.Remediation = m.Message
 				}
 				out = append(out, fv)

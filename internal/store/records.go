@@ -506,7 +506,8 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // added the emitter's role, which its key does not say (the key's bytes
 // stay those of the records before, so that they are found and deleted);
 // the model gives a role to the emitters of records before
-// (Config.RoleOf). 4 added the releases a layer's apply changed (Holds).
+// (Config.RoleOf). 4 added the releases a layer's apply changed (Holds),
+// and of a release what its status said (Watched, Confirmed).
 const evidenceVersion = 4
 
 // encodeEvidence is the record of ev, evidence of an emitter of role.
@@ -546,6 +547,8 @@ func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
 		}
 		w.time(h.At)
 	}
+	w.time(ev.Watched)
+	w.mark(ev.Confirmed)
 	return w.b
 }
 
@@ -658,6 +661,7 @@ func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 	}
 	if ver >= 4 {
 		ev.Holds = r.holds()
+		ev.Watched, ev.Confirmed = r.time(), r.mark()
 	}
 	if err := r.done(); err != nil {
 		return nil, 0, fmt.Errorf("decode evidence: %w", err)

@@ -2,6 +2,8 @@ package clustertest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -137,6 +139,7 @@ type Layer struct {
 	Ready        map[string]any // the Ready condition; nil: none
 	Applied      string         // lastAppliedRevision
 	Attempted    string         // lastAttemptedRevision
+	History      []any          // status.history entries
 }
 
 // Layer creates a Kustomization on a GitRepository of the namespace.
@@ -162,6 +165,9 @@ func (w *World) Layer(l Layer) {
 	if l.Ready != nil {
 		status["conditions"] = []any{l.Ready}
 	}
+	if l.History != nil {
+		status["history"] = l.History
+	}
 	w.create(ksGVR, map[string]any{
 		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
 		"metadata": map[string]any{"name": l.Name}, "spec": spec,
@@ -174,6 +180,15 @@ func (w *World) Ready(status, reason, msg string, ago time.Duration) map[string]
 		"type": "Ready", "status": status, "reason": reason, "message": msg,
 		"lastTransitionTime": w.now.Add(-ago).Format(time.RFC3339),
 	}
+}
+
+// HistoryEntry is a status.history entry of a revision that succeeded,
+// first and last reconciled at those times.
+func HistoryEntry(revision string, first, last time.Time) map[string]any {
+	d := sha256.Sum256([]byte(revision))
+	return map[string]any{"digest": "sha256:" + hex.EncodeToString(d[:]), "firstReconciled": first.Format(time.RFC3339),
+		"lastReconciled": last.Format(time.RFC3339), "lastReconciledDuration": "1s", "lastReconciledStatus": "ReconciliationSucceeded",
+		"totalReconciliations": int64(1), "metadata": map[string]any{"revision": revision}}
 }
 
 // Namespace is the world's namespace.

@@ -1,0 +1,156 @@
+package ingest
+
+import (
+	"strings"
+	"time"
+
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// What the cluster says of a HelmRelease, read from its status the way
+// helm-controller writes it, and tied to the apply of its spec by
+// kustomize-controller's field manager (docs/verdicts.md, "Releases
+// inside a layer").
+
+// Owner is the Kustomization that applies a HelmRelease: the labels
+// kustomize-controller's apply puts on every object it manages
+// (fluxcd/pkg/ssa SetOwnerLabels, under its API group); false for a
+// HelmRelease no Kustomization applied.
+func Owner(hr *helmv2.HelmRelease) (namespace, name string, ok bool) {
+	g := kustomizev1.GroupVersion.Group
+	name, namespace = hr.Labels[g+"/name"], hr.Labels[g+"/namespace"]
+	return namespace, name, name != "" && namespace != ""
+}
+
+// Applied is when kustomize-controller's apply last changed the
+// HelmRelease: the time of its server-side-apply field manager, which the
+// kube-apiserver moves only when an apply changes the object; zero when
+// it never applied it.
+func Applied(hr *helmv2.HelmRelease) time.Time {
+	var at time.Time
+	for _, mf := range hr.ManagedFields {
+		if mf.Manager == flux.KustomizeFieldManager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Time != nil && mf.Time.After(at) {
+			at = mf.Time.UTC()
+		}
+	}
+	return at
+}
+
+// ReleaseStatus is what a HelmRelease's status says of the spec
+// kustomize-controller last applied, as an observation attributed by
+// that apply (Applied): released when helm-controller's last attempt was
+// for the current generation and it is Ready; failed when that attempt
+// failed, with the Released condition's message (Helm's error) and what
+// remediation did after it (a rollback, or retries exhausted); waiting
+// on a dependency; otherwise still progressing. False when no
+// Kustomization applied it.
+func ReleaseStatus(hr *helmv2.HelmRelease, cluster string) []rollout.Observation {
+	applied := Applied(hr)
+	if _, _, ok := Owner(hr); !ok || applied.IsZero() {
+		return nil
+	}
+	st := &hr.Status
+	em := Emitter(flux.KindHelmRelease, hr.Namespace, hr.Name)
+	obs := func(sig rollout.Signal, at time.Time, reason, msg string) rollout.Observation {
+		if at.Before(applied) {
+			at = applied
+		}
+		return rollout.Observation{Cluster: cluster, Emitter: em, At: at.UTC().Truncate(time.Second), Signal: sig,
+			Reason: reason, Message: msg, Applied: applied, Status: true}
+	}
+	ready := apimeta.FindStatusCondition(st.Conditions, meta.ReadyCondition)
+	if ready == nil || st.LastAttemptedGeneration < hr.Generation || st.ObservedGeneration < hr.Generation {
+		// helm-controller has not acted on this spec yet.
+		return []rollout.Observation{obs(rollout.SignalProgressing, applied, meta.ProgressingReason, "helm-controller has not acted on this spec yet")}
+	}
+	at := ready.LastTransitionTime.Time
+	released := apimeta.FindStatusCondition(st.Conditions, helmv2.ReleasedCondition)
+	switch sig := releaseSignal(ready.Reason, severity(ready)); {
+	case ready.Status == metav1.ConditionTrue:
+		reason := ready.Reason
+		if released != nil && released.Status == metav1.ConditionTrue {
+			reason = released.Reason
+		}
+		if h := st.History.Latest(); h != nil && h.LastDeployed.After(at) {
+			at = h.LastDeployed.Time
+		}
+		return []rollout.Observation{obs(rollout.SignalSucceeded, at, reason, ready.Message)}
+	case ready.Status == metav1.ConditionFalse && sig == rollout.SignalFailed || released != nil && released.Status == metav1.ConditionFalse:
+		reason, msg := ready.Reason, ready.Message
+		if released != nil && released.Status == metav1.ConditionFalse {
+			reason, msg = released.Reason, released.Message
+		}
+		o := obs(rollout.SignalFailed, at, reason, msg)
+		o.Class = FailureClass(reason)
+		if o.Class == rollout.FailureOther && releaseSignal(reason, flux.SeverityError) == rollout.SignalFailed {
+			o.Class = rollout.FailureRelease
+		}
+		out := []rollout.Observation{o}
+		// What helm-controller did after the failure, in one mark: the
+		// page shows the latest.
+		var then []string
+		reason, at = "", time.Time{}
+		for _, c := range []struct{ typ, note string }{
+			{helmv2.RemediatedCondition, ""},
+			{meta.StalledCondition, "stalled, a new commit is needed: "},
+		} {
+			if cond := apimeta.FindStatusCondition(st.Conditions, c.typ); cond != nil && cond.Status == metav1.ConditionTrue {
+				then = append(then, c.note+cond.Message)
+				reason = cond.Reason
+				if cond.LastTransitionTime.After(at) {
+					at = cond.LastTransitionTime.Time
+				}
+			}
+		}
+		if len(then) > 0 {
+			out = append(out, obs(rollout.SignalProgressing, at, reason, strings.Join(then, "; ")))
+		}
+		return out
+	case sig == rollout.SignalWaiting:
+		return []rollout.Observation{obs(rollout.SignalWaiting, at, ready.Reason, ready.Message)}
+	}
+	return []rollout.Observation{obs(rollout.SignalProgressing, at, ready.Reason, ready.Message)}
+}
+
+// ReleaseHold is the hold a layer's apply made of a HelmRelease, read from
+// the cluster when no event said it (notification-controller down): the
+// layer's revision whose first reconciliation came first at or after the
+// apply that last changed it (status.history: kustomize-controller records
+// a revision when its reconciliation ends, after its apply); false when
+// the history has none yet, or the layer is not the release's owner.
+func ReleaseHold(hr *helmv2.HelmRelease, k *kustomizev1.Kustomization, cluster string) (rollout.Observation, bool) {
+	applied := Applied(hr)
+	ns, name, ok := Owner(hr)
+	if !ok || applied.IsZero() || ns != k.Namespace || name != k.Name {
+		return rollout.Observation{}, false
+	}
+	applied = applied.Truncate(time.Second)
+	var rev string
+	var first time.Time
+	for _, h := range k.Status.History {
+		f := h.FirstReconciled.UTC()
+		if f.Before(applied) || !first.IsZero() && !f.Before(first) {
+			continue
+		}
+		if r := h.Metadata[historyRevisionKey]; r != "" {
+			rev, first = r, f
+		}
+	}
+	r, err := flux.ParseRevision(rev)
+	if err != nil {
+		return rollout.Observation{}, false
+	}
+	return rollout.Observation{
+		Cluster: cluster, Emitter: Layer(k.Namespace, k.Name), Revision: r.String(), Hash: r.Hash, At: applied,
+		Signal: rollout.SignalProgressing, Reason: flux.ReasonProgressing,
+		Message: flux.KindHelmRelease + "/" + hr.Namespace + "/" + hr.Name + " configured (read from the cluster)",
+		Holds:   []rollout.Emitter{Emitter(flux.KindHelmRelease, hr.Namespace, hr.Name)},
+	}, true
+}
