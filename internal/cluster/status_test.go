@@ -242,7 +242,7 @@ func helmRelease(ready, readyReason string, attempted int64) *unstructured.Unstr
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
 		"metadata": map[string]any{"name": "web", "namespace": "apps", "uid": "u1", "resourceVersion": "7", "generation": int64(4),
-			"labels": map[string]any{"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system", "team": "web"},
+			"labels":      map[string]any{"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system", "team": "web"},
 			"annotations": map[string]any{"note": "x"},
 			"managedFields": []any{
 				map[string]any{"manager": "kustomize-controller", "operation": "Apply", "apiVersion": "helm.toolkit.fluxcd.io/v2",
