@@ -61,6 +61,7 @@ func TestFlux(t *testing.T) {
 		{"no-success-event", noSuccessEvent},
 		{"stuck", stuckBehindHealthCheck},
 		{"helm", helmReleases},
+		{"helm-down", helmDown},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -893,40 +894,16 @@ func stuckBehindHealthCheck(t *testing.T, w *world) {
 // was rolled back, and never applied; a commit that does not change the
 // release is not held by its failure.
 func helmReleases(t *testing.T, w *world) {
-	appsNS := w.ns + "-apps"
-	w.releaseNS = []string{appsNS}
-	w.c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+appsNS+"}\n")
-	chart := NewChart(t, w.c, w.arts, appsNS, "web-chart")
-	// invalid: an object the kube-apiserver refuses, so that the failed
-	// upgrade is in Helm's storage and helm-controller remediates it (a
-	// template that fails to render changes nothing to roll back).
-	chart.Publish(t, "1.0.0", map[string]string{"configmap.yaml": `apiVersion: v1
-kind: ConfigMap
-metadata: {name: {{ if .Values.invalid }}Invalid_Name{{ else }}{{ .Release.Name }}-settings{{ end }}}
-data: {message: {{ .Values.message | quote }}}
-`})
-	release := func(message string, invalid bool) string {
-		return fmt.Sprintf(`apiVersion: helm.toolkit.fluxcd.io/v2
-kind: HelmRelease
-metadata: {name: web, namespace: %s}
-spec:
-  interval: 1h
-  timeout: 30s
-  chartRef: {kind: OCIRepository, name: web-chart}
-  upgrade: {remediation: {retries: 1}}
-  values: {message: %q, invalid: %v}
-`, appsNS, message, invalid)
-	}
-	name := "HelmRelease/" + appsNS + "/web"
-	f0 := w.base("0").with("apps/release.yaml", release("v0", false))
+	h := w.helmWorld(t)
+	f0, release, name := h.files, h.release, h.name
 	r0 := w.start(t, f0, nil)
-	w.awaitHelmRelease(t, appsNS, "web", 1)
+	w.awaitHelmRelease(t, h.ns, "web", 1)
 
 	// An upgrade that succeeds: applied only once the release is.
 	r1 := w.repo.Publish(t, f0.with("apps/release.yaml", release("v1", false)))
 	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
 	// helm-controller writes the release before it says so.
-	if got := w.helmRevision(t, appsNS, "web"); got < 2 {
+	if got := w.helmRevision(t, h.ns, "web"); got < 2 {
 		t.Fatalf("applied verdict for %s while Helm's release is at version %d", r1.Hash[:7], got)
 	}
 
@@ -955,6 +932,156 @@ spec:
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), failed, applying(r3), applied(r3))
 	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictApplied}, {r1, rollout.VerdictApplied}, {r2, rollout.VerdictFailed}, {r3, rollout.VerdictApplied}},
 		applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), failed, applying(r3), applied(r3))
+}
+
+// helmSetup is a scenario's HelmRelease web in <ns>-apps, applied by the
+// apps tier, its chart in an OCIRepository there.
+type helmSetup struct {
+	ns      string
+	name    string                                 // HelmRelease/<ns>/web, as failures name it
+	files   files                                  // the first commit: the tiers and the release
+	release func(message string, invalid bool) string // the release's manifest
+}
+
+// helmWorld publishes the chart and prepares the first commit; the
+// Alerts send the HelmReleases of the apps namespace, which the service
+// with cluster access reads too.
+func (w *world) helmWorld(t *testing.T) helmSetup {
+	appsNS := w.ns + "-apps"
+	w.releaseNS = []string{appsNS}
+	w.c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+appsNS+"}\n")
+	chart := NewChart(t, w.c, w.arts, appsNS, "web-chart")
+	// invalid: an object the kube-apiserver refuses, so that the failed
+	// upgrade is in Helm's storage and helm-controller remediates it (a
+	// template that fails to render changes nothing to roll back).
+	chart.Publish(t, "1.0.0", map[string]string{"configmap.yaml": `apiVersion: v1
+kind: ConfigMap
+metadata: {name: {{ if .Values.invalid }}Invalid_Name{{ else }}{{ .Release.Name }}-settings{{ end }}}
+data: {message: {{ .Values.message | quote }}}
+`})
+	release := func(message string, invalid bool) string {
+		return fmt.Sprintf(`apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: web, namespace: %s}
+spec:
+  interval: 1h
+  timeout: 30s
+  chartRef: {kind: OCIRepository, name: web-chart}
+  upgrade: {remediation: {retries: 1}}
+  values: {message: %q, invalid: %v}
+`, appsNS, message, invalid)
+	}
+	return helmSetup{ns: appsNS, name: "HelmRelease/" + appsNS + "/web", files: w.base("0").with("apps/release.yaml", release("v0", false)), release: release}
+}
+
+// 14b. The service is down while two commits change a HelmRelease: one
+// whose upgrade helm-controller released, then one whose upgrade fails
+// and stalls. Restarted, with no event at all, it tells both from the
+// cluster's status: the HelmRelease's (which generation helm-controller
+// attempted, and how it went) and the layer's history (which commit's
+// apply made that generation).
+func helmDown(t *testing.T, w *world) {
+	h := w.helmWorld(t)
+	r0 := w.start(t, h.files, nil)
+	w.awaitHelmRelease(t, h.ns, "web", 1)
+	w.svc.Stop()
+	w.evt.Stop()
+	seen := w.deliveryCounts(t, w.ns, h.ns)
+	// Each commit changes every tier, so that every layer's history keeps
+	// it (a revision current only while the service was down is known from
+	// the layers' histories: README, "Limits known today").
+	r1 := w.repo.Publish(t, w.base("1").with("apps/release.yaml", h.release("v1", false)))
+	w.awaitCluster(t, r1, tiers...)
+	w.awaitHelmRelease(t, h.ns, "web", 2)
+	r2 := w.repo.Publish(t, w.base("2").with("apps/release.yaml", h.release("v2", true)))
+	w.awaitCluster(t, r2, tiers...)
+	w.awaitStalled(t, h.ns, "web")
+	w.awaitAllUndelivered(t, seen)
+	w.svc.Start()
+	w.evt.Start()
+	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
+	v := w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, time.Minute)
+	if len(v.Failures) == 0 || v.Failures[0].Release != h.name || v.Failures[0].Class != rollout.FailureRelease {
+		t.Fatalf("r2's failure from status does not name the release\n%s", dump(v))
+	}
+	w.expectNoEvents(t)
+	failed := "failed: " + w.ns + "/apps " + h.name + " " + v.Failures[0].Reason + " (" + r2.Hash[:7] + ")"
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), failed)
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictUnknown}, {r2, rollout.VerdictUnknown}}, applying(r0), applied(r0))
+}
+
+// awaitStalled polls until helm-controller gave up on a HelmRelease
+// (Stalled: its retries exhausted), after which it sends no more events.
+func (w *world) awaitStalled(t *testing.T, namespace, name string) {
+	t.Helper()
+	ri, err := w.c.ResourceFor("helm.toolkit.fluxcd.io/v2", "HelmRelease", namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		hr, err := ri.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conds, _, _ := unstructured.NestedSlice(hr.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Stalled" && m["status"] == "True" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("HelmRelease %s/%s not stalled within 2m", namespace, name)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// deliveryCounts is how many deliveries notification-controller has
+// logged about each namespace.
+func (w *world) deliveryCounts(t *testing.T, namespaces ...string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, ns := range namespaces {
+		ds, err := w.flux.Deliveries(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[ns] = len(ds)
+	}
+	return out
+}
+
+// awaitAllUndelivered waits until notification-controller has given up,
+// for both instances, on every event about the namespaces it dispatched
+// since seen (deliveryCounts before the instances stopped).
+func (w *world) awaitAllUndelivered(t *testing.T, seen map[string]int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		dispatched := 0
+		failed := map[string]int{}
+		for ns, n := range seen {
+			ds, err := w.flux.Deliveries(ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range ds[n:] {
+				if d.Failed {
+					failed[d.Alert]++
+				} else {
+					dispatched++
+				}
+			}
+		}
+		if dispatched > 0 && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", dispatched, failed)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // helmRevision is the version of a Helm release that is deployed, from
