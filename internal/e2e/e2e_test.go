@@ -938,8 +938,8 @@ func helmReleases(t *testing.T, w *world) {
 // apps tier, its chart in an OCIRepository there.
 type helmSetup struct {
 	ns      string
-	name    string                                 // HelmRelease/<ns>/web, as failures name it
-	files   files                                  // the first commit: the tiers and the release
+	name    string                                    // HelmRelease/<ns>/web, as failures name it
+	files   files                                     // the first commit: the tiers and the release
 	release func(message string, invalid bool) string // the release's manifest
 }
 
