@@ -325,8 +325,11 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 		for _, o := range releases {
 			cl := m.cluster(o.Cluster)
 			h, ok := cl.attribute(o)
-			if !ok {
-				ignored++ // no live revision changed it: about settled history, or none this service follows
+			if f, settled := cl.floors[o.Emitter]; !ok || settled && h.at.Before(f.first) {
+				// No live revision's apply changed it, or the one that
+				// did is older than one whose rollout with it settled:
+				// about settled history, or nothing this service follows.
+				ignored++
 				continue
 			}
 			a := *o
@@ -358,7 +361,11 @@ func (m *Model) merge(puts map[EvidenceKey]*Evidence, o *Observation, inBatch ma
 		return false
 	}
 	cl := m.cluster(o.Cluster)
-	if cl.beforeFloor(o, inBatch[k][o.Emitter]) {
+	// A release's log follows its layers', which keep their latest entry
+	// live: its own may be empty after its last rollout settled, and what
+	// it reports of a later one is not history (Apply checks it against
+	// the floor by its hold).
+	if !o.Emitter.IsRelease() && cl.beforeFloor(o, inBatch[k][o.Emitter]) {
 		return false
 	}
 	if inBatch[k] == nil {

@@ -431,3 +431,40 @@ func atoi(t *testing.T, s string) int {
 	}
 	return n
 }
+
+// TestReleaseAfterItsLastRolloutSettled: a release whose last rollout
+// settled (its layer moved on to commits that did not change it) holds the
+// next commit that changes it, and that commit's reports of it count: the
+// release's settled history is no reason to ignore them.
+func TestReleaseAfterItsLastRolloutSettled(t *testing.T) {
+	m, err := rollout.NewModel(rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(sec int) time.Time { return scriptT0.Add(time.Duration(sec) * time.Second) }
+	views := map[string]*rollout.View{}
+	apply := func(now time.Time, lines ...string) {
+		for _, l := range lines {
+			o := parseObservation(t, l)
+			if err := m.Normalise(&o); err != nil {
+				t.Fatal(err)
+			}
+			c := &rollout.Change{}
+			m.Apply(c, [][]rollout.Observation{{o}}, nil, now)
+			m.Verify()
+			for _, v := range c.Views {
+				views[v.Hash] = v
+			}
+		}
+	}
+	apply(at(20), "apps R1 prog@9 holds=web", "apps R1 ok@9", "hr:web - ok@12")
+	apply(at(200), "apps R2 ok@100")
+	c := &rollout.Change{}
+	if n, _ := m.Settle(c, at(3*3600), func() bool { return false }); n != 1 {
+		t.Fatalf("settled %d rollouts, want R1", n)
+	}
+	apply(at(8010), "apps R3 prog@8000 holds=web", "apps R3 ok@8000", "hr:web - ok@8005")
+	if v := views[scriptHash("R3")]; v == nil || v.Verdict != rollout.VerdictApplied {
+		t.Fatalf("R3: %+v", views[scriptHash("R3")])
+	}
+}
