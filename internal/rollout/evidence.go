@@ -226,8 +226,17 @@ type Evidence struct {
 	// Member is the cluster's latest word on whether this layer must apply
 	// this revision (SignalExpected or SignalSuspended), with its dependsOn.
 	Member *Member `json:"member,omitempty"`
-	// Holds are the releases the layer's apply of this revision created or
-	// changed, each with the earliest report naming it; sorted.
+	// Inside is what is known of the releases inside a layer: nil for the
+	// evidence of most emitters, which have none (a pointer, so that each
+	// of them pays 8 bytes for it, not 56: the live set is mostly layers'
+	// evidence).
+	Inside *Inside `json:"inside,omitempty"`
+}
+
+// Inside is a layer's, or a release's, part in releases inside layers.
+type Inside struct {
+	// Holds, of a layer, are the releases its apply of this revision
+	// created or changed, each with the earliest report naming it; sorted.
 	Holds []Hold `json:"holds,omitempty"`
 	// Of a release: Watched is its earliest state read from the cluster's
 	// status, and Confirmed the earliest success there. Once its status is
@@ -235,6 +244,22 @@ type Evidence struct {
 	// cannot say which spec the action it reports was for.
 	Watched   time.Time `json:"watched,omitzero"`
 	Confirmed *Mark     `json:"confirmed,omitempty"`
+}
+
+// holds are the releases a layer's evidence holds.
+func (ev *Evidence) holds() []Hold {
+	if ev == nil || ev.Inside == nil {
+		return nil
+	}
+	return ev.Inside.Holds
+}
+
+// inside is ev's Inside, made when it has none.
+func (ev *Evidence) inside() *Inside {
+	if ev.Inside == nil {
+		ev.Inside = &Inside{}
+	}
+	return ev.Inside
 }
 
 // Hold is a release a layer's apply of a revision changed, and when the
@@ -270,9 +295,14 @@ func (ev *Evidence) clone() *Evidence {
 		s := *ev.Succeeded
 		c.Succeeded = &s
 	}
-	if ev.Confirmed != nil {
-		s := *ev.Confirmed
-		c.Confirmed = &s
+	if ev.Inside != nil {
+		in := *ev.Inside
+		in.Holds = slices.Clone(in.Holds)
+		if in.Confirmed != nil {
+			m := *in.Confirmed
+			in.Confirmed = &m
+		}
+		c.Inside = &in
 	}
 	if ev.Member != nil {
 		m := *ev.Member
@@ -280,7 +310,6 @@ func (ev *Evidence) clone() *Evidence {
 		c.Member = &m
 	}
 	c.MailTo = slices.Clone(ev.MailTo)
-	c.Holds = slices.Clone(ev.Holds)
 	c.Failures = make([]Failure, len(ev.Failures))
 	for i, f := range ev.Failures {
 		f.Objects = slices.Clone(f.Objects)
@@ -311,12 +340,13 @@ func (ev *Evidence) merge(o Observation) bool {
 		ev.First, changed = o.At, true
 	}
 	for _, rel := range o.Holds {
-		i, found := slices.BinarySearchFunc(ev.Holds, rel, func(h Hold, e Emitter) int { return compareEmitters(h.Release, e) })
+		in := ev.inside()
+		i, found := slices.BinarySearchFunc(in.Holds, rel, func(h Hold, e Emitter) int { return compareEmitters(h.Release, e) })
 		switch {
 		case !found:
-			ev.Holds, changed = slices.Insert(ev.Holds, i, Hold{Release: rel, At: o.At}), true
-		case o.At.Before(ev.Holds[i].At):
-			ev.Holds[i].At, changed = o.At, true
+			in.Holds, changed = slices.Insert(in.Holds, i, Hold{Release: rel, At: o.At}), true
+		case o.At.Before(in.Holds[i].At):
+			in.Holds[i].At, changed = o.At, true
 		}
 	}
 	if o.At.After(ev.Last) {
@@ -324,11 +354,12 @@ func (ev *Evidence) merge(o Observation) bool {
 	}
 	m := Mark{At: o.At, Signal: o.Signal, Reason: o.Reason, Message: o.Message}
 	if o.Status {
-		if ev.Watched.IsZero() || o.At.Before(ev.Watched) {
-			ev.Watched, changed = o.At, true
+		in := ev.inside()
+		if in.Watched.IsZero() || o.At.Before(in.Watched) {
+			in.Watched, changed = o.At, true
 		}
-		if o.Signal == SignalSucceeded && (ev.Confirmed == nil || ev.Confirmed.after(m)) {
-			ev.Confirmed, changed = &m, true
+		if o.Signal == SignalSucceeded && (in.Confirmed == nil || in.Confirmed.after(m)) {
+			in.Confirmed, changed = &m, true
 		}
 	}
 	switch o.Signal {

@@ -128,7 +128,7 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	e = c.share(r, lg, e, ev)
 	old := r.ev[e]
 	r.ev[e] = ev
-	if old == nil || !slices.Equal(old.Holds, ev.Holds) {
+	if old == nil || !slices.Equal(old.holds(), ev.holds()) {
 		c.unhold(r, e, old)
 		c.hold(r, e, ev)
 	}

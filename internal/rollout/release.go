@@ -37,7 +37,7 @@ func (c *cluster) hold(r *rolloutState, e Emitter, ev *Evidence) {
 	if ev == nil {
 		return
 	}
-	for _, h := range ev.Holds {
+	for _, h := range ev.holds() {
 		x := holdEntry{h.At, r.key.Hash, e}
 		list := c.holds[h.Release]
 		if i, found := slices.BinarySearchFunc(list, x, holdEntry.compare); !found {
@@ -51,7 +51,7 @@ func (c *cluster) unhold(r *rolloutState, e Emitter, ev *Evidence) {
 	if ev == nil {
 		return
 	}
-	for _, h := range ev.Holds {
+	for _, h := range ev.holds() {
 		list := c.holds[h.Release]
 		if i, found := slices.BinarySearchFunc(list, holdEntry{h.At, r.key.Hash, e}, holdEntry.compare); found {
 			list = slices.Delete(list, i, i+1)
@@ -126,11 +126,12 @@ type ReleaseView struct {
 
 // releaseViews shows the releases ev (a layer's evidence on r) holds.
 func releaseViews(r *rolloutState, ev *Evidence) []ReleaseView {
-	if ev == nil || len(ev.Holds) == 0 {
+	holds := ev.holds()
+	if len(holds) == 0 {
 		return nil
 	}
-	out := make([]ReleaseView, len(ev.Holds))
-	for i, h := range ev.Holds {
+	out := make([]ReleaseView, len(holds))
+	for i, h := range holds {
 		lv := layerView(h.Release, r.ev[h.Release], "")
 		out[i] = ReleaseView{Kind: h.Release.Kind, Namespace: h.Release.Namespace, Name: h.Release.Name,
 			State: lv.State, Reason: lv.Reason, Message: lv.Message, At: lv.At, Since: h.At}
@@ -143,12 +144,13 @@ func releaseViews(r *rolloutState, ev *Evidence) []ReleaseView {
 // own. The layer's state says so when its own report does not: failed
 // when a release failed, progressing while one is not released yet.
 func withReleases(s *slot, r *rolloutState, ev *Evidence) {
-	if ev == nil || len(ev.Holds) == 0 {
+	holds := ev.holds()
+	if len(holds) == 0 {
 		return
 	}
 	s.lv.Releases = releaseViews(r, ev)
 	var failed, behind *ReleaseView
-	for i, h := range ev.Holds {
+	for i, h := range holds {
 		rv := &s.lv.Releases[i]
 		rev := r.ev[h.Release]
 		if at, ok := released(rev); !ok {
@@ -194,12 +196,16 @@ func withReleases(s *slot, r *rolloutState, ev *Evidence) {
 // released, and when: by its status once the cluster's status of it is
 // read, else by its event.
 func released(rev *Evidence) (time.Time, bool) {
+	var in Inside
+	if rev != nil && rev.Inside != nil {
+		in = *rev.Inside
+	}
 	switch {
 	case rev == nil:
 		return time.Time{}, false
-	case rev.Confirmed != nil:
-		return rev.Confirmed.At, true
-	case rev.Watched.IsZero() && rev.Succeeded != nil:
+	case in.Confirmed != nil:
+		return in.Confirmed.At, true
+	case in.Watched.IsZero() && rev.Succeeded != nil:
 		return rev.Succeeded.At, true
 	}
 	return time.Time{}, false

@@ -432,7 +432,7 @@ func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress
 				AfterApplied: p.completed && f.First.After(p.completedAt),
 			})
 		}
-		for _, h := range ev.Holds {
+		for _, h := range ev.holds() {
 			rev := r.ev[h.Release]
 			if rev == nil {
 				continue

@@ -506,8 +506,8 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // added the emitter's role, which its key does not say (the key's bytes
 // stay those of the records before, so that they are found and deleted);
 // the model gives a role to the emitters of records before
-// (Config.RoleOf). 4 added the releases a layer's apply changed (Holds),
-// and of a release what its status said (Watched, Confirmed).
+// (Config.RoleOf). 4 added, when there is any, what is known of releases
+// inside layers (Inside: a layer's holds, what a release's status said).
 const evidenceVersion = 4
 
 // encodeEvidence is the record of ev, evidence of an emitter of role.
@@ -539,17 +539,25 @@ func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
 		w.markFields(ev.Member.Mark)
 		w.list(ev.Member.DependsOn)
 	}
-	w.count(len(ev.Holds), len(ev.Holds) == 0)
-	for _, h := range ev.Holds {
+	w.bool(ev.Inside != nil)
+	if in := ev.Inside; in != nil {
+		w.releases(in)
+	}
+	return w.b
+}
+
+// releases writes a layer's holds, or what a release's status said.
+func (w *recordWriter) releases(in *rollout.Inside) {
+	w.count(len(in.Holds), len(in.Holds) == 0)
+	for _, h := range in.Holds {
 		w.byte(byte(h.Release.Role))
 		for _, s := range []string{h.Release.Kind, h.Release.Namespace, h.Release.Name} {
 			w.string(s)
 		}
 		w.time(h.At)
 	}
-	w.time(ev.Watched)
-	w.mark(ev.Confirmed)
-	return w.b
+	w.time(in.Watched)
+	w.mark(in.Confirmed)
 }
 
 // list writes ss with an empty list as nil: evidence was JSON with its
@@ -660,8 +668,10 @@ func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 		ev.Member = &rollout.Member{Mark: r.markFields(), DependsOn: r.strings()}
 	}
 	if ver >= 4 {
-		ev.Holds = r.holds()
-		ev.Watched, ev.Confirmed = r.time(), r.mark()
+		if r.bool() {
+			ev.Inside = &rollout.Inside{Holds: r.holds()}
+			ev.Inside.Watched, ev.Inside.Confirmed = r.time(), r.mark()
+		}
 	}
 	if err := r.done(); err != nil {
 		return nil, 0, fmt.Errorf("decode evidence: %w", err)
