@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"path"
@@ -109,28 +110,14 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 	artifactPath := path.Join("gitrepository", r.Namespace, r.Name, c.Hash+".tar.gz")
 	url := r.a.put("/"+artifactPath, tgz)
 	now := time.Now().UTC().Format(time.RFC3339)
-
-	ctx := context.Background()
-	ri, err := r.c.ResourceFor("source.toolkit.fluxcd.io/v1", "GitRepository", r.Namespace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		u, err := ri.Get(ctx, r.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gen := u.GetGeneration()
+	writeStatus(t, r.c, "GitRepository", r.Namespace, r.Name, c.Revision, func(u map[string]any, gen int64) {
 		ready := map[string]any{
 			"type": "Ready", "status": "True", "reason": "Succeeded", "observedGeneration": gen,
 			"message": "stored artifact for revision '" + c.Revision + "'", "lastTransitionTime": now,
 		}
-		stored := map[string]any{}
-		for k, v := range ready {
-			stored[k] = v
-		}
+		stored := maps.Clone(ready)
 		stored["type"] = "ArtifactInStorage"
-		u.Object["status"] = map[string]any{
+		u["status"] = map[string]any{
 			"observedGeneration": gen,
 			"conditions":         []any{ready, stored},
 			"artifact": map[string]any{
@@ -139,15 +126,8 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 				"lastUpdateTime": now,
 			},
 		}
-		_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("publish %s: %v", c.Revision, err)
-		}
-		return c
-	}
+	})
+	return c
 }
 
 // Chart is an OCIRepository holding a Helm chart, whose versions the test
