@@ -215,6 +215,14 @@ func TestRolloutPage(t *testing.T) {
 	if code, body, _ := v.get(nil, "/ui/prod/"+strings.Repeat("0", 40)); code != http.StatusNotFound || !strings.Contains(body, "Not found") {
 		t.Errorf("an unknown rollout: %d", code)
 	}
+	// A release's failure: named, with what helm-controller did next, and
+	// the release a row of its own under its layer.
+	_, helm, _ := v.get(nil, "/ui/prod/"+example(t, "Set web's log level"))
+	for _, want := range []string{"HelmRelease/apps/web", "then: Helm rollback to previous release apps/web.v4", "↳ apps/web", "logLevel must be one of"} {
+		if !strings.Contains(helm, want) {
+			t.Errorf("the page of a release's failure does not show %q", want)
+		}
+	}
 	code, layer, _ := v.get(nil, "/ui/layers/flux-system/apps")
 	if code != http.StatusOK || !strings.Contains(layer, "#413") || !strings.Contains(layer, "PruneFailed") {
 		t.Errorf("the layer page: %d\n%s", code, layer)
