@@ -79,6 +79,41 @@ func TestManifestsMatchTheCommand(t *testing.T) {
 	}
 }
 
+// TestManifestsNameTheReleaseNamespaces: an Alert has no namespace
+// wildcard, so it sends the HelmReleases of each namespace named, the flux
+// namespace's by default, as notification-controller's types say.
+func TestManifestsNameTheReleaseNamespaces(t *testing.T) {
+	sources := func(args ...string) []string {
+		var out bytes.Buffer
+		if err := run(context.Background(), append([]string{"manifests", "--flux-namespace", "fleet"}, args...), func(string) string { return "" }, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		objs, err := clustertest.ParseYAML(out.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, o := range objs {
+			if o.GetKind() != "Alert" {
+				continue
+			}
+			refs, _, _ := unstructured.NestedSlice(o.Object, "spec", "eventSources")
+			for _, r := range refs {
+				m := r.(map[string]any)
+				ns, _ := m["namespace"].(string)
+				got = append(got, m["kind"].(string)+" "+ns)
+			}
+		}
+		return got
+	}
+	if got := sources(); !slices.Equal(got, []string{"Kustomization ", "GitRepository ", "OCIRepository ", "HelmRelease "}) {
+		t.Errorf("default event sources %q", got)
+	}
+	if got := sources("--helmrelease-namespaces", "apps, web,"); !slices.Equal(got[3:], []string{"HelmRelease apps", "HelmRelease web"}) {
+		t.Errorf("event sources with two release namespaces %q", got)
+	}
+}
+
 // TestManifestsGrantExactlyTheReaderRules: the ClusterRole is least privilege.
 func TestManifestsGrantExactlyTheReaderRules(t *testing.T) {
 	for _, u := range kustomize(t, manifestsDir) {
