@@ -62,6 +62,7 @@ func TestFlux(t *testing.T) {
 		{"stuck", stuckBehindHealthCheck},
 		{"helm", helmReleases},
 		{"helm-down", helmDown},
+		{"helm-wait", helmWait},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -1008,6 +1009,37 @@ func helmDown(t *testing.T, w *world) {
 	failed := "failed: " + w.ns + "/apps " + h.name + " " + v.Failures[0].Reason + " (" + r2.Hash[:7] + ")"
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), failed)
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictUnknown}, {r2, rollout.VerdictUnknown}}, applying(r0), applied(r0))
+}
+
+// 14c. The apps tier waits for what it applied (wait: true) and a commit's
+// upgrade of its HelmRelease fails: kustomize-controller's health check
+// of the HelmRelease fails too, and the verdict says first what Helm did
+// (the release's own failure, its reason and error), not only the
+// HelmRelease's status.
+func helmWait(t *testing.T, w *world) {
+	h := w.helmWorld(t)
+	r0 := w.start(t, h.files, map[string]tier{"apps": {wait: true, timeout: "30s"}})
+	w.awaitHelmRelease(t, h.ns, "web", 1)
+	r1 := w.repo.Publish(t, h.files.with("apps/release.yaml", h.release("v1", true)))
+	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, 2*time.Minute)
+	f := v.Failures[0]
+	if f.Release != h.name || f.Reason != "UpgradeFailed" || !strings.Contains(f.Message, "Invalid_Name") ||
+		!strings.Contains(v.Summary, h.name+" UpgradeFailed") {
+		t.Fatalf("the first failure of %s is not the release's own\n%s", r1.Hash[:7], dump(v))
+	}
+	// kustomize-controller's health check of the HelmRelease fails after.
+	deadline := time.Now().Add(90 * time.Second)
+	for !slices.ContainsFunc(v.Failures, func(f rollout.FailureView) bool { return f.Release == "" && f.Reason == "HealthCheckFailed" }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed health check of apps for %s after 90s\n%s", r1.Hash[:7], dump(v))
+		}
+		time.Sleep(250 * time.Millisecond)
+		v = w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, time.Minute)
+	}
+	mails := []string{applying(r0), applied(r0), applying(r1),
+		"failed: " + w.ns + "/apps " + h.name + " UpgradeFailed (" + r1.Hash[:7] + ")", w.failed("apps", "HealthCheckFailed", r1)}
+	w.expectMails(t, mails...)
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictFailed}}, mails...)
 }
 
 // awaitStalled polls until helm-controller gave up on a HelmRelease
