@@ -468,3 +468,42 @@ func TestReleaseAfterItsLastRolloutSettled(t *testing.T) {
 		t.Fatalf("R3: %+v", views[scriptHash("R3")])
 	}
 }
+
+// TestUnreadRevisionsGo: the revisions of a source no layer reads (a
+// chart's) are no rollouts; once their source moved on and they were quiet
+// for SettleAfter, they leave memory and the store, the current one stays.
+func TestUnreadRevisionsGo(t *testing.T) {
+	m, err := rollout.NewModel(rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(sec int) time.Time { return scriptT0.Add(time.Duration(sec) * time.Second) }
+	for _, l := range []string{"oci:web-chart C1 artifact@0", "oci:web-chart C2 artifact@60", "oci:web-chart C3 artifact@120"} {
+		o := parseObservation(t, l)
+		if err := m.Normalise(&o); err != nil {
+			t.Fatal(err)
+		}
+		c := &rollout.Change{}
+		m.Apply(c, [][]rollout.Observation{{o}}, nil, at(130))
+		if len(c.Views) != 0 || len(c.Mails) != 0 {
+			t.Fatalf("%s: views %d, mails %d", l, len(c.Views), len(c.Mails))
+		}
+	}
+	c := &rollout.Change{}
+	m.Settle(c, at(600), func() bool { return false })
+	if len(c.Deletes) != 0 {
+		t.Fatalf("before SettleAfter: %d records deleted", len(c.Deletes))
+	}
+	c = &rollout.Change{}
+	m.Settle(c, at(2*3600), func() bool { return false })
+	var gone []string
+	for _, k := range c.Deletes {
+		gone = append(gone, k.Hash)
+	}
+	slices.Sort(gone)
+	want := []string{scriptHash("C1"), scriptHash("C2")}
+	slices.Sort(want)
+	if !slices.Equal(gone, want) || len(c.Floors) != 0 || len(c.Settle) != 0 {
+		t.Fatalf("deleted %v (want C1, C2), floors %v, settled %d", gone, c.Floors, len(c.Settle))
+	}
+}

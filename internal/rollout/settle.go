@@ -40,6 +40,16 @@ func (m *Model) Settle(c *Change, now time.Time, stop func() bool) (settled int,
 				cl.settleFrom = r.start()
 				break
 			}
+			if r.view == nil {
+				// A revision of a source no layer reads (read): never
+				// published, nothing to archive. Once its source moved on
+				// and it was quiet for SettleAfter it goes, so that a
+				// chart's releases do not pile up until the retention.
+				if !cl.isCurrent(r) && !now.Before(r.last.Add(m.cfg.SettleAfter)) {
+					m.retire(c, r)
+				}
+				continue
+			}
 			if !cl.settles(r, m.cfg.SettleAfter, now) {
 				continue
 			}
