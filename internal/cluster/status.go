@@ -14,7 +14,6 @@ import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -70,9 +69,8 @@ func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error)
 // of its managed fields, kustomize-controller's apply time alone.
 func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 	md := slimMetadata(u)
-	g := kustomizev1.GroupVersion.Group
 	labels := map[string]any{}
-	for _, k := range []string{g + "/name", g + "/namespace"} {
+	for _, k := range []string{flux.OwnerNameLabel, flux.OwnerNamespaceLabel} {
 		if v, ok := u.GetLabels()[k]; ok {
 			labels[k] = v
 		}
@@ -81,7 +79,7 @@ func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 		md["labels"] = labels
 	}
 	for _, mf := range u.GetManagedFields() {
-		if mf.Manager == flux.KustomizeFieldManager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Time != nil {
+		if flux.AppliedByKustomize(mf) {
 			md["managedFields"] = []any{map[string]any{"manager": mf.Manager, "operation": string(mf.Operation),
 				"time": mf.Time.UTC().Format(time.RFC3339)}}
 		}

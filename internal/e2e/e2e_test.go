@@ -757,21 +757,37 @@ func (w *world) expectNoEvents(t *testing.T) {
 // instances, the last of them being apps' success (the end of a rollout).
 func (w *world) awaitUndelivered(t *testing.T, seen int) {
 	t.Helper()
+	w.awaitGivenUp(t, map[string]int{w.ns: seen}, func(last Delivery) bool {
+		return last.Name == "apps" && strings.HasPrefix(last.Message, "Reconciliation finished")
+	})
+}
+
+// awaitGivenUp waits until notification-controller has given up, for both
+// instances, on every event about the namespaces it dispatched since seen
+// (how many deliveries of each it had logged before), and done says the
+// last dispatched one is the one awaited.
+func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, done func(last Delivery) bool) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var dispatched int
-		var last bool
+		var last Delivery
 		failed := map[string]int{}
-		for _, d := range w.deliveries(t)[seen:] {
-			switch {
-			case d.Failed:
-				failed[d.Alert]++
-			default:
-				dispatched++
-				last = d.Name == "apps" && strings.HasPrefix(d.Message, "Reconciliation finished")
+		for ns, n := range seen {
+			ds, err := w.flux.Deliveries(ns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range ds[n:] {
+				if d.Failed {
+					failed[d.Alert]++
+				} else {
+					dispatched++
+					last = d
+				}
 			}
 		}
-		if last && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
+		if dispatched > 0 && done(last) && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -997,7 +1013,7 @@ func helmDown(t *testing.T, w *world) {
 	r2 := w.repo.Publish(t, w.base("2").with("apps/release.yaml", h.release("v2", true)))
 	w.awaitCluster(t, r2, tiers...)
 	w.awaitStalled(t, h.ns, "web")
-	w.awaitAllUndelivered(t, seen)
+	w.awaitGivenUp(t, seen, func(Delivery) bool { return true })
 	w.svc.Start()
 	w.evt.Start()
 	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
@@ -1082,38 +1098,6 @@ func (w *world) deliveryCounts(t *testing.T, namespaces ...string) map[string]in
 		out[ns] = len(ds)
 	}
 	return out
-}
-
-// awaitAllUndelivered waits until notification-controller has given up,
-// for both instances, on every event about the namespaces it dispatched
-// since seen (deliveryCounts before the instances stopped).
-func (w *world) awaitAllUndelivered(t *testing.T, seen map[string]int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		dispatched := 0
-		failed := map[string]int{}
-		for ns, n := range seen {
-			ds, err := w.flux.Deliveries(ns)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, d := range ds[n:] {
-				if d.Failed {
-					failed[d.Alert]++
-				} else {
-					dispatched++
-				}
-			}
-		}
-		if dispatched > 0 && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", dispatched, failed)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 // helmRevision is the version of a Helm release that is deployed, from

@@ -4,14 +4,9 @@ import (
 	"strings"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
+	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
-
-// KindHelmRelease is helm-controller's release: an object a layer applies
-// that rolls out on its own.
-const KindHelmRelease = helmv2.HelmReleaseKind
-
-// HelmReleases is the resource of the releases.
-var HelmReleases = helmv2.GroupVersion.WithResource("helmreleases")
 
 // Reasons helm-controller's events give (its API's constants; the drift
 // corrections are literals in the controller, exported by no module).
@@ -32,10 +27,23 @@ const (
 	ReasonValuesError           = "ValuesError"
 )
 
-// KustomizeFieldManager is kustomize-controller's server-side-apply field
-// manager, its controller name (a literal in its main package): the time of
-// its managed fields on an object is when its apply last changed it.
-const KustomizeFieldManager = "kustomize-controller"
+// What kustomize-controller leaves on every object its apply manages: its
+// owner labels (fluxcd/pkg/ssa SetOwnerLabels, under its API group), and
+// its server-side-apply field manager, its controller name (a literal in
+// its main package), whose time on an object is when its apply last
+// changed it (the kube-apiserver moves it only then).
+var (
+	OwnerNameLabel      = kustomizev1.GroupVersion.Group + "/name"
+	OwnerNamespaceLabel = kustomizev1.GroupVersion.Group + "/namespace"
+)
+
+const kustomizeFieldManager = "kustomize-controller"
+
+// AppliedByKustomize reports whether a managed-fields entry is
+// kustomize-controller's apply.
+func AppliedByKustomize(mf metav1.ManagedFieldsEntry) bool {
+	return mf.Manager == kustomizeFieldManager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Time != nil
+}
 
 // The actions of kustomize-controller's change set lines that changed an
 // object (fluxcd/pkg/ssa CreatedAction and ConfiguredAction; that module is

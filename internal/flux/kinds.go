@@ -3,6 +3,7 @@ package flux
 import (
 	"slices"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -14,16 +15,22 @@ const (
 	KindGitRepository = sourcev1.GitRepositoryKind
 	KindOCIRepository = sourcev1.OCIRepositoryKind
 	KindBucket        = sourcev1.BucketKind
+	// KindHelmRelease is helm-controller's release: an object a layer
+	// applies that rolls out on its own.
+	KindHelmRelease = helmv2.HelmReleaseKind
 )
 
 // The one table of kinds: what each kind of Flux object is to this
 // service, the resource the cluster reader watches for it and Flux's type
 // it caches it in. The webhook bounds its metric labels to these, the
-// reader and the ClusterRole read the layers and the sources, ingest turns
-// the events of layers and sources into observations.
+// reader and the ClusterRole read the layers, the sources and the
+// releases, ingest turns their events into observations.
 
 // Kustomizations is the resource of the layers.
 var Kustomizations = kustomizev1.GroupVersion.WithResource("kustomizations")
+
+// HelmReleases is the resource of the releases.
+var HelmReleases = helmv2.GroupVersion.WithResource("helmreleases")
 
 // SourceKind is a kind of source whose revisions layers apply.
 type SourceKind struct {

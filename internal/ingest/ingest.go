@@ -88,8 +88,8 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 	if !release {
 		o.Revision, o.Hash = d.Rev.String(), d.Rev.Hash
 	}
-	for _, c := range flux.ChangedObjects(d.Reason, d.Message, flux.KindHelmRelease) {
-		if kind == flux.KindKustomization {
+	if kind == flux.KindKustomization {
+		for _, c := range flux.ChangedObjects(d.Reason, d.Message, flux.KindHelmRelease) {
 			o.Holds = append(o.Holds, Emitter(c.Kind, c.Namespace, c.Name))
 		}
 	}

@@ -24,8 +24,7 @@ import (
 // (fluxcd/pkg/ssa SetOwnerLabels, under its API group); false for a
 // HelmRelease no Kustomization applied.
 func Owner(hr *helmv2.HelmRelease) (namespace, name string, ok bool) {
-	g := kustomizev1.GroupVersion.Group
-	name, namespace = hr.Labels[g+"/name"], hr.Labels[g+"/namespace"]
+	name, namespace = hr.Labels[flux.OwnerNameLabel], hr.Labels[flux.OwnerNamespaceLabel]
 	return namespace, name, name != "" && namespace != ""
 }
 
@@ -36,7 +35,7 @@ func Owner(hr *helmv2.HelmRelease) (namespace, name string, ok bool) {
 func Applied(hr *helmv2.HelmRelease) time.Time {
 	var at time.Time
 	for _, mf := range hr.ManagedFields {
-		if mf.Manager == flux.KustomizeFieldManager && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Time != nil && mf.Time.After(at) {
+		if flux.AppliedByKustomize(mf) && mf.Time.After(at) {
 			at = mf.Time.UTC()
 		}
 	}
@@ -88,10 +87,7 @@ func ReleaseStatus(hr *helmv2.HelmRelease, cluster string) []rollout.Observation
 			reason, msg = released.Reason, released.Message
 		}
 		o := obs(rollout.SignalFailed, at, reason, msg)
-		o.Class = FailureClass(reason)
-		if o.Class == rollout.FailureOther && releaseSignal(reason, flux.SeverityError) == rollout.SignalFailed {
-			o.Class = rollout.FailureRelease
-		}
+		o.Class = FailureClass(reason) // as its event's: one class a reason
 		out := []rollout.Observation{o}
 		// What helm-controller did after the failure, in one mark: the
 		// page shows the latest.

@@ -167,9 +167,11 @@ func (m *Model) Normalise(o *Observation) error {
 		o.Cluster = m.cfg.DefaultCluster
 	}
 	switch {
-	case (o.Hash == "" || o.Revision == "") && !o.Emitter.IsRelease():
+	case o.Emitter.IsRelease() && (o.Hash != "" || o.Revision != ""):
 		// A release's evidence tells no revision: Apply gives it the one
 		// whose apply changed the release (attribute).
+		return fmt.Errorf("%w: a release's observation names no revision, it is given one", ErrInvalid)
+	case (o.Hash == "" || o.Revision == "") && !o.Emitter.IsRelease():
 		return fmt.Errorf("%w: no revision", ErrInvalid)
 	case o.Emitter.Kind == "" || o.Emitter.Namespace == "" || o.Emitter.Name == "":
 		return fmt.Errorf("%w: no emitter", ErrInvalid)
@@ -306,7 +308,7 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 	for _, obs := range batches {
 		for i := range obs {
 			o := &obs[i]
-			if o.Emitter.IsRelease() && o.Hash == "" {
+			if o.Emitter.IsRelease() {
 				releases = append(releases, o)
 				continue
 			}

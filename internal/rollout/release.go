@@ -196,22 +196,22 @@ func withReleases(s *slot, r *rolloutState, ev *Evidence) {
 // released, and when: by its status once the cluster's status of it is
 // read, else by its event.
 func released(rev *Evidence) (time.Time, bool) {
-	var in Inside
-	if rev != nil && rev.Inside != nil {
-		in = *rev.Inside
-	}
 	switch {
 	case rev == nil:
-		return time.Time{}, false
-	case in.Confirmed != nil:
-		return in.Confirmed.At, true
-	case in.Watched.IsZero() && rev.Succeeded != nil:
-		return rev.Succeeded.At, true
+	case rev.Inside == nil || rev.Inside.Watched.IsZero():
+		if rev.Succeeded != nil {
+			return rev.Succeeded.At, true
+		}
+	case rev.Inside.Confirmed != nil:
+		return rev.Inside.Confirmed.At, true
 	}
 	return time.Time{}, false
 }
 
-// releaseNote is a message about a release, shown on its layer.
-func releaseNote(rv *ReleaseView, msg string) string {
-	return rv.Kind + "/" + rv.Namespace + "/" + rv.Name + ": " + msg
+// Object names the release as failures do: Kind/namespace/name.
+func (rv ReleaseView) Object() string {
+	return Emitter{Kind: rv.Kind, Namespace: rv.Namespace, Name: rv.Name}.String()
 }
+
+// releaseNote is a message about a release, shown on its layer.
+func releaseNote(rv *ReleaseView, msg string) string { return rv.Object() + ": " + msg }

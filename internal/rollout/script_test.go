@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -505,5 +506,36 @@ func TestUnreadRevisionsGo(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(gone, want) || len(c.Floors) != 0 || len(c.Settle) != 0 {
 		t.Fatalf("deleted %v (want C1, C2), floors %v, settled %d", gone, c.Floors, len(c.Settle))
+	}
+}
+
+// TestNormaliseReleases: a release's observation names no revision (the
+// model gives it one), and only a layer holds releases, only releases.
+func TestNormaliseReleases(t *testing.T) {
+	m, err := rollout.NewModel(rollout.Config{StuckAfter: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := parseObservation(t, "hr:web - ok@1")
+	withRev := ok
+	withRev.Revision, withRev.Hash = "main@sha1:"+scriptHash("R1"), scriptHash("R1")
+	byRelease := ok
+	byRelease.Holds = []rollout.Emitter{releaseOf("api")}
+	holdsLayer := parseObservation(t, "apps R1 prog@1")
+	holdsLayer.Holds = []rollout.Emitter{layerOf("infra")}
+	for _, tt := range []struct {
+		name string
+		o    rollout.Observation
+		ok   bool
+	}{
+		{"a release's", ok, true},
+		{"a release's with a revision", withRev, false},
+		{"a release holding one", byRelease, false},
+		{"a layer holding a layer", holdsLayer, false},
+		{"a layer holding a release", parseObservation(t, "apps R1 prog@1 holds=web"), true},
+	} {
+		if err := m.Normalise(&tt.o); (err == nil) != tt.ok || err != nil && !errors.Is(err, rollout.ErrInvalid) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
 	}
 }

@@ -150,7 +150,7 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 		}
 		tl.Rows = append(tl.Rows, row)
 		for _, rv := range l.Releases {
-			name := rv.Kind + "/" + rv.Namespace + "/" + rv.Name
+			name := rv.Object()
 			rr := timelineRow{Y: tlTop + i*tlRow, Name: "↳ " + rv.Namespace + "/" + rv.Name, State: string(rv.State), Bar: true}
 			i++
 			to := end
