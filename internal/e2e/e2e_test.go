@@ -829,10 +829,14 @@ func (w *world) deliveries(t *testing.T) []Delivery {
 }
 
 // 9. The service is killed mid-rollout, after it mailed "applying", and
-// restarted: no duplicate and no missing mail.
+// restarted: no duplicate and no missing mail. platform checks the health
+// of a Deployment that only the test makes ready, after the restart: the
+// rollout is still under way when the service dies, however slow the
+// machine is at mailing.
 func restartMidRollout(t *testing.T, w *world) {
-	r0 := w.start(t, w.base("0"), nil)
-	r1 := w.repo.Publish(t, w.base("1"))
+	f0 := w.base("0")
+	r0 := w.start(t, f0, map[string]tier{"platform": {wait: true, timeout: "5m"}})
+	r1 := w.repo.Publish(t, f0.with("platform/web.yaml", w.deployment("platform")))
 	w.awaitCluster(t, r1, "infra")
 	// Killed once "applying" is delivered and recorded as sent: a kill
 	// between the SMTP server's answer and that record would resend it
@@ -856,10 +860,48 @@ func restartMidRollout(t *testing.T, w *world) {
 	if got := lastApplied(w.kustomization(t, "apps")); got == r1.Revision {
 		t.Fatal("apps applied r1 before the restart: the restart was not mid-rollout")
 	}
+	w.makeReady(t, "platform", "web")
 	w.awaitApplied(t, r1, tiers...)
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplied}}, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// makeReady writes the status a controller-manager would give a
+// Deployment of one available replica once it exists (none runs here).
+func (w *world) makeReady(t *testing.T, tier, name string) {
+	t.Helper()
+	ri, err := w.c.ResourceFor("apps/v1", "Deployment", w.ns+"-"+tier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		d, err := ri.Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.Now().UTC().Format(time.RFC3339)
+		d.Object["status"] = map[string]any{
+			"observedGeneration": d.GetGeneration(),
+			"replicas":           int64(1), "updatedReplicas": int64(1),
+			"readyReplicas": int64(1), "availableReplicas": int64(1),
+			"conditions": []any{
+				map[string]any{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "lastTransitionTime": now, "lastUpdateTime": now},
+				map[string]any{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable", "lastTransitionTime": now, "lastUpdateTime": now},
+			},
+		}
+		if _, err = ri.UpdateStatus(context.Background(), d, metav1.UpdateOptions{}); apierrors.IsConflict(err) {
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 }
 
 // 10. kustomize-controller with DisableCommitStatusEvent sends no success
