@@ -424,7 +424,11 @@ func (r *Reader) releaseObservations(hr *helmv2.HelmRelease, k *kustomizev1.Kust
 			obs = append(obs, o)
 		}
 	}
-	return append(obs, ingest.ReleaseStatus(hr, r.cfg.Cluster)...)
+	var chart sourcev1.Source
+	if em, ok := ingest.ChartSource(hr); ok {
+		chart = r.source(em.Kind, em.Namespace, em.Name)
+	}
+	return append(obs, ingest.ReleaseStatus(hr, r.cfg.Cluster, chart)...)
 }
 
 // handleSource submits a source's artifact and, in the same batch, every
@@ -481,15 +485,40 @@ func (r *Reader) submit(ctx context.Context, obs []rollout.Observation, marks ma
 // the layer's success, so that the success is never judged without the
 // releases the apply changed (its history tells which).
 func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, marks map[string]string) ([]rollout.Observation, map[string]string) {
+	from := len(obs)
 	obs, marks = r.mark(k, false, obs, marks)
 	obs = append(obs, ingest.Status(k, r.cfg.Cluster, r.current(k))...)
+	var owned []*helmv2.HelmRelease
 	for _, idx := range r.releases {
 		objs, _ := idx.ByIndex(ownerIndex, k.Namespace+"/"+k.Name) // the index is registered before the informers start
 		for _, o := range objs {
 			if hr, ok := o.(*helmv2.HelmRelease); ok {
-				obs = r.releaseObservations(hr, k, obs)
+				owned = append(owned, hr)
 			}
 		}
+	}
+	// Every revision the layer reaches changes a release that follows its
+	// source (the chart is built from it): held from the layer's first
+	// word of it, the mark that its source moved. Not the revisions of
+	// its history before, which the release may never have followed.
+	now := map[string]bool{}
+	for _, rev := range []string{r.current(k), k.Status.LastAttemptedRevision, k.Status.LastAppliedRevision} {
+		if h, err := flux.ParseRevision(rev); err == nil {
+			now[h.Hash] = true
+		}
+	}
+	for _, hr := range owned {
+		if !ingest.Follows(hr, k) {
+			continue
+		}
+		for i := from; i < len(obs); i++ {
+			if now[obs[i].Hash] {
+				obs[i].Holds = append(obs[i].Holds, ingest.Emitter(flux.KindHelmRelease, hr.Namespace, hr.Name))
+			}
+		}
+	}
+	for _, hr := range owned {
+		obs = r.releaseObservations(hr, k, obs)
 	}
 	return obs, marks
 }

@@ -469,3 +469,73 @@ func TestReaderHelmRelease(t *testing.T) {
 		})
 	}
 }
+
+// TestReaderReleaseFollowsItsSource: a HelmRelease whose chart is built
+// from every revision of its layer's own GitRepository (reconcileStrategy
+// Revision) is held by each revision the layer reaches, though no apply
+// changes its spec: the layer's success alone does not make it applied,
+// and its status names the commit its chart was built from.
+func TestReaderReleaseFollowsItsSource(t *testing.T) {
+	c := clustertest.Start(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	w := c.NewWorld(t, "helm-follows", now)
+	ns := w.Namespace()
+	hr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+		"metadata": map[string]any{"name": "web", "namespace": ns, "labels": map[string]any{
+			"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": ns}},
+		"spec": map[string]any{"interval": "1h", "chart": map[string]any{"spec": map[string]any{
+			"chart": "./charts/web", "reconcileStrategy": "Revision", "sourceRef": map[string]any{"kind": "GitRepository", "name": "fleet"}}}},
+	}}
+	if err := c.ServerSideApply(context.Background(), hr, "kustomize-controller", false); err != nil {
+		t.Fatal(err)
+	}
+	ri, err := c.ResourceFor("helm.toolkit.fluxcd.io/v2", "HelmRelease", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// helm-controller's attempt: the chart built from commit label.
+	attempt := func(label, status, reason string) {
+		t.Helper()
+		got, err := ri.Get(context.Background(), "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().UTC().Add(time.Second).Format(time.RFC3339)
+		got.Object["status"] = map[string]any{"observedGeneration": got.GetGeneration(), "lastAttemptedGeneration": got.GetGeneration(),
+			"lastAttemptedRevision": "1.0.0+" + hashOf(label)[:12],
+			"conditions": []any{map[string]any{"type": "Ready", "status": status, "reason": reason, "message": "Helm " + reason, "lastTransitionTime": at}}}
+		if _, err := ri.UpdateStatus(context.Background(), got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attempt("R2", "True", "UpgradeSucceeded")
+	// apps applied R2 (which created the release), then R3, which changed
+	// only the chart.
+	w.Source("fleet", revOf("R3"))
+	w.Layer(clustertest.Layer{Name: "apps", Source: "fleet", Applied: revOf("R3"), Attempted: revOf("R3"),
+		Ready: w.Ready("True", "ReconciliationSucceeded", "Applied revision: "+revOf("R3"), -time.Minute),
+		History: []any{
+			clustertest.HistoryEntry(revOf("R2"), now.Add(-10*time.Minute), now.Add(-10*time.Minute)),
+			clustertest.HistoryEntry(revOf("R3"), now.Add(-5*time.Minute), now.Add(-time.Minute)),
+		}})
+	te := run(t, c, ns, now)
+	if v := verdict(t, te, "R2", rollout.VerdictApplied); len(v.Layers.At(0).Releases) != 1 {
+		t.Fatalf("R2 created the release: %+v", v.Layers.At(0))
+	}
+	waitFor(t, "R3 held by the release", func() bool {
+		v := te.Get(rollout.Key{Cluster: "prod", Hash: hashOf("R3")})
+		return v != nil && v.Layers.Len() == 1 && len(v.Layers.At(0).Releases) == 1
+	})
+	if v := te.Get(rollout.Key{Cluster: "prod", Hash: hashOf("R3")}); v.Verdict != rollout.VerdictApplying {
+		t.Fatalf("R3 before helm-controller attempted its chart: %s, %+v", v.Verdict, v.Layers.At(0))
+	}
+	attempt("R3", "False", "UpgradeFailed")
+	v := verdict(t, te, "R3", rollout.VerdictFailed)
+	if f := v.Failures[0]; f.Release != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" {
+		t.Fatalf("failure %+v", f)
+	}
+	if v := verdict(t, te, "R2", rollout.VerdictApplied); v.Failures != nil && len(v.Failures) > 0 {
+		t.Fatalf("R3's failure went to R2: %+v", v.Failures)
+	}
+}

@@ -64,9 +64,10 @@ func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error)
 }
 
 // slimRelease is a HelmRelease as cached: what ingest.ReleaseStatus,
-// ingest.ReleaseHold and the owner index read. Its spec (values, often
-// large), its inventory and all but the newest history entry are left out;
-// of its managed fields, kustomize-controller's apply time alone.
+// ingest.ReleaseHold, ingest.Follows and the owner index read. Its spec
+// but the chart's source (values, often large), its inventory and all but
+// the newest history entry are left out; of its managed fields,
+// kustomize-controller's apply time alone; of its annotations, the commit.
 func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 	md := slimMetadata(u)
 	labels := map[string]any{}
@@ -84,8 +85,11 @@ func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 				"time": mf.Time.UTC().Format(time.RFC3339)}}
 		}
 	}
+	if c, ok := u.GetAnnotations()[flux.CommitAnnotation]; ok {
+		md["annotations"] = map[string]any{flux.CommitAnnotation: c}
+	}
 	status, _ := u.Object["status"].(map[string]any)
-	st := pick(status, "observedGeneration", "lastAttemptedGeneration")
+	st := pick(status, "observedGeneration", "lastAttemptedGeneration", "lastAttemptedRevision", "lastAttemptedRevisionDigest")
 	if conds, ok := status["conditions"].([]any); ok {
 		var kept []any
 		for _, c := range conds {
@@ -101,7 +105,15 @@ func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 			st["history"] = []any{pick(m, "lastDeployed")}
 		}
 	}
-	slim := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md, "status": st}
+	// The chart's source: whether the chart follows a layer's source
+	// (ingest.Follows), and the OCI chart whose artifact names a commit.
+	spec, _ := u.Object["spec"].(map[string]any)
+	sp := pick(spec, "chartRef")
+	if chart, ok := spec["chart"].(map[string]any); ok {
+		cs, _ := chart["spec"].(map[string]any)
+		sp["chart"] = map[string]any{"spec": pick(cs, "chart", "sourceRef", "reconcileStrategy")}
+	}
+	slim := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md, "spec": sp, "status": st}
 	hr := &helmv2.HelmRelease{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(slim, hr); err != nil {
 		*hr = helmv2.HelmRelease{}
@@ -117,7 +129,17 @@ func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, err
 	slim := map[string]any{}
 	status, _ := u.Object["status"].(map[string]any)
 	if artifact, ok := status["artifact"].(map[string]any); ok {
-		slim["status"] = map[string]any{"artifact": pick(artifact, "revision", "lastUpdateTime")}
+		a := pick(artifact, "revision", "lastUpdateTime")
+		// An OCI chart's: the digest and the revision annotation say
+		// which commit a release's chart was built from
+		// (ingest.ReleaseStatus).
+		if m, ok := artifact["metadata"].(map[string]any); ok && kind == sourcev1.OCIRepositoryKind {
+			if c, ok := m[flux.OCIRevisionMetadata]; ok {
+				a["metadata"] = map[string]any{flux.OCIRevisionMetadata: c}
+				a["digest"] = artifact["digest"]
+			}
+		}
+		slim["status"] = map[string]any{"artifact": a}
 	}
 	sk, ok := flux.Source(kind)
 	if !ok {

@@ -279,11 +279,49 @@ func TestSlimReleaseKeepsWhatIsRead(t *testing.T) {
 		{Digest: "sha256:1", FirstReconciled: metav1.NewTime(time.Date(2026, 11, 30, 11, 0, 0, 0, time.UTC)), Metadata: map[string]string{"revision": "main@sha1:" + strings.Repeat("1", 40)}},
 		{Digest: "sha256:2", FirstReconciled: metav1.NewTime(time.Date(2026, 11, 30, 12, 10, 30, 0, time.UTC)), Metadata: map[string]string{"revision": "main@sha1:" + strings.Repeat("2", 40)}},
 	}
-	for _, u := range []*unstructured.Unstructured{
-		helmRelease("True", "UpgradeSucceeded", 4),
-		helmRelease("False", "UpgradeFailed", 4),
-		helmRelease("True", "UpgradeSucceeded", 3), // not attempted at this generation
+	layer.Spec.SourceRef = kustomizev1.CrossNamespaceSourceReference{Kind: "GitRepository", Name: "fleet"}
+	// An OCI chart whose artifact names the commit it was built from.
+	ociChart := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
+		"metadata": map[string]any{"name": "web", "namespace": "apps", "uid": "u2", "resourceVersion": "3", "generation": int64(1)},
+		"spec":     map[string]any{"url": "oci://registry.example/charts/web", "interval": "5m"},
+		"status": map[string]any{"artifact": map[string]any{"revision": "1.0.0@sha256:" + strings.Repeat("c", 64),
+			"digest": "sha256:" + strings.Repeat("c", 64), "lastUpdateTime": "2026-11-30T12:09:00Z", "path": "x", "url": "http://x",
+			"metadata": map[string]any{flux.OCIRevisionMetadata: "main@sha1:" + strings.Repeat("4", 40), "org.opencontainers.image.source": "https://example/web"}}},
+	}}
+	wholeChart := &sourcev1.OCIRepository{}
+	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(ociChart.Object, wholeChart); err != nil {
+		t.Fatal(err)
+	}
+	slimChart, err := slimSource(sourcev1.OCIRepositoryKind, ociChart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withStatus := func(u *unstructured.Unstructured, k, v string) *unstructured.Unstructured {
+		u.Object["status"].(map[string]any)[k] = v
+		return u
+	}
+	// A chart built from every revision of the layer's own source.
+	follower := withStatus(helmRelease("False", "UpgradeFailed", 4), "lastAttemptedRevision", "1.0.0+222222222222")
+	spec := follower.Object["spec"].(map[string]any)
+	delete(spec, "chartRef")
+	spec["chart"] = map[string]any{"spec": map[string]any{"chart": "./charts/web", "reconcileStrategy": "Revision",
+		"sourceRef": map[string]any{"kind": "GitRepository", "name": "fleet", "namespace": "flux-system"}, "valuesFiles": []any{"values.yaml"}}}
+	annotated := helmRelease("True", "UpgradeSucceeded", 3)
+	annotated.SetAnnotations(map[string]string{flux.CommitAnnotation: "main@sha1:" + strings.Repeat("3", 40), "note": "x"})
+	for _, tt := range []struct {
+		u       *unstructured.Unstructured
+		commit  string
+		follows bool
+	}{
+		{helmRelease("True", "UpgradeSucceeded", 4), "", false},
+		{helmRelease("False", "UpgradeFailed", 4), "", false},
+		{helmRelease("True", "UpgradeSucceeded", 3), "", false}, // not attempted at this generation
+		{follower, "222222222222", true},
+		{annotated, strings.Repeat("3", 40), false},
+		{withStatus(helmRelease("True", "UpgradeSucceeded", 4), "lastAttemptedRevisionDigest", "sha256:"+strings.Repeat("c", 64)), strings.Repeat("4", 40), false},
 	} {
+		u := tt.u
 		s, err := slimRelease(u)
 		if err != nil {
 			t.Fatal(err)
@@ -292,18 +330,24 @@ func TestSlimReleaseKeepsWhatIsRead(t *testing.T) {
 		if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, w); err != nil {
 			t.Fatal(err)
 		}
-		want := ingest.ReleaseStatus(w, "prod")
+		want := ingest.ReleaseStatus(w, "prod", wholeChart)
 		if len(want) == 0 {
 			t.Fatal("the whole object gives no observation: the case tests nothing")
 		}
-		if got := ingest.ReleaseStatus(s, "prod"); !reflect.DeepEqual(got, want) {
+		if want[0].Commit != tt.commit || tt.commit != "" && want[0].Layer != ingest.Layer("flux-system", "apps") {
+			t.Errorf("the whole object names commit %q on %v, want %q", want[0].Commit, want[0].Layer, tt.commit)
+		}
+		if got := ingest.ReleaseStatus(s, "prod", slimChart); !reflect.DeepEqual(got, want) {
 			t.Errorf("ingest.ReleaseStatus of the slim object\n got %+v\nwant %+v", got, want)
+		}
+		if ingest.Follows(w, layer) != tt.follows || ingest.Follows(s, layer) != tt.follows {
+			t.Errorf("follows the layer's source: whole %v, slim %v, want %v", ingest.Follows(w, layer), ingest.Follows(s, layer), tt.follows)
 		}
 		wantHold, ok := ingest.ReleaseHold(w, layer, "prod")
 		if gotHold, _ := ingest.ReleaseHold(s, layer, "prod"); !ok || !reflect.DeepEqual(gotHold, wantHold) || wantHold.Hash != strings.Repeat("2", 40) {
 			t.Errorf("the hold: slim %+v, whole %+v (%v)", gotHold, wantHold, ok)
 		}
-		if s.Spec.Values != nil || s.Status.Inventory != nil || len(s.Status.History) != 1 || len(s.Annotations) != 0 || len(s.Labels) != 2 ||
+		if s.Spec.Values != nil || s.Status.Inventory != nil || len(s.Status.History) != 1 || len(s.Annotations) > 1 || len(s.Labels) != 2 ||
 			len(s.ManagedFields) != 1 || s.ManagedFields[0].FieldsV1 != nil {
 			t.Errorf("the slim object still has what nothing reads: %+v", s)
 		}

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ func TestFlux(t *testing.T) {
 		{"helm", helmReleases},
 		{"helm-down", helmDown},
 		{"helm-wait", helmWait},
+		{"helm-chart", helmChartFromCommit},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -1098,6 +1100,94 @@ func helmWait(t *testing.T, w *world) {
 		"failed: " + w.ns + "/apps " + h.name + " UpgradeFailed (" + r1.Hash[:7] + ")", w.failed("apps", "HealthCheckFailed", r1)}
 	w.expectMails(t, mails...)
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictFailed}}, mails...)
+}
+
+// 14d. A HelmRelease whose chart is a directory of the repository itself
+// (chart.spec from the GitRepository, reconcileStrategy Revision): a commit
+// that changes only the chart changes nothing kustomize-controller applies,
+// and the chart's version names the commit (1.0.0+<12 hex>). With cluster
+// access, every commit the apps tier reaches holds the release: applied
+// only once helm-controller released that commit's chart, failed naming
+// the release when its upgrade fails. With events only, the release's
+// events name the commit, so the verdicts end the same; but nothing says
+// beforehand that the commit changes the release, and the apps tier's
+// success may come first (README, "Limits known today").
+func helmChartFromCommit(t *testing.T, w *world) {
+	appsNS := w.ns + "-apps"
+	w.releaseNS = []string{appsNS}
+	w.c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+appsNS+"}\n")
+	chart := func(f files, message string, invalid bool) files {
+		name := "{{ .Release.Name }}-settings"
+		if invalid {
+			name = "Invalid_Name" // refused by the kube-apiserver: the upgrade fails and is rolled back
+		}
+		return f.with("charts/web/Chart.yaml", "apiVersion: v2\nname: web\nversion: 1.0.0\n").
+			with("charts/web/templates/configmap.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: "+name+"}\ndata: {message: "+strconv.Quote(message)+"}\n")
+	}
+	release := fmt.Sprintf(`apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata: {name: web, namespace: %s}
+spec:
+  interval: 1h
+  timeout: 30s
+  chart:
+    spec:
+      chart: ./charts/web
+      reconcileStrategy: Revision
+      sourceRef: {kind: GitRepository, name: fleet, namespace: %s}
+  upgrade: {remediation: {retries: 1}}
+`, appsNS, w.ns)
+	name := "HelmRelease/" + appsNS + "/web"
+	r0 := w.start(t, w.base("0"), nil)
+	f1 := chart(w.base("0").with("apps/release.yaml", release), "v1", false)
+	r1 := w.repo.Publish(t, f1)
+	w.repo.BuildChart(t, appsNS, "web", "charts/web", r1)
+	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	if got := w.helmRevision(t, appsNS, "web"); got < 1 {
+		t.Fatalf("applied verdict for %s before Helm installed the release", r1.Hash[:7])
+	}
+
+	// Only the chart changes: held by the release all the same.
+	r2 := w.repo.Publish(t, chart(f1, "v2", false))
+	w.repo.BuildChart(t, appsNS, "web", "charts/web", r2)
+	v := w.svc.AwaitVerdict(t, r2, rollout.VerdictApplied, 2*time.Minute)
+	if got := w.helmRevision(t, appsNS, "web"); got < 2 {
+		t.Fatalf("applied verdict for %s while Helm's release is at version %d", r2.Hash[:7], got)
+	}
+	held := false
+	for _, l := range v.Layers.All() {
+		held = held || l.Name == w.ns+"/apps" && len(l.Releases) == 1 && l.Releases[0].Name == "web" && l.Releases[0].State == rollout.LayerApplied
+	}
+	if !held {
+		t.Fatalf("%s's apps tier does not hold the released release\n%s", r2.Hash[:7], dump(v))
+	}
+
+	// A chart the kube-apiserver refuses: failed, naming the release.
+	r3 := w.repo.Publish(t, chart(f1, "v3", true))
+	w.repo.BuildChart(t, appsNS, "web", "charts/web", r3)
+	v = w.svc.AwaitVerdict(t, r3, rollout.VerdictFailed, 2*time.Minute)
+	if len(v.Failures) == 0 || v.Failures[0].Release != name || v.Failures[0].Reason != "UpgradeFailed" ||
+		!strings.Contains(v.Failures[0].Message, "Invalid_Name") || !strings.Contains(v.Failures[0].Message, "1.0.0+"+r3.Hash[:12]) {
+		t.Fatalf("failures of %s do not name the release's failed upgrade of its chart\n%s", r3.Hash[:7], dump(v))
+	}
+	w.expectWait(t, r3, 1)
+	failed := "failed: " + w.ns + "/apps " + name + " UpgradeFailed (" + r3.Hash[:7] + ")"
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), applied(r2), applying(r3), failed)
+
+	for _, c := range []verdict{{r1, rollout.VerdictApplied}, {r2, rollout.VerdictApplied}, {r3, rollout.VerdictFailed}} {
+		w.evt.AwaitVerdict(t, c.c, c.want, time.Minute)
+	}
+	v = w.evt.AwaitVerdict(t, r3, rollout.VerdictFailed, time.Minute)
+	if len(v.Failures) == 0 || v.Failures[0].Release != name {
+		t.Fatalf("events only: the failure of %s does not name the release\n%s", r3.Hash[:7], dump(v))
+	}
+	want := []string{applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), applied(r2), applying(r3), failed}
+	if got := w.mails(w.evt); !slices.Equal(got, slices.Sorted(slices.Values(want))) &&
+		!slices.Equal(got, slices.Sorted(slices.Values(append(want, applied(r3))))) {
+		t.Fatalf("events only: mails %q, want %q (and maybe %q, sent before the release reported)", got, want, applied(r3))
+	} else {
+		t.Logf("%s: %q", w.evt.MailTo, got)
+	}
 }
 
 // awaitStalled polls until helm-controller gave up on a HelmRelease

@@ -73,6 +73,7 @@ type Repo struct {
 	c               *clustertest.Cluster
 	a               *Artifacts
 	n               int
+	published       map[string]map[string]string // files by commit hash
 }
 
 // NewRepo creates the GitRepository, without an artifact yet.
@@ -86,7 +87,7 @@ spec:
   url: https://git.example.invalid/fleet.git
   ref: {branch: main}
 `, name, namespace))
-	return &Repo{Namespace: namespace, Name: name, c: c, a: a}
+	return &Repo{Namespace: namespace, Name: name, c: c, a: a, published: map[string]map[string]string{}}
 }
 
 // Commit is a published commit.
@@ -106,6 +107,7 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 	sum := sha1.Sum(fmt.Appendf(nil, "%s/%s/%d/%x", r.Namespace, r.Name, r.n, sha256.Sum256(tgz)))
 	c := Commit{Hash: hex.EncodeToString(sum[:])}
 	c.Revision = "main@sha1:" + c.Hash
+	r.published[c.Hash] = maps.Clone(files)
 	digest := sha256.Sum256(tgz)
 	artifactPath := path.Join("gitrepository", r.Namespace, r.Name, c.Hash+".tar.gz")
 	url := r.a.put("/"+artifactPath, tgz)
@@ -128,6 +130,71 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 		}
 	})
 	return c
+}
+
+// BuildChart does what source-controller does for the HelmChart that
+// helm-controller makes of HelmRelease releaseNS/release, whose chart is
+// the directory dir of this repository with reconcileStrategy Revision:
+// once the HelmChart exists, it packages dir at commit c with the
+// version of its Chart.yaml plus "+<the first 12 hex of the commit>",
+// serves it, and writes the HelmChart's status.
+func (r *Repo) BuildChart(t testing.TB, releaseNS, release, dir string, c Commit) {
+	t.Helper()
+	name := releaseNS + "-" + release // helm-controller's name for it
+	ri, err := r.c.ResourceFor("source.toolkit.fluxcd.io/v1", "HelmChart", r.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		_, err := ri.Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			t.Fatalf("helm-controller made no HelmChart %s/%s within 2m: %v", r.Namespace, name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	files := map[string]string{}
+	var version string
+	for p, body := range r.published[c.Hash] {
+		rel, ok := strings.CutPrefix(p, dir+"/")
+		if !ok {
+			continue
+		}
+		if rel == "Chart.yaml" {
+			for line := range strings.SplitSeq(body, "\n") {
+				if v, ok := strings.CutPrefix(line, "version: "); ok {
+					version = strings.TrimSpace(v) + "+" + c.Hash[:12]
+					body = strings.Replace(body, line, "version: "+version, 1)
+				}
+			}
+		}
+		files[path.Base(dir)+"/"+rel] = body
+	}
+	if version == "" {
+		t.Fatalf("no Chart.yaml with a version under %s at %s", dir, c.Hash[:7])
+	}
+	tgz := tarball(t, files)
+	digest := sha256.Sum256(tgz)
+	artifactPath := path.Join("helmchart", r.Namespace, name, path.Base(dir)+"-"+version+".tgz")
+	url := r.a.put("/"+artifactPath, tgz)
+	writeStatus(t, r.c, "HelmChart", r.Namespace, name, version, func(u map[string]any, gen int64) {
+		now := time.Now().UTC().Format(time.RFC3339)
+		ready := map[string]any{
+			"type": "Ready", "status": "True", "reason": "ChartPackageSucceeded", "observedGeneration": gen,
+			"message": "packaged '" + path.Base(dir) + "' chart with version '" + version + "'", "lastTransitionTime": now,
+		}
+		u["status"] = map[string]any{
+			"observedGeneration": gen, "observedSourceArtifactRevision": c.Revision, "observedChartName": path.Base(dir),
+			"conditions": []any{ready},
+			"artifact": map[string]any{
+				"path": artifactPath, "url": url, "revision": version,
+				"digest": "sha256:" + hex.EncodeToString(digest[:]), "size": int64(len(tgz)), "lastUpdateTime": now,
+			},
+		}
+	})
 }
 
 // Chart is an OCIRepository holding a Helm chart, whose versions the test

@@ -60,6 +60,7 @@ type Decoded struct {
 	Rev       Revision  // Revision parsed; zero when absent
 	OriginRev Revision  // Origin parsed; zero when absent
 	MailTo    []string  // metadata "mail_to": addresses an Alert routes the event to
+	Commit    string    // of a HelmRelease: the commit its chart or its annotation names (ChartCommit, NamedCommit)
 }
 
 // Decode parses and validates one event body. Errors are *FieldError for
@@ -108,6 +109,8 @@ func (d *Decoded) validate() error {
 			d.Origin = v
 		case "cluster":
 			d.Cluster = v
+		case MetaCommitKey:
+			d.Commit = NamedCommit(v)
 		case "mail_to":
 			for _, a := range strings.Split(v, ",") {
 				if a = strings.TrimSpace(a); a == "" {
@@ -130,6 +133,9 @@ func (d *Decoded) validate() error {
 	if o.Kind != KindKustomization && !IsSource(o.Kind) {
 		// Other kinds (HelmRelease: chart versions) have their own revision
 		// forms: kept as they are, never parsed as a source's.
+		if d.Commit == "" && o.Kind == KindHelmRelease {
+			d.Commit = ChartCommit(d.Revision)
+		}
 		return nil
 	}
 	if d.Revision != "" {

@@ -203,6 +203,33 @@ func TestDecode(t *testing.T) {
 			name: "source event without revision is valid",
 			body: `{"involvedObject":{"kind":"GitRepository","namespace":"flux-system","name":"x"},"severity":"error","timestamp":"2026-08-07T10:15:30Z","reason":"GitOperationFailed","message":"auth"}`,
 		},
+		{
+			name: "a release's chart built from a commit names it",
+			body: `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z","reason":"UpgradeSucceeded","message":"x","metadata":{"revision":"1.0.0+` + sha1Hex[:12] + `","token":"ab"}}`,
+			check: func(t *testing.T, d Decoded) {
+				if d.Commit != sha1Hex[:12] || d.Revision != "1.0.0+"+sha1Hex[:12] || d.Rev.Hash != "" {
+					t.Fatalf("decoded commit %q, revision %q", d.Commit, d.Revision)
+				}
+			},
+		},
+		{
+			name: "a release's commit annotation wins over its chart's version",
+			body: `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z","reason":"UpgradeSucceeded","message":"x","metadata":{"revision":"1.0.0+ba5715194a63","event.toolkit.fluxcd.io/commit":"main@sha1:` + strings.ToUpper(sha1Hex) + `"}}`,
+			check: func(t *testing.T, d Decoded) {
+				if d.Commit != sha1Hex {
+					t.Fatalf("decoded commit %q", d.Commit)
+				}
+			},
+		},
+		{
+			name: "a release's version without build metadata names no commit",
+			body: `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z","reason":"UpgradeSucceeded","message":"x","metadata":{"revision":"1.0.0+build.7","commit":"not-a-commit"}}`,
+			check: func(t *testing.T, d Decoded) {
+				if d.Commit != "" {
+					t.Fatalf("decoded commit %q", d.Commit)
+				}
+			},
+		},
 		{name: "not JSON", body: `{"involvedObject":`, wantField: "body"},
 		{name: "JSON array", body: `[]`, wantField: "body"},
 		{name: "missing kind", body: `{"involvedObject":{"namespace":"a","name":"b"},"timestamp":"2026-08-07T10:15:30Z"}`, wantField: "involvedObject.kind"},

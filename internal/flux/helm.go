@@ -5,6 +5,7 @@ import (
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	eventv1beta1 "github.com/fluxcd/pkg/apis/event/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -84,4 +85,56 @@ func ChangedObjects(reason, msg, kind string) []ChangedObject {
 		out = append(out, ChangedObject{k, ns, name})
 	}
 	return out
+}
+
+// What names the commit a release's chart was built from, when the
+// HelmRelease's spec does not change with it:
+//   - source-controller versions a chart it builds from a Git (or Bucket)
+//     source with reconcileStrategy Revision "<version>+<the first 12 hex
+//     of the commit>" (its HelmChart reconciler); an OCI chart's version
+//     ends in "+<12 hex of its digest>" instead, which names no commit;
+//   - an annotation event.toolkit.fluxcd.io/commit on the HelmRelease, which
+//     every event of it carries in its metadata as "commit" (RFC-0008);
+//   - an OCI chart's artifact annotation org.opencontainers.image.revision,
+//     set by whoever pushed it (flux push artifact: "<branch>@sha1:<hex>").
+const (
+	MetaCommitKey       = "commit"
+	CommitAnnotation    = eventv1beta1.Group + "/" + MetaCommitKey
+	OCIRevisionMetadata = "org.opencontainers.image.revision"
+)
+
+// minCommitHex is git's shortest abbreviation of a commit.
+const minCommitHex = 7
+
+// ChartCommit is the commit a chart version's build metadata may name
+// ("1.0.0+ba5715194a63"), or "".
+func ChartCommit(version string) string {
+	i := strings.LastIndexByte(version, '+')
+	if i < 0 {
+		return ""
+	}
+	return hexCommit(version[i+1:])
+}
+
+// NamedCommit is the commit a commit annotation or an OCI revision names,
+// a hash alone or a Flux revision ("main@sha1:<hex>"), or "".
+func NamedCommit(v string) string {
+	if r, err := ParseRevision(v); err == nil {
+		return hexCommit(r.Hash)
+	}
+	return hexCommit(v)
+}
+
+// hexCommit is s in lowercase when it is hex digits of a commit, or "".
+func hexCommit(s string) string {
+	if len(s) < minCommitHex || len(s) > 64 {
+		return ""
+	}
+	s = strings.ToLower(s)
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return ""
+		}
+	}
+	return s
 }

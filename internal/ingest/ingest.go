@@ -68,7 +68,8 @@ func releaseSignal(reason, severity string) rollout.Signal {
 // event says nothing about a revision's progress. A release's event names
 // its chart's version, no revision of a source: the model gives it the
 // revision whose apply changed the release (a layer's Holds, which the
-// layer's Progressing event names).
+// layer's Progressing event names), or the commit its chart's version or
+// its annotation names (Commit).
 func Event(d flux.Decoded) (rollout.Observation, bool) {
 	kind := d.InvolvedObject.Kind
 	sig := Signal(kind, d.Reason, d.Severity)
@@ -85,7 +86,9 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 		Message: d.Message,
 		MailTo:  d.MailTo,
 	}
-	if !release {
+	if release {
+		o.Commit = d.Commit
+	} else {
 		o.Revision, o.Hash = d.Rev.String(), d.Rev.Hash
 	}
 	if kind == flux.KindKustomization {

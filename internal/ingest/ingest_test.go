@@ -115,3 +115,18 @@ func TestFailureClass(t *testing.T) {
 		t.Errorf("a PruneFailed event observed as %+v", o)
 	}
 }
+
+// TestReleaseEventNamesItsCommit: a release's event names no revision (the
+// model attributes it), but the commit its chart's version names.
+func TestReleaseEventNamesItsCommit(t *testing.T) {
+	body := `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"error","timestamp":"2026-08-07T10:15:30Z",` +
+		`"reason":"UpgradeFailed","message":"Helm upgrade failed","metadata":{"revision":"1.0.0+0123456789ab"}}`
+	d, err := flux.Decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := Event(d)
+	if !ok || o.Commit != "0123456789ab" || o.Revision != "" || o.Hash != "" || !o.Emitter.IsRelease() || o.Signal != rollout.SignalFailed {
+		t.Fatalf("Event = %+v, %v", o, ok)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -50,23 +51,38 @@ func Applied(hr *helmv2.HelmRelease) time.Time {
 // remediation did after it (a rollback, or retries exhausted); waiting
 // on a dependency; otherwise still progressing. False when no
 // Kustomization applied it.
-func ReleaseStatus(hr *helmv2.HelmRelease, cluster string) []rollout.Observation {
+//
+// When the commit of what helm-controller attempted is known (Commit: the
+// HelmRelease's commit annotation; the chart's version, built from the
+// commit; the OCI chart's revision annotation, chart being the
+// OCIRepository its chartRef names), the observations name it, and the
+// layer: the commit, not the apply, says which rollout they are about.
+func ReleaseStatus(hr *helmv2.HelmRelease, cluster string, chart sourcev1.Source) []rollout.Observation {
 	applied := Applied(hr)
-	if _, _, ok := Owner(hr); !ok || applied.IsZero() {
+	ns, name, ok := Owner(hr)
+	if !ok || applied.IsZero() {
 		return nil
 	}
 	st := &hr.Status
 	em := Emitter(flux.KindHelmRelease, hr.Namespace, hr.Name)
+	ready := apimeta.FindStatusCondition(st.Conditions, meta.ReadyCondition)
+	attempted := ready != nil && st.LastAttemptedGeneration >= hr.Generation && st.ObservedGeneration >= hr.Generation
+	commit := flux.NamedCommit(hr.Annotations[flux.CommitAnnotation])
+	if commit == "" && attempted {
+		commit = attemptedCommit(hr, chart)
+	}
 	obs := func(sig rollout.Signal, at time.Time, reason, msg string) rollout.Observation {
 		if at.Before(applied) {
 			at = applied
 		}
-		return rollout.Observation{Cluster: cluster, Emitter: em, At: at.UTC().Truncate(time.Second), Signal: sig,
-			Reason: reason, Message: msg, Applied: applied, Status: true}
+		o := rollout.Observation{Cluster: cluster, Emitter: em, At: at.UTC().Truncate(time.Second), Signal: sig,
+			Reason: reason, Message: msg, Applied: applied, Status: true, Commit: commit}
+		if commit != "" {
+			o.Layer = Layer(ns, name)
+		}
+		return o
 	}
-	ready := apimeta.FindStatusCondition(st.Conditions, meta.ReadyCondition)
-	if ready == nil || st.LastAttemptedGeneration < hr.Generation || st.ObservedGeneration < hr.Generation {
-		// helm-controller has not acted on this spec yet.
+	if !attempted {
 		return []rollout.Observation{obs(rollout.SignalProgressing, applied, meta.ProgressingReason, "helm-controller has not acted on this spec yet")}
 	}
 	at := ready.LastTransitionTime.Time
@@ -149,4 +165,54 @@ func ReleaseHold(hr *helmv2.HelmRelease, k *kustomizev1.Kustomization, cluster s
 		Message: flux.KindHelmRelease + "/" + hr.Namespace + "/" + hr.Name + " configured (read from the cluster)",
 		Holds:   []rollout.Emitter{Emitter(flux.KindHelmRelease, hr.Namespace, hr.Name)},
 	}, true
+}
+
+// attemptedCommit is the commit helm-controller's last attempt's chart was
+// built from, as far as it says: the OCI chart's revision annotation when
+// the chart's artifact is the one attempted (same digest), else the
+// commit the chart's version names; "" when neither does.
+func attemptedCommit(hr *helmv2.HelmRelease, chart sourcev1.Source) string {
+	if chart != nil {
+		if a := chart.GetArtifact(); a != nil && a.Digest != "" && a.Digest == hr.Status.LastAttemptedRevisionDigest {
+			if c := flux.NamedCommit(a.Metadata[flux.OCIRevisionMetadata]); c != "" {
+				return c
+			}
+		}
+	}
+	return flux.ChartCommit(hr.Status.LastAttemptedRevision)
+}
+
+// ChartSource is the OCIRepository a HelmRelease's chartRef names, whose
+// artifact may say which commit the chart was built from; false for a
+// chart of another kind.
+func ChartSource(hr *helmv2.HelmRelease) (rollout.Emitter, bool) {
+	ref := hr.Spec.ChartRef
+	if ref == nil || ref.Kind != sourcev1.OCIRepositoryKind {
+		return rollout.Emitter{}, false
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = hr.Namespace
+	}
+	return Emitter(ref.Kind, ns, ref.Name), true
+}
+
+// Follows reports whether a HelmRelease's chart is built from every
+// revision of the source layer k applies (reconcileStrategy Revision from
+// the same GitRepository or Bucket): each revision the layer applies
+// changes the release, though its spec does not change.
+func Follows(hr *helmv2.HelmRelease, k *kustomizev1.Kustomization) bool {
+	if hr.Spec.Chart == nil {
+		return false
+	}
+	spec := &hr.Spec.Chart.Spec
+	ref := spec.SourceRef
+	if spec.ReconcileStrategy != sourcev1.ReconcileStrategyRevision ||
+		ref.Kind != sourcev1.GitRepositoryKind && ref.Kind != sourcev1.BucketKind {
+		return false
+	}
+	if ref.Namespace == "" {
+		ref.Namespace = hr.Namespace
+	}
+	return SourceOf(k) == Emitter(ref.Kind, ref.Namespace, ref.Name)
 }

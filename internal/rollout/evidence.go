@@ -167,6 +167,15 @@ type Observation struct {
 	// that apply made.
 	Applied time.Time
 	Status  bool
+	// Commit, with a release's report, is the commit its chart was built
+	// from or its annotations name (lowercase hex, a prefix of the hash):
+	// the report belongs to that commit's rollout on the release's layer
+	// (named), whether or not the commit changed the release's spec.
+	Commit string
+	// Layer, with a release's state read from the cluster, is the layer
+	// that applies it (its owner labels); from events it is the layer that
+	// held the release last.
+	Layer Emitter
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters

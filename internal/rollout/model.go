@@ -177,6 +177,10 @@ func (m *Model) Normalise(o *Observation) error {
 		return fmt.Errorf("%w: no emitter", ErrInvalid)
 	case !KnownRole(o.Emitter.Role):
 		return fmt.Errorf("%w: emitter %s has no role", ErrInvalid, o.Emitter)
+	case o.Commit != "" && (!o.Emitter.IsRelease() || !isCommit(o.Commit)):
+		return fmt.Errorf("%w: commit %q: only a release names one, in at least %d lowercase hex digits", ErrInvalid, o.Commit, minCommit)
+	case o.Layer != (Emitter{}) && (!o.Emitter.IsRelease() || !o.Layer.IsLayer() || o.Layer.Namespace == "" || o.Layer.Name == ""):
+		return fmt.Errorf("%w: %s names layer %s", ErrInvalid, o.Emitter, o.Layer)
 	case len(o.Holds) > 0 && !o.Emitter.IsLayer():
 		return fmt.Errorf("%w: %s holds releases but is no layer", ErrInvalid, o.Emitter)
 	case o.At.IsZero():
@@ -323,10 +327,26 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 	visible := map[*rolloutState]bool{}
 	m.install(c.Puts, dirty, visible)
 	if len(releases) > 0 {
+		// Reports that name their commit first: the hold they make may
+		// be the one a report of the same batch that names none belongs
+		// to.
+		named := make([]holdEntry, len(releases))
+		held := map[EvidenceKey]*Evidence{}
+		for i, o := range releases {
+			if h, ok := m.cluster(o.Cluster).named(o); ok {
+				named[i] = h
+				m.holdNamed(held, o, h, inBatch, settled)
+			}
+		}
+		m.install(held, dirty, visible)
+		maps.Copy(c.Puts, held)
 		late := map[EvidenceKey]*Evidence{}
-		for _, o := range releases {
+		for i, o := range releases {
 			cl := m.cluster(o.Cluster)
-			h, ok := cl.attribute(o)
+			h, ok := named[i], named[i].hash != ""
+			if !ok {
+				h, ok = cl.attribute(o)
+			}
 			if f, settled := cl.floors[o.Emitter]; !ok || settled && h.at.Before(f.first) {
 				// No live revision's apply changed it, or the one that
 				// did is older than one whose rollout with it settled:
@@ -334,8 +354,15 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 				ignored++
 				continue
 			}
+			ev := cl.rollouts[h.hash].ev[h.layer]
+			if ev == nil {
+				// The hold a named report made was refused (about
+				// settled history).
+				ignored++
+				continue
+			}
 			a := *o
-			a.Hash, a.Revision = h.hash, cl.rollouts[h.hash].ev[h.layer].Revision
+			a.Hash, a.Revision = h.hash, ev.Revision
 			if !m.merge(late, &a, inBatch, settled) {
 				ignored++
 			}

@@ -102,6 +102,108 @@ func (c *cluster) attribute(o *Observation) (holdEntry, bool) {
 	return list[i-1], true
 }
 
+// minCommit is the shortest commit a release's report may name: git's
+// own shortest abbreviation.
+const minCommit = 7
+
+func isCommit(s string) bool {
+	if len(s) < minCommit || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// named finds the rollout a release's report names by commit (Commit): the
+// one live rollout whose hash begins with it, read by layers (not a
+// chart's own source: an OCI chart's version ends in its digest, which
+// names the chart's revision). The release's layer (the one the cluster
+// names, else the one that held the release last) must have evidence on
+// it (a report, or the cluster reader's mark that its source moved
+// there), or, from events alone, have reported another revision of one
+// of its sources: the release reported before its layer did, and the
+// layer's evidence begins with the hold. False when the report names no
+// such commit: it is attributed by the holds.
+func (c *cluster) named(o *Observation) (holdEntry, bool) {
+	if o.Commit == "" {
+		return holdEntry{}, false
+	}
+	r := c.rollouts[o.Commit]
+	if r == nil {
+		for h, x := range c.rollouts {
+			if strings.HasPrefix(h, o.Commit) {
+				if r != nil {
+					return holdEntry{}, false // ambiguous: not this one's to say
+				}
+				r = x
+			}
+		}
+	}
+	layer := o.Layer
+	if list := c.holds[o.Emitter]; layer == (Emitter{}) && len(list) > 0 {
+		layer = list[len(list)-1].layer
+	}
+	if r == nil || !c.read(r) || layer == (Emitter{}) {
+		return holdEntry{}, false
+	}
+	ev := r.ev[layer]
+	if ev == nil {
+		// The cluster reader resubmits the release's status with its
+		// layer's, which will have evidence then.
+		if o.Layer != (Emitter{}) || !c.sameSource(layer, r) {
+			return holdEntry{}, false
+		}
+		return holdEntry{o.At, r.key.Hash, layer}, true
+	}
+	at := ev.First
+	for _, h := range ev.holds() {
+		if h.Release == o.Emitter {
+			at = h.At
+		}
+	}
+	return holdEntry{at, r.key.Hash, layer}, true
+}
+
+// sameSource reports whether the layer has evidence on another revision
+// of one of r's sources.
+func (c *cluster) sameSource(layer Emitter, r *rolloutState) bool {
+	for e := range r.ev {
+		if !e.IsSource() {
+			continue
+		}
+		for _, x := range c.logs[e].revs {
+			if q := c.rollouts[x.hash]; q != r && q.ev[layer] != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// holdNamed makes the layer's evidence on the rollout a release's report
+// named hold the release, from the layer's first report of it, when no
+// change set of the layer said so (the commit changed the chart, not the
+// HelmRelease).
+func (m *Model) holdNamed(puts map[EvidenceKey]*Evidence, o *Observation, h holdEntry, inBatch map[Key]map[Emitter]bool, settled map[Key]bool) {
+	r := m.clusters[o.Cluster].rollouts[h.hash]
+	ev := r.ev[h.layer]
+	for _, x := range ev.holds() {
+		if x.Release == o.Emitter {
+			return
+		}
+	}
+	rev := r.revision
+	if ev != nil {
+		rev = ev.Revision
+	}
+	m.merge(puts, &Observation{Cluster: o.Cluster, Emitter: h.layer, Revision: rev, Hash: h.hash,
+		At: h.at, Holds: []Emitter{o.Emitter}}, inBatch, settled)
+}
+
 // holders calls f with every layer whose evidence on r holds release.
 func (c *cluster) holders(r *rolloutState, release Emitter, f func(Emitter)) {
 	for _, h := range c.holds[release] {

@@ -44,7 +44,10 @@ import (
 // "oci:NAME" is OCIRepository apps/NAME (a chart's source).
 // "hr:NAME - EVENT@SECOND" is an event of HelmRelease apps/NAME (ok is
 // UpgradeSucceeded, rollback RollbackSucceeded); a layer's holds=N+N names
-// the releases its report says it changed. "hrs:NAME - EVENT@SECOND
+// the releases its report says it changed. A release's report naming
+// LABEL in place of "-" names that commit as a chart built from it does
+// (Commit: 12 hex digits); commit=HEX names any; layer=L is the layer the
+// cluster says applies the release. "hrs:NAME - EVENT@SECOND
 // applied=SECOND" is the release's state read from the cluster's status
 // (ok, prog, fail(Reason)), applied the time of the apply it follows.
 //
@@ -327,7 +330,7 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 		o.Emitter = ingest.Emitter("OCIRepository", "apps", name)
 	} else if name, ok := strings.CutPrefix(f[0], "hrs:"); ok {
 		// A release's state read from the cluster's status.
-		o.Emitter, o.Revision, o.Hash, o.Status = releaseOf(name), "", "", true
+		o.Emitter, o.Revision, o.Hash, o.Status, o.Commit = releaseOf(name), "", "", true, commitOf(f[1])
 		switch {
 		case event == "ok":
 			event, reason, msg = "", "UpgradeSucceeded", "Helm upgrade succeeded for release apps/"+name+".v2 with chart "+name+"@1.0.0"
@@ -338,7 +341,7 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 		}
 	} else if name, ok := strings.CutPrefix(f[0], "hr:"); ok {
 		// A release's event names no revision: the model attributes it.
-		o.Emitter, o.Revision, o.Hash = releaseOf(name), "", ""
+		o.Emitter, o.Revision, o.Hash, o.Commit = releaseOf(name), "", "", commitOf(f[1])
 		switch {
 		case event == "ok":
 			event, reason, msg = "", "UpgradeSucceeded", "Helm upgrade succeeded for release apps/"+name+".v2 with chart "+name+"@1.0.0"
@@ -393,6 +396,10 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 			o.Subject = strings.ReplaceAll(v, "_", " ")
 		case "applied":
 			o.Applied = scriptT0.Add(time.Duration(atoi(t, v)) * time.Second)
+		case "layer":
+			o.Layer = layerOf(v)
+		case "commit":
+			o.Commit = v
 		case "holds":
 			for _, name := range strings.Split(v, "+") {
 				o.Holds = append(o.Holds, releaseOf(name))
@@ -402,6 +409,15 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 		}
 	}
 	return o
+}
+
+// commitOf is what a release's report names of commit LABEL: the 12 hex
+// digits source-controller puts in a chart's version; none for "-".
+func commitOf(label string) string {
+	if label == "-" {
+		return ""
+	}
+	return scriptHash(label)[:12]
 }
 
 func releaseOf(name string) rollout.Emitter {
@@ -523,6 +539,8 @@ func TestNormaliseReleases(t *testing.T) {
 	byRelease.Holds = []rollout.Emitter{releaseOf("api")}
 	holdsLayer := parseObservation(t, "apps R1 prog@1")
 	holdsLayer.Holds = []rollout.Emitter{layerOf("infra")}
+	layerRelease := ok
+	layerRelease.Layer = releaseOf("api")
 	for _, tt := range []struct {
 		name string
 		o    rollout.Observation
@@ -533,6 +551,13 @@ func TestNormaliseReleases(t *testing.T) {
 		{"a release holding one", byRelease, false},
 		{"a layer holding a layer", holdsLayer, false},
 		{"a layer holding a release", parseObservation(t, "apps R1 prog@1 holds=web"), true},
+		{"a release's naming its commit and layer", parseObservation(t, "hrs:web R1 ok@1 layer=apps"), true},
+		{"a release's naming a full commit", parseObservation(t, "hr:web - ok@1 commit="+scriptHash("R1")), true},
+		{"a release's naming a commit too short", parseObservation(t, "hr:web - ok@1 commit=abc12"), false},
+		{"a release's naming no hex", parseObservation(t, "hr:web - ok@1 commit=1.0.0+ab"), false},
+		{"a release's naming a capital hex", parseObservation(t, "hr:web - ok@1 commit=ABCDEF12"), false},
+		{"a layer's naming a commit", parseObservation(t, "apps R1 ok@1 commit=abcdef12"), false},
+		{"a release's naming a release as its layer", layerRelease, false},
 	} {
 		if err := m.Normalise(&tt.o); (err == nil) != tt.ok || err != nil && !errors.Is(err, rollout.ErrInvalid) {
 			t.Errorf("%s: %v", tt.name, err)
