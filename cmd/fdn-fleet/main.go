@@ -57,6 +57,7 @@ type config struct {
 	sources     int
 	layers      int
 	commits     int // per source and day
+	releases    int // HelmReleases per application layer (one no layer depends on)
 	days        int
 	concurrency int
 	samples     int // /verdict requests per day
@@ -73,6 +74,7 @@ func run(args []string, out io.Writer) (err error) {
 	fs.IntVar(&c.sources, "sources", 100, "GitRepositories")
 	fs.IntVar(&c.layers, "layers", 85, "Kustomizations per source")
 	fs.IntVar(&c.commits, "commits", 10, "commits a day per source")
+	fs.IntVar(&c.releases, "releases", 3, "HelmReleases in each application layer (one no other layer depends on), each changed and released by every commit")
 	fs.IntVar(&c.days, "days", 30, "simulated days")
 	fs.IntVar(&c.concurrency, "concurrency", 32, "connections posting events")
 	fs.IntVar(&c.samples, "samples", 1000, "/verdict requests a day, for random revisions of the whole history")
@@ -157,8 +159,8 @@ func run(args []string, out io.Writer) (err error) {
 
 	fleet := &fleet{c: c, token: token, now: time.Now().UTC().Truncate(time.Second)}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency}, Timeout: 30 * time.Second}
-	fmt.Fprintf(out, "fleet: %d sources x %d layers, %d commits a day per source, %d days, %d connections, service GOMEMLIMIT %q GOGC %q\n",
-		c.sources, c.layers, c.commits, c.days, c.concurrency, c.memLimit, c.gogc)
+	fmt.Fprintf(out, "fleet: %d sources x %d layers (%d HelmReleases in each of the %d application layers), %d commits a day per source, %d days, %d connections, service GOMEMLIMIT %q GOGC %q\n",
+		c.sources, c.layers, c.releases, apps(c.layers), c.commits, c.days, c.concurrency, c.memLimit, c.gogc)
 	fmt.Fprintf(out, "%4s %8s %8s %8s %8s %9s %8s %8s %8s %8s %8s %7s %8s\n",
 		"day", "RSS MiB", "peak", "anon", "heap", "data MiB", "ev/s", "ack p99", "vrd p50", "vrd p99", "hlz p99", "stolen", "lst p99")
 	var refused atomic.Int64
@@ -365,19 +367,40 @@ type event struct {
 	sig  string
 }
 
+// apps is how many of n layers no other layer depends on (layer i depends
+// on layer (i-1)/4): the application layers, which hold HelmReleases.
+func apps(n int) int {
+	k := 0
+	for l := range n {
+		if 4*l+1 >= n {
+			k++
+		}
+	}
+	return k
+}
+
 // day builds one simulated day: each source gets c.commits commits spread
 // over the day, each rolling across all its layers in dependsOn order
 // (layer i depends on layer (i-1)/4): the source's NewArtifact, then per
 // layer DependencyNotReady for dependents, Progressing and
-// ReconciliationSucceeded. Commits are interleaved across sources as they
-// would be over a day.
+// ReconciliationSucceeded. In an application layer the Progressing event
+// names the HelmReleases the apply configured, and each reports its
+// upgrade after the layer's success: a layer has applied the commit only
+// then. The first release's chart is built from the commit (its version
+// names it: the model's attribution by commit), the others' names none.
+// Commits are interleaved across sources as they would be over a day. The
+// releases' events are posted after the next commit's (another source's)
+// layer events: from 32 connections, one might otherwise overtake the
+// layer's Progressing event that says its apply changed the release, and
+// be a report no apply explains (README, "Limits known today").
 func (f *fleet) day(d int) []event {
 	c := f.c
 	base := f.now.Add(-time.Duration(c.days-d) * 24 * time.Hour)
 	gap := 24 * time.Hour / time.Duration(c.commits)
-	var out []event
+	var out, prev, pending []event
 	for k := range c.commits {
 		for s := range c.sources {
+			prev, pending = pending, nil
 			sum := sha1.Sum(fmt.Appendf(nil, "fleet-%d-%d-%d", s, d, k))
 			hash := hex.EncodeToString(sum[:])
 			f.revs = append(f.revs, hash)
@@ -397,24 +420,47 @@ func (f *fleet) day(d int) []event {
 					out = append(out, f.event("Kustomization", name, "kustomize-controller", t.Add(time.Second),
 						"DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s", rev))
 				}
+				changed := fmt.Sprintf("Deployment/%s/web configured\nConfigMap/%s/settings-%d created", name, name, k)
+				releases := 0
+				if 4*l+1 >= c.layers {
+					releases = c.releases
+				}
+				for i := range releases {
+					changed += fmt.Sprintf("\nHelmRelease/%s/release-%d configured", name, i)
+				}
 				out = append(out,
-					f.event("Kustomization", name, "kustomize-controller", at, "Progressing",
-						fmt.Sprintf("Deployment/%s/web configured\nConfigMap/%s/settings-%d created", name, name, k), rev),
+					f.event("Kustomization", name, "kustomize-controller", at, "Progressing", changed, rev),
 					f.event("Kustomization", name, "kustomize-controller", at.Add(2*time.Second), "ReconciliationSucceeded",
 						"Reconciliation finished in 2.31s, next run in 10m0s", rev))
+				for i := range releases {
+					version := "1.0.0"
+					if i == 0 {
+						version += "+" + hash[:12]
+					}
+					pending = append(pending, f.eventIn("HelmRelease", name, fmt.Sprintf("release-%d", i), "helm-controller", at.Add(3*time.Second),
+						"UpgradeSucceeded", fmt.Sprintf("Helm upgrade succeeded for release %s/release-%d.v%d with chart web@%s", name, i, d*c.commits+k+2, version), version))
+				}
 			}
+			out = append(out, prev...)
 		}
 	}
-	return out
+	return append(out, pending...)
 }
 
 func (f *fleet) event(kind, name, controller string, at time.Time, reason, msg, rev string) event {
+	return f.eventIn(kind, "flux-system", name, controller, at, reason, msg, rev)
+}
+
+func (f *fleet) eventIn(kind, namespace, name, controller string, at time.Time, reason, msg, rev string) event {
 	apiVersion := "kustomize.toolkit.fluxcd.io/v1"
-	if kind == "GitRepository" {
+	switch kind {
+	case "GitRepository":
 		apiVersion = "source.toolkit.fluxcd.io/v1"
+	case "HelmRelease":
+		apiVersion = "helm.toolkit.fluxcd.io/v2"
 	}
 	body, _ := json.Marshal(flux.Event{
-		InvolvedObject: flux.ObjectRef{Kind: kind, Namespace: "flux-system", Name: name,
+		InvolvedObject: flux.ObjectRef{Kind: kind, Namespace: namespace, Name: name,
 			UID: "7d0cdc51-ddcf-4743-b223-83ca5c699632", APIVersion: apiVersion, ResourceVersion: "1"},
 		Severity: "info", Timestamp: at.Format(time.RFC3339), Message: msg, Reason: reason,
 		Metadata:            map[string]string{"revision": rev},
