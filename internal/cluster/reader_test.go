@@ -504,7 +504,7 @@ func TestReaderReleaseFollowsItsSource(t *testing.T) {
 		at := time.Now().UTC().Add(time.Second).Format(time.RFC3339)
 		got.Object["status"] = map[string]any{"observedGeneration": got.GetGeneration(), "lastAttemptedGeneration": got.GetGeneration(),
 			"lastAttemptedRevision": "1.0.0+" + hashOf(label)[:12],
-			"conditions": []any{map[string]any{"type": "Ready", "status": status, "reason": reason, "message": "Helm " + reason, "lastTransitionTime": at}}}
+			"conditions":            []any{map[string]any{"type": "Ready", "status": status, "reason": reason, "message": "Helm " + reason, "lastTransitionTime": at}}}
 		if _, err := ri.UpdateStatus(context.Background(), got, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -78,6 +78,7 @@ type MailStatus struct {
 	Attempts int
 	Next     *time.Time // while retrying
 	Error    string     // the last failure
+	Release  string     // a failed mail's release inside Layer (Kind/namespace/name)
 }
 
 // dueMails is the pure decision of which mails a rollout's view makes due,

@@ -28,7 +28,7 @@ func logMail(tx *bolt.Tx, q rollout.Queued, state rollout.MailState, sent *time.
 		return nil // the service's own mail: no rollout page shows it
 	}
 	st := rollout.MailStatus{Kind: q.Mail.Kind, To: q.Mail.To, Layer: q.Mail.Layer, Object: q.Mail.Object, Reason: q.Mail.Reason,
-		Enqueued: q.Enqueued, State: state, Sent: sent, Attempts: q.Attempts, Error: q.LastError}
+		Enqueued: q.Enqueued, State: state, Sent: sent, Attempts: q.Attempts, Error: q.LastError, Release: q.Mail.Release}
 	if state == rollout.MailRetrying {
 		next := q.NextAttempt
 		st.Next = &next

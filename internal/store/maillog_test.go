@@ -17,13 +17,16 @@ func TestMailLog(t *testing.T) {
 		return rollout.Mail{Key: rollout.MailKey{Rollout: k, Kind: kind, To: to}.String(), Kind: kind, To: to}
 	}
 	silence := rollout.Mail{Key: rollout.MailKey{Kind: rollout.MailBlind, Episode: walT0, To: "ops@x"}.String(), Kind: rollout.MailBlind, To: "ops@x"}
+	failed := mail(k, rollout.MailFailed, "a@x")
+	failed.Layer, failed.Release, failed.Reason = "flux-system/apps", "HelmRelease/apps/web", "UpgradeFailed"
+	failed.Key = rollout.MailKey{Rollout: k, Kind: rollout.MailFailed, About: []string{failed.Layer, failed.Release, failed.Reason}, To: "a@x"}.String()
 	b := &rollout.Batch{Mails: []rollout.Mail{mail(k, rollout.MailApplying, "a@x"), mail(k, rollout.MailApplied, "a@x"),
-		mail(k, rollout.MailStuck, "b@x"), mail(other, rollout.MailApplying, "a@x"), silence}, At: walT0}
+		mail(k, rollout.MailStuck, "b@x"), mail(other, rollout.MailApplying, "a@x"), silence, failed}, At: walT0}
 	if err := d.Commit(b); err != nil {
 		t.Fatal(err)
 	}
 	qs, err := d.Pending()
-	if err != nil || len(qs) != 5 {
+	if err != nil || len(qs) != 6 {
 		t.Fatalf("%d mails pending (%v)", len(qs), err)
 	}
 	sentAt := walT0.Add(time.Minute)
@@ -44,9 +47,9 @@ func TestMailLog(t *testing.T) {
 	}
 	got := ""
 	for _, r := range log {
-		got += string(r.Kind) + " " + r.To + " " + string(r.State) + " " + r.Error + ";"
+		got += string(r.Kind) + " " + r.Release + " " + r.To + " " + string(r.State) + " " + r.Error + ";"
 	}
-	if want := "applying a@x sent ;applied a@x retrying 421 try later;stuck b@x dead 550 no such user;"; got != want {
+	if want := "applying  a@x sent ;applied  a@x retrying 421 try later;stuck  b@x dead 550 no such user;failed HelmRelease/apps/web a@x waiting ;"; got != want {
 		t.Fatalf("mail log %q, want %q", got, want)
 	}
 	if log[0].Sent == nil || !log[0].Sent.Equal(sentAt) || log[1].Next == nil || !log[1].Next.Equal(qs[1].NextAttempt) {
@@ -57,8 +60,8 @@ func TestMailLog(t *testing.T) {
 	if err := d.Commit(&rollout.Batch{Forget: []rollout.Key{k, other}, Settle: []*rollout.View{view}, At: walT0}); err != nil {
 		t.Fatal(err)
 	}
-	if log, _ := d.MailLog(k); len(log) != 3 {
-		t.Fatalf("after settling: %d mails logged, want 3", len(log))
+	if log, _ := d.MailLog(k); len(log) != 4 {
+		t.Fatalf("after settling: %d mails logged, want 4", len(log))
 	}
 	if log, _ := d.MailLog(other); len(log) != 0 {
 		t.Fatalf("after collection: %d mails logged, want none", len(log))

@@ -17,7 +17,7 @@ import (
 // added the mail's release.
 const (
 	queuedVersion     = 2
-	mailStatusVersion = 1
+	mailStatusVersion = 2 // 2: the release
 )
 
 func encodeQueued(q rollout.Queued) []byte {
@@ -103,6 +103,7 @@ func encodeMailStatus(st rollout.MailStatus) []byte {
 	w.optTime(st.Sent)
 	w.uint(uint64(st.Attempts))
 	w.optTime(st.Next)
+	w.string(st.Release)
 	return w.b
 }
 
@@ -114,8 +115,9 @@ func decodeMailStatus(v []byte) (rollout.MailStatus, error) {
 		return rollout.MailStatus(j), err
 	}
 	r := &recordReader{b: string(v), own: true}
-	if ver := r.byte(); ver != mailStatusVersion && r.err == nil {
-		return st, fmt.Errorf("mail log of record version %d, this binary reads %d", ver, mailStatusVersion)
+	ver := r.byte()
+	if (ver < 1 || ver > mailStatusVersion) && r.err == nil {
+		return st, fmt.Errorf("mail log of record version %d, this binary reads 1 to %d", ver, mailStatusVersion)
 	}
 	var kind, state string
 	for _, s := range []*string{&kind, &st.To, &st.Layer, &st.Reason, &state, &st.Error} {
@@ -124,6 +126,9 @@ func decodeMailStatus(v []byte) (rollout.MailStatus, error) {
 	st.Kind, st.State = rollout.MailKind(kind), rollout.MailState(state)
 	st.Object = r.object()
 	st.Enqueued, st.Sent, st.Attempts, st.Next = r.time(), r.optTime(), int(r.uvarint()), r.optTime()
+	if ver >= 2 {
+		st.Release = r.string()
+	}
 	return st, r.done()
 }
 
@@ -200,4 +205,5 @@ type mailStatusJSON struct {
 	Attempts int               `json:"attempts"`
 	Next     *time.Time        `json:"next_attempt"`
 	Error    string            `json:"error"`
+	Release  string            `json:"-"` // not in the JSON of schema 5 and before
 }

@@ -46,7 +46,8 @@ var (
 // 5 binary would take for broken JSON, and the emitter's role in evidence
 // records and floors, which it would misread; 7 evidence records of version 4 (the
 // releases a layer holds), settled records of version 4 and queued mails of
-// version 2 (releases), which a schema 6 binary cannot read. Older files are upgraded in place (their evidence and settled
+// version 2 and mail-log records of version 2 (releases), which a schema 6
+// binary cannot read. Older files are upgraded in place (their evidence and settled
 // records are read as they are, JSON evidence too, rewritten as the
 // rollouts change), and the engine settles what it can at its first start.
 const schema = "7"
