@@ -65,6 +65,7 @@ func TestFlux(t *testing.T) {
 		{"helm-down", helmDown},
 		{"helm-wait", helmWait},
 		{"helm-chart", helmChartFromCommit},
+		{"helm-silent", helmSilent},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -88,6 +89,7 @@ type world struct {
 	evt        *Service
 	stuckAfter time.Duration // of both instances; zero: the default
 	releaseNS  []string      // whose HelmReleases the Alerts send; none: ns
+	silent     bool          // the Alerts send no HelmRelease's events (Options.SilentReleases)
 }
 
 func (r *rig) world(t *testing.T, name string) *world {
@@ -109,12 +111,12 @@ type tier struct {
 func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 	t.Helper()
 	r0 := w.repo.Publish(t, f)
-	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS})
+	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS, SilentReleases: w.silent})
 	var layers []string
 	for _, n := range tiers {
 		layers = append(layers, w.ns+"/"+n)
 	}
-	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS})
+	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS, SilentReleases: w.silent})
 	for i, name := range tiers {
 		w.applyTier(t, i, opts[name])
 	}
@@ -1188,6 +1190,39 @@ spec:
 	} else {
 		t.Logf("%s: %q", w.evt.MailTo, got)
 	}
+}
+
+// 14e. helm-controller's events never reach the service (here the Alert
+// does not send them; notification-controller down for the whole rollout
+// is the same to the service), while it runs: with cluster access the
+// HelmRelease's status alone gives the same verdicts as in 14, as they
+// happen. With events only, nothing says a release the tier changed was
+// released: its commit is never applied.
+func helmSilent(t *testing.T, w *world) {
+	h := w.helmWorld(t)
+	w.silent = true
+	r0 := w.start(t, h.files, nil)
+	w.awaitHelmRelease(t, h.ns, "web", 1)
+	r1 := w.repo.Publish(t, h.files.with("apps/release.yaml", h.release("v1", false)))
+	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	if got := w.helmRevision(t, h.ns, "web"); got < 2 {
+		t.Fatalf("applied verdict for %s while Helm's release is at version %d", r1.Hash[:7], got)
+	}
+	r2 := w.repo.Publish(t, h.files.with("apps/release.yaml", h.release("v2", true)))
+	v := w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, 2*time.Minute)
+	if len(v.Failures) == 0 || v.Failures[0].Release != h.name || v.Failures[0].Reason != "UpgradeFailed" ||
+		!strings.Contains(v.Failures[0].Message, "Invalid_Name") {
+		t.Fatalf("the failure of %s from status does not name the release's failed upgrade\n%s", r2.Hash[:7], dump(v))
+	}
+	if n, err := w.svc.ReceivedFrom("HelmRelease"); err != nil || n != 0 {
+		t.Fatalf("%d HelmRelease events reached the service (%v): the Alert sent them", n, err)
+	}
+	failed := "failed: " + w.ns + "/apps " + h.name + " UpgradeFailed (" + r2.Hash[:7] + ")"
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), failed)
+	// Events only: each commit's tier changed the release, which never
+	// said it was released; the next commit supersedes it.
+	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictSuperseded}, {r1, rollout.VerdictSuperseded}, {r2, rollout.VerdictApplying}},
+		applying(r0), applying(r1), applying(r2))
 }
 
 // awaitStalled polls until helm-controller gave up on a HelmRelease

@@ -69,6 +69,10 @@ type Options struct {
 	// sends (manifests --helmrelease-namespaces; none: the scenario's) and,
 	// with cluster access, that the service reads too.
 	ReleaseNamespaces []string
+	// SilentReleases keeps them out of the Alert all the same: it sends
+	// the HelmReleases of the scenario's namespace, which holds none, as
+	// if helm-controller's events never reached notification-controller.
+	SilentReleases bool
 }
 
 // Registration is the name of the Secret, Provider and Alert of an
@@ -118,8 +122,12 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	}
 	s := &Service{URL: "http://" + listen, MailTo: mailTo, bin: bin, name: name, c: c, t: t,
 		args: append(args, "--mail-to", mailTo)}
+	alerted := opts.ReleaseNamespaces
+	if opts.SilentReleases {
+		alerted = nil
+	}
 	out, err := exec.Command(bin, "manifests", "--flux-namespace", namespace,
-		"--url", s.URL+"/webhook", "--cluster", Cluster, "--helmrelease-namespaces", strings.Join(opts.ReleaseNamespaces, ",")).Output()
+		"--url", s.URL+"/webhook", "--cluster", Cluster, "--helmrelease-namespaces", strings.Join(alerted, ",")).Output()
 	if err != nil {
 		t.Fatalf("manifests: %v", err)
 	}
@@ -232,6 +240,12 @@ func (s *Service) Received(reason string) (int, error) {
 		series += `reason="` + reason + `",`
 	}
 	n, _, err := s.metric(series)
+	return int(n), err
+}
+
+// ReceivedFrom counts the events of one kind the service received.
+func (s *Service) ReceivedFrom(kind string) (int, error) {
+	n, _, err := s.metric(`fdn_events_received_total{kind="` + kind + `",`)
 	return int(n), err
 }
 
