@@ -7,6 +7,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"time"
 
@@ -136,7 +137,7 @@ func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, err
 		if m, ok := artifact["metadata"].(map[string]any); ok && kind == sourcev1.OCIRepositoryKind {
 			if c, ok := m[flux.OCIRevisionMetadata]; ok {
 				a["metadata"] = map[string]any{flux.OCIRevisionMetadata: c}
-				a["digest"] = artifact["digest"]
+				maps.Copy(a, pick(artifact, "digest"))
 			}
 		}
 		slim["status"] = map[string]any{"artifact": a}

@@ -161,6 +161,13 @@ func BenchmarkLookupLive(b *testing.B) {
 // depends on (i-1)/4), which first wait, then progress and succeed. Every
 // string is its own copy, as each decoded event's are.
 func fleetObservations(source string, revs, width int) []rollout.Observation {
+	return fleetWithReleases(source, revs, width, 0)
+}
+
+// fleetWithReleases is fleetObservations with releases HelmReleases in
+// every layer no other depends on (layer l depends on (l-1)/4), changed by
+// each revision's apply and released after it, as make bench-fleet's.
+func fleetWithReleases(source string, revs, width, releases int) []rollout.Observation {
 	own := func(s string) string { return strings.Clone(s) }
 	var out []rollout.Observation
 	for k := range revs {
@@ -178,9 +185,19 @@ func fleetObservations(source string, revs, width int) []rollout.Observation {
 			if l > 0 {
 				out = append(out, o(sec, rollout.SignalWaiting, "DependencyNotReady", "Dependencies do not meet ready condition, retrying in 30s"))
 			}
-			out = append(out,
-				o(sec+30, rollout.SignalProgressing, "Progressing", fmt.Sprintf("Deployment/%s/web configured\nConfigMap/%s/settings-%d created", name, name, k)),
+			prog := o(sec+30, rollout.SignalProgressing, "Progressing", fmt.Sprintf("Deployment/%s/web configured\nConfigMap/%s/settings-%d created", name, name, k))
+			var hrs []rollout.Observation
+			if 4*l+1 >= width {
+				for i := range releases {
+					em := rollout.Emitter{Role: rollout.RoleRelease, Kind: own("HelmRelease"), Namespace: own(name), Name: own(fmt.Sprintf("release-%d", i))}
+					prog.Holds = append(prog.Holds, em)
+					hrs = append(hrs, rollout.Observation{Emitter: em, At: t0.Add(time.Duration(sec+33) * time.Second), Signal: rollout.SignalSucceeded,
+						Reason: own("UpgradeSucceeded"), Message: fmt.Sprintf("Helm upgrade succeeded for release %s/release-%d.v%d with chart web@1.0.0", name, i, k+2)})
+				}
+			}
+			out = append(out, prog,
 				o(sec+32, rollout.SignalSucceeded, "ReconciliationSucceeded", "Reconciliation finished in 2.31s, next run in 10m0s"))
+			out = append(out, hrs...)
 		}
 	}
 	return out
@@ -191,6 +208,13 @@ func fleetObservations(source string, revs, width int) []rollout.Observation {
 // 85 layers with 3 live rollouts each (none settles: the clock stands
 // still). The fleet's memory is about this times its live layers.
 func BenchmarkLiveHeap(b *testing.B) {
+	b.Run("releases=0", func(b *testing.B) { liveHeap(b, 0) })
+	b.Run("releases=3", func(b *testing.B) { liveHeap(b, 3) })
+}
+
+// liveHeap measures with releases HelmReleases in each application layer
+// (64 of the 85): per layer still, the releases' cost spread over them.
+func liveHeap(b *testing.B, releases int) {
 	const sources, width, revs = 20, 85, 3
 	var perLayer float64
 	for b.Loop() {
@@ -201,7 +225,7 @@ func BenchmarkLiveHeap(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		var obs [][]rollout.Observation
 		for s := range sources {
-			obs = append(obs, fleetObservations(fmt.Sprintf("src-%03d", s), revs, width))
+			obs = append(obs, fleetWithReleases(fmt.Sprintf("src-%03d", s), revs, width, releases))
 		}
 		b.StartTimer()
 		e := enginetest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), false)
