@@ -535,7 +535,7 @@ func TestReaderReleaseFollowsItsSource(t *testing.T) {
 	if f := v.Failures[0]; f.Release != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" {
 		t.Fatalf("failure %+v", f)
 	}
-	if v := verdict(t, te, "R2", rollout.VerdictApplied); v.Failures != nil && len(v.Failures) > 0 {
+	if v := verdict(t, te, "R2", rollout.VerdictApplied); len(v.Failures) > 0 {
 		t.Fatalf("R3's failure went to R2: %+v", v.Failures)
 	}
 }

@@ -158,16 +158,11 @@ func BenchmarkLookupLive(b *testing.B) {
 
 // fleetObservations is what one source of the fleet benchmark produces for
 // revs commits: each rolls across width layers in dependsOn order (layer i
-// depends on (i-1)/4), which first wait, then progress and succeed. Every
-// string is its own copy, as each decoded event's are.
-func fleetObservations(source string, revs, width int) []rollout.Observation {
-	return fleetWithReleases(source, revs, width, 0)
-}
-
-// fleetWithReleases is fleetObservations with releases HelmReleases in
-// every layer no other depends on (layer l depends on (l-1)/4), changed by
-// each revision's apply and released after it, as make bench-fleet's.
-func fleetWithReleases(source string, revs, width, releases int) []rollout.Observation {
+// depends on (i-1)/4), which first wait, then progress and succeed; in
+// every layer no other depends on, its apply changes releases
+// HelmReleases, released after it, as make bench-fleet's. Every string is
+// its own copy, as each decoded event's are.
+func fleetObservations(source string, revs, width, releases int) []rollout.Observation {
 	own := func(s string) string { return strings.Clone(s) }
 	var out []rollout.Observation
 	for k := range revs {
@@ -225,7 +220,7 @@ func liveHeap(b *testing.B, releases int) {
 		runtime.ReadMemStats(&before)
 		var obs [][]rollout.Observation
 		for s := range sources {
-			obs = append(obs, fleetWithReleases(fmt.Sprintf("src-%03d", s), revs, width, releases))
+			obs = append(obs, fleetObservations(fmt.Sprintf("src-%03d", s), revs, width, releases))
 		}
 		b.StartTimer()
 		e := enginetest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), false)
