@@ -124,10 +124,10 @@ func isCommit(s string) bool {
 // names the chart's revision). The release's layer (the one the cluster
 // names, else the one that held the release last) must have evidence on
 // it (a report, or the cluster reader's mark that its source moved
-// there), or, from events alone, have reported another revision of one
-// of its sources: the release reported before its layer did, and the
-// layer's evidence begins with the hold. False when the report names no
-// such commit: it is attributed by the holds.
+// there), or, from events alone, be on its source (sameSource): the
+// release reported before its layer did, and the layer's evidence begins
+// with the hold. False when the report names no such commit: it is
+// attributed by the holds.
 func (c *cluster) named(o *Observation) (holdEntry, bool) {
 	if o.Commit == "" {
 		return holdEntry{}, false
@@ -168,11 +168,13 @@ func (c *cluster) named(o *Observation) (holdEntry, bool) {
 	return holdEntry{at, r.key.Hash, layer}, true
 }
 
-// sameSource reports whether the layer has evidence on another revision
-// of one of r's sources.
+// sameSource reports whether r is a revision of the source layer reads, as
+// far as events tell: an emitter with evidence on r (a source, or a layer:
+// a Kustomization reads one source) has evidence on another revision the
+// layer reported too.
 func (c *cluster) sameSource(layer Emitter, r *rolloutState) bool {
 	for e := range r.ev {
-		if !e.IsSource() {
+		if e.IsRelease() || e == layer {
 			continue
 		}
 		for _, x := range c.logs[e].revs {
