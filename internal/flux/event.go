@@ -101,6 +101,7 @@ func (d *Decoded) validate() error {
 		return &FieldError{Field: "timestamp", Reason: "must be RFC 3339"}
 	}
 	d.At = at.UTC()
+	ociChart := false // an OCI chart's release: its version names a digest, no commit
 	for k, v := range d.Metadata {
 		switch metaKey(k) {
 		case eventv1beta1.MetaRevisionKey:
@@ -111,6 +112,8 @@ func (d *Decoded) validate() error {
 			d.Cluster = v
 		case MetaCommitKey:
 			d.Commit = NamedCommit(v)
+		case MetaOCIDigestKey:
+			ociChart = true
 		case "mail_to":
 			for _, a := range strings.Split(v, ",") {
 				if a = strings.TrimSpace(a); a == "" {
@@ -133,7 +136,7 @@ func (d *Decoded) validate() error {
 	if o.Kind != KindKustomization && !IsSource(o.Kind) {
 		// Other kinds (HelmRelease: chart versions) have their own revision
 		// forms: kept as they are, never parsed as a source's.
-		if d.Commit == "" && o.Kind == KindHelmRelease {
+		if d.Commit == "" && o.Kind == KindHelmRelease && !ociChart {
 			d.Commit = ChartCommit(d.Revision)
 		}
 		return nil

@@ -222,6 +222,15 @@ func TestDecode(t *testing.T) {
 			},
 		},
 		{
+			name: "an OCI chart's version names its digest, no commit",
+			body: `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z","reason":"UpgradeSucceeded","message":"x","metadata":{"revision":"1.0.0+ba5715194a63","oci-digest":"sha256:ba5715194a63"}}`,
+			check: func(t *testing.T, d Decoded) {
+				if d.Commit != "" {
+					t.Fatalf("decoded commit %q", d.Commit)
+				}
+			},
+		},
+		{
 			name: "a release's version without build metadata names no commit",
 			body: `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z","reason":"UpgradeSucceeded","message":"x","metadata":{"revision":"1.0.0+build.7","commit":"not-a-commit"}}`,
 			check: func(t *testing.T, d Decoded) {

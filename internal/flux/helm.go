@@ -98,7 +98,11 @@ func ChangedObjects(reason, msg, kind string) []ChangedObject {
 //   - an OCI chart's artifact annotation org.opencontainers.image.revision,
 //     set by whoever pushed it (flux push artifact: "<branch>@sha1:<hex>").
 const (
-	MetaCommitKey       = "commit"
+	MetaCommitKey = "commit"
+	// MetaOCIDigestKey is in the metadata of an OCI chart's release events
+	// (a literal in helm-controller's reconcile package): their version's
+	// "+<12 hex>" is the digest's.
+	MetaOCIDigestKey    = "oci-digest"
 	CommitAnnotation    = eventv1beta1.Group + "/" + MetaCommitKey
 	OCIRevisionMetadata = "org.opencontainers.image.revision"
 )

@@ -130,3 +130,17 @@ func TestReleaseEventNamesItsCommit(t *testing.T) {
 		t.Fatalf("Event = %+v, %v", o, ok)
 	}
 }
+
+// TestRollbackNamesNoCommit: a rollback's event names the chart of the
+// release it went back to, not the commit whose failure it remedies.
+func TestRollbackNamesNoCommit(t *testing.T) {
+	body := `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z",` +
+		`"reason":"RollbackSucceeded","message":"Helm rollback to previous release apps/web.v2 with chart web@1.0.0+0123456789ab succeeded","metadata":{"revision":"1.0.0+0123456789ab"}}`
+	d, err := flux.Decode([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := Event(d); !ok || o.Commit != "" || d.Commit != "0123456789ab" {
+		t.Fatalf("Event = %+v, %v (decoded commit %q)", o, ok, d.Commit)
+	}
+}

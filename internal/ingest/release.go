@@ -179,6 +179,9 @@ func attemptedCommit(hr *helmv2.HelmRelease, chart sourcev1.Source) string {
 			}
 		}
 	}
+	if hr.Status.LastAttemptedRevisionDigest != "" {
+		return "" // an OCI chart: its version's "+<12 hex>" is the digest's
+	}
 	return flux.ChartCommit(hr.Status.LastAttemptedRevision)
 }
 
