@@ -501,15 +501,18 @@ func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, m
 	// source (the chart is built from it): held from the layer's first
 	// word of it, the mark that its source moved. Not the revisions of
 	// its history before, which the release may never have followed.
-	now := map[string]bool{}
-	for _, rev := range []string{r.current(k), k.Status.LastAttemptedRevision, k.Status.LastAppliedRevision} {
-		if h, err := flux.ParseRevision(rev); err == nil {
-			now[h.Hash] = true
-		}
-	}
+	var now map[string]bool
 	for _, hr := range owned {
 		if !ingest.Follows(hr, k) {
 			continue
+		}
+		if now == nil {
+			now = map[string]bool{}
+			for _, rev := range []string{r.current(k), k.Status.LastAttemptedRevision, k.Status.LastAppliedRevision} {
+				if h, err := flux.ParseRevision(rev); err == nil {
+					now[h.Hash] = true
+				}
+			}
 		}
 		for i := from; i < len(obs); i++ {
 			if now[obs[i].Hash] {

@@ -60,7 +60,7 @@ type Decoded struct {
 	Rev       Revision  // Revision parsed; zero when absent
 	OriginRev Revision  // Origin parsed; zero when absent
 	MailTo    []string  // metadata "mail_to": addresses an Alert routes the event to
-	Commit    string    // of a HelmRelease: the commit its chart or its annotation names (ChartCommit, NamedCommit)
+	Commit    string    // of a HelmRelease: the commit its annotation or its chart names (NamedCommit, ChartCommit)
 }
 
 // Decode parses and validates one event body. Errors are *FieldError for
@@ -136,7 +136,8 @@ func (d *Decoded) validate() error {
 	if o.Kind != KindKustomization && !IsSource(o.Kind) {
 		// Other kinds (HelmRelease: chart versions) have their own revision
 		// forms: kept as they are, never parsed as a source's.
-		if d.Commit == "" && o.Kind == KindHelmRelease && !ociChart {
+		rollback := d.Reason == ReasonRollbackSucceeded || d.Reason == ReasonRollbackFailed
+		if d.Commit == "" && o.Kind == KindHelmRelease && !ociChart && !rollback {
 			d.Commit = ChartCommit(d.Revision)
 		}
 		return nil

@@ -3,6 +3,7 @@ package flux
 import (
 	"strings"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	eventv1beta1 "github.com/fluxcd/pkg/apis/event/v1beta1"
@@ -107,11 +108,10 @@ const (
 	OCIRevisionMetadata = "org.opencontainers.image.revision"
 )
 
-// minCommitHex is git's shortest abbreviation of a commit.
-const minCommitHex = 7
-
 // ChartCommit is the commit a chart version's build metadata may name
-// ("1.0.0+ba5715194a63"), or "".
+// ("1.0.0+ba5715194a63"), or "". Not an OCI chart's, nor the one a
+// rollback's event gives: helm-controller's rollback remediation names
+// the chart of the release it went back to (Decode).
 func ChartCommit(version string) string {
 	i := strings.LastIndexByte(version, '+')
 	if i < 0 {
@@ -129,16 +129,11 @@ func NamedCommit(v string) string {
 	return hexCommit(v)
 }
 
-// hexCommit is s in lowercase when it is hex digits of a commit, or "".
+// hexCommit is s in lowercase when it can name a commit (rollout.IsCommit),
+// or "".
 func hexCommit(s string) string {
-	if len(s) < minCommitHex || len(s) > 64 {
-		return ""
+	if s = strings.ToLower(s); rollout.IsCommit(s) {
+		return s
 	}
-	s = strings.ToLower(s)
-	for _, c := range []byte(s) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return ""
-		}
-	}
-	return s
+	return ""
 }

@@ -86,13 +86,9 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 		Message: d.Message,
 		MailTo:  d.MailTo,
 	}
-	switch {
-	case release && d.Reason != flux.ReasonRollbackSucceeded && d.Reason != flux.ReasonRollbackFailed:
-		// A rollback's event names the chart of the release it went back
-		// to (helm-controller's rollback remediation): not the commit the
-		// failure it remedies belongs to.
+	if release {
 		o.Commit = d.Commit
-	case !release:
+	} else {
 		o.Revision, o.Hash = d.Rev.String(), d.Rev.Hash
 	}
 	if kind == flux.KindKustomization {

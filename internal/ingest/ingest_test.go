@@ -117,30 +117,27 @@ func TestFailureClass(t *testing.T) {
 }
 
 // TestReleaseEventNamesItsCommit: a release's event names no revision (the
-// model attributes it), but the commit its chart's version names.
+// model attributes it), but the commit its chart's version or its
+// annotation names; a rollback's chart is the release it went back to,
+// whose version names no commit of the failure it remedies.
 func TestReleaseEventNamesItsCommit(t *testing.T) {
-	body := `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"error","timestamp":"2026-08-07T10:15:30Z",` +
-		`"reason":"UpgradeFailed","message":"Helm upgrade failed","metadata":{"revision":"1.0.0+0123456789ab"}}`
-	d, err := flux.Decode([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, ok := Event(d)
-	if !ok || o.Commit != "0123456789ab" || o.Revision != "" || o.Hash != "" || !o.Emitter.IsRelease() || o.Signal != rollout.SignalFailed {
-		t.Fatalf("Event = %+v, %v", o, ok)
-	}
-}
-
-// TestRollbackNamesNoCommit: a rollback's event names the chart of the
-// release it went back to, not the commit whose failure it remedies.
-func TestRollbackNamesNoCommit(t *testing.T) {
-	body := `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z",` +
-		`"reason":"RollbackSucceeded","message":"Helm rollback to previous release apps/web.v2 with chart web@1.0.0+0123456789ab succeeded","metadata":{"revision":"1.0.0+0123456789ab"}}`
-	d, err := flux.Decode([]byte(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, ok := Event(d); !ok || o.Commit != "" || d.Commit != "0123456789ab" {
-		t.Fatalf("Event = %+v, %v (decoded commit %q)", o, ok, d.Commit)
+	const version = `"revision":"1.0.0+0123456789ab"`
+	for _, tt := range []struct {
+		name, reason, meta, want string
+	}{
+		{"an upgrade's chart", "UpgradeFailed", version, "0123456789ab"},
+		{"a rollback's chart", "RollbackSucceeded", version, ""},
+		{"a rollback's annotation", "RollbackSucceeded", version + `,"commit":"main@sha1:` + strings.Repeat("c", 40) + `"`, strings.Repeat("c", 40)},
+	} {
+		body := `{"involvedObject":{"kind":"HelmRelease","namespace":"apps","name":"web"},"severity":"info","timestamp":"2026-08-07T10:15:30Z",` +
+			`"reason":"` + tt.reason + `","message":"Helm","metadata":{` + tt.meta + `}}`
+		d, err := flux.Decode([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, ok := Event(d)
+		if !ok || o.Commit != tt.want || o.Revision != "" || o.Hash != "" || !o.Emitter.IsRelease() {
+			t.Errorf("%s: Event = %+v, %v; want commit %q", tt.name, o, ok, tt.want)
+		}
 	}
 }

@@ -106,7 +106,9 @@ func (c *cluster) attribute(o *Observation) (holdEntry, bool) {
 // own shortest abbreviation.
 const minCommit = 7
 
-func isCommit(s string) bool {
+// IsCommit reports whether s can name a commit to a release's observation:
+// 7 to 64 lowercase hex digits, a prefix of a hash.
+func IsCommit(s string) bool {
 	if len(s) < minCommit || len(s) > 64 {
 		return false
 	}
