@@ -126,11 +126,15 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	r := c.rollouts[hash]
 	lg := c.logs[e]
 	e = c.share(r, lg, e, ev)
+	if lg == nil {
+		lg = &emitterLog{emitter: e}
+		c.logs[e] = lg
+	}
 	old := r.ev[e]
 	r.ev[e] = ev
 	if old == nil || !slices.Equal(old.holds(), ev.holds()) {
-		c.unhold(r, e, old)
-		c.hold(r, e, ev)
+		c.unhold(r, &lg.emitter, old)
+		c.hold(r, &lg.emitter, ev)
 	}
 	if r.first.IsZero() || ev.First.Before(r.first) {
 		if !r.first.IsZero() {
@@ -154,10 +158,6 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		dirty.full(r) // what r expects may change
 	} else {
 		dirty.slot(r, e)
-	}
-	if lg == nil {
-		lg = &emitterLog{emitter: e}
-		c.logs[e] = lg
 	}
 	if old != nil {
 		if old.First.Equal(ev.First) {
@@ -217,15 +217,16 @@ func (f *folds) add(e Emitter, ev *Evidence) (revChanged bool) {
 	case ev.Revision != f.rev && betterRevision(ev.Revision, f.rev):
 		f.rev, revChanged = ev.Revision, true
 	}
-	if ev.OriginHash != "" && (f.originHash == "" || ev.OriginHash < f.originHash || ev.OriginHash == f.originHash && ev.Origin < f.origin) {
-		f.origin, f.originHash = ev.Origin, ev.OriginHash
+	d := ev.Details()
+	if d.OriginHash != "" && (f.originHash == "" || d.OriginHash < f.originHash || d.OriginHash == f.originHash && d.Origin < f.origin) {
+		f.origin, f.originHash = d.Origin, d.OriginHash
 	}
 	if e.IsSource() {
 		if f.source == "" || e.String() < f.source {
 			f.source = e.String()
 		}
-		if ev.Subject != "" && (f.subject == "" || ev.Subject < f.subject) {
-			f.subject = ev.Subject
+		if d.Subject != "" && (f.subject == "" || d.Subject < f.subject) {
+			f.subject = d.Subject
 		}
 	}
 	if e.IsLayer() && ev.Member != nil {
@@ -234,7 +235,7 @@ func (f *folds) add(e Emitter, ev *Evidence) (revChanged bool) {
 	if !e.IsSource() {
 		f.layered = true
 	}
-	f.routes.add(e, ev.MailTo)
+	f.routes.add(e, d.MailTo)
 	return revChanged
 }
 
@@ -356,7 +357,7 @@ func (c *cluster) drop(hash string) {
 				delete(c.logs, e)
 			}
 		}
-		c.unhold(r, e, ev)
+		c.unhold(r, &e, ev)
 	}
 	c.unsilence(r)
 	delete(c.rollouts, hash)

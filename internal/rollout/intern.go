@@ -42,5 +42,14 @@ func (c *cluster) share(r *rolloutState, lg *emitterLog, e Emitter, ev *Evidence
 	for i := range ev.Failures {
 		ev.Failures[i].Reason = c.word(ev.Failures[i].Reason)
 	}
+	for i, h := range ev.holds() {
+		// A hold names its release as the layer's event did: its own
+		// copy, one per live rollout of the release.
+		if rl := c.logs[h.Release]; rl != nil {
+			ev.Inside.Holds[i].Release = rl.emitter
+		} else {
+			ev.Inside.Holds[i].Release.Kind, ev.Inside.Holds[i].Release.Namespace = c.word(h.Release.Kind), c.word(h.Release.Namespace)
+		}
+	}
 	return e
 }

@@ -354,7 +354,7 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 				ignored++
 				continue
 			}
-			ev := cl.rollouts[h.hash].ev[h.layer]
+			ev := cl.rollouts[h.hash].ev[*h.layer]
 			if ev == nil {
 				// The hold a named report made was refused (about
 				// settled history).

@@ -19,7 +19,7 @@ import (
 type holdEntry struct {
 	at    time.Time // the layer's earliest report naming the release
 	hash  string
-	layer Emitter
+	layer *Emitter // its log's: one per live rollout of each release, 48 bytes less
 }
 
 func (a holdEntry) compare(b holdEntry) int {
@@ -29,11 +29,12 @@ func (a holdEntry) compare(b holdEntry) int {
 	if c := strings.Compare(a.hash, b.hash); c != 0 {
 		return c
 	}
-	return compareEmitters(a.layer, b.layer)
+	return compareEmitters(*a.layer, *b.layer)
 }
 
-// hold indexes the releases a layer's evidence on r holds.
-func (c *cluster) hold(r *rolloutState, e Emitter, ev *Evidence) {
+// hold indexes the releases a layer's evidence on r holds; e is the
+// layer's log's emitter.
+func (c *cluster) hold(r *rolloutState, e *Emitter, ev *Evidence) {
 	if ev == nil {
 		return
 	}
@@ -47,7 +48,7 @@ func (c *cluster) hold(r *rolloutState, e Emitter, ev *Evidence) {
 }
 
 // unhold takes what hold indexed out again.
-func (c *cluster) unhold(r *rolloutState, e Emitter, ev *Evidence) {
+func (c *cluster) unhold(r *rolloutState, e *Emitter, ev *Evidence) {
 	if ev == nil {
 		return
 	}
@@ -147,7 +148,7 @@ func (c *cluster) named(o *Observation) (holdEntry, bool) {
 	}
 	layer := o.Layer
 	if list := c.holds[o.Emitter]; layer == (Emitter{}) && len(list) > 0 {
-		layer = list[len(list)-1].layer
+		layer = *list[len(list)-1].layer
 	}
 	if r == nil || !c.read(r) || layer == (Emitter{}) {
 		return holdEntry{}, false
@@ -159,7 +160,7 @@ func (c *cluster) named(o *Observation) (holdEntry, bool) {
 		if o.Layer != (Emitter{}) || !c.sameSource(layer, r) {
 			return holdEntry{}, false
 		}
-		return holdEntry{o.At, r.key.Hash, layer}, true
+		return holdEntry{o.At, r.key.Hash, &layer}, true
 	}
 	at := ev.First
 	for _, h := range ev.holds() {
@@ -167,7 +168,7 @@ func (c *cluster) named(o *Observation) (holdEntry, bool) {
 			at = h.At
 		}
 	}
-	return holdEntry{at, r.key.Hash, layer}, true
+	return holdEntry{at, r.key.Hash, &c.logs[layer].emitter}, true
 }
 
 // sameSource reports whether r is a revision of the source layer reads, as
@@ -194,7 +195,7 @@ func (c *cluster) sameSource(layer Emitter, r *rolloutState) bool {
 // HelmRelease).
 func (m *Model) holdNamed(puts map[EvidenceKey]*Evidence, o *Observation, h holdEntry, inBatch map[Key]map[Emitter]bool, settled map[Key]bool) {
 	r := m.clusters[o.Cluster].rollouts[h.hash]
-	ev := r.ev[h.layer]
+	ev := r.ev[*h.layer]
 	for _, x := range ev.holds() {
 		if x.Release == o.Emitter {
 			return
@@ -204,7 +205,7 @@ func (m *Model) holdNamed(puts map[EvidenceKey]*Evidence, o *Observation, h hold
 	if ev != nil {
 		rev = ev.Revision
 	}
-	m.merge(puts, &Observation{Cluster: o.Cluster, Emitter: h.layer, Revision: rev, Hash: h.hash,
+	m.merge(puts, &Observation{Cluster: o.Cluster, Emitter: *h.layer, Revision: rev, Hash: h.hash,
 		At: h.at, Holds: []Emitter{o.Emitter}}, inBatch, settled)
 }
 
@@ -212,7 +213,7 @@ func (m *Model) holdNamed(puts map[EvidenceKey]*Evidence, o *Observation, h hold
 func (c *cluster) holders(r *rolloutState, release Emitter, f func(Emitter)) {
 	for _, h := range c.holds[release] {
 		if h.hash == r.key.Hash {
-			f(h.layer)
+			f(*h.layer)
 		}
 	}
 }

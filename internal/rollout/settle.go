@@ -221,7 +221,7 @@ func (c *cluster) restore(r *rolloutState) {
 			c.logs[em] = lg
 		}
 		c.insertEntry(lg, logEntry{ev.First, r.key.Hash})
-		c.hold(r, em, ev)
+		c.hold(r, &lg.emitter, ev)
 	}
 	c.setCache(r, r.cache)
 }

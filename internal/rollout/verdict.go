@@ -507,8 +507,7 @@ func layerView(l Emitter, ev *Evidence, was string) LayerView {
 	}
 	first := ev.First
 	lv.Since = &first
-	if !ev.HealthPassed.IsZero() {
-		h := ev.HealthPassed
+	if h := ev.Details().HealthPassed; !h.IsZero() {
 		lv.Healthy = &h
 	}
 	var m *Mark

@@ -84,9 +84,9 @@ func BenchmarkCheckpoint(b *testing.B) {
 // record and in the JSON of schema 4.
 func BenchmarkEvidence(b *testing.B) {
 	ev := &rollout.Evidence{Revision: "main@sha1:" + fmt.Sprintf("%040x", 42), First: at, Last: at.Add(time.Minute), LastSucceeded: at.Add(time.Minute),
-		Progress:     &rollout.Mark{At: at, Signal: rollout.SignalProgressing, Reason: "Progressing", Message: "Deployment/apps/web configured\nService/apps/web unchanged"},
-		Succeeded:    &rollout.Mark{At: at.Add(time.Minute), Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s"},
-		HealthPassed: at.Add(30 * time.Second)}
+		Progress:  &rollout.Mark{At: at, Signal: rollout.SignalProgressing, Reason: "Progressing", Message: "Deployment/apps/web configured\nService/apps/web unchanged"},
+		Succeeded: &rollout.Mark{At: at.Add(time.Minute), Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s"},
+		Detail:    &rollout.Detail{HealthPassed: at.Add(30 * time.Second)}}
 	js, _ := json.Marshal(ev)
 	rec := encodeEvidence(rollout.RoleLayer, ev)
 	for _, c := range []struct {

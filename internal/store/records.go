@@ -515,10 +515,11 @@ func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
 	w := &recordWriter{b: make([]byte, 0, evidenceSize(ev))}
 	w.byte(evidenceVersion)
 	w.byte(byte(role))
-	for _, s := range []string{ev.Revision, ev.Origin, ev.OriginHash, ev.Subject} {
+	d := ev.Details()
+	for _, s := range []string{ev.Revision, d.Origin, d.OriginHash, d.Subject} {
 		w.string(s)
 	}
-	w.list(ev.MailTo)
+	w.list(d.MailTo)
 	w.time(ev.First)
 	w.time(ev.Last)
 	w.mark(ev.Progress)
@@ -533,7 +534,7 @@ func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
 		w.time(f.Last)
 		w.objects(f.Objects, len(f.Objects) == 0)
 	}
-	w.time(ev.HealthPassed)
+	w.time(d.HealthPassed)
 	w.bool(ev.Member != nil)
 	if ev.Member != nil {
 		w.markFields(ev.Member.Mark)
@@ -572,7 +573,8 @@ func (w *recordWriter) list(ss []string) {
 // evidenceSize is about what ev encodes to: the strings, and room for the
 // lengths, times and flags.
 func evidenceSize(ev *rollout.Evidence) int {
-	n := 128 + len(ev.Revision) + len(ev.Origin) + len(ev.OriginHash) + len(ev.Subject)
+	d := ev.Details()
+	n := 128 + len(ev.Revision) + len(d.Origin) + len(d.OriginHash) + len(d.Subject)
 	for _, m := range []*rollout.Mark{ev.Progress, ev.Succeeded} {
 		if m != nil {
 			n += len(m.Reason) + len(m.Message)
@@ -580,6 +582,9 @@ func evidenceSize(ev *rollout.Evidence) int {
 	}
 	for _, f := range ev.Failures {
 		n += 32 + len(f.Reason) + len(f.Message) + 64*len(f.Objects)
+	}
+	if ev.Inside != nil {
+		n += 24 + len(ev.Inside.Holds)*64
 	}
 	return n
 }
@@ -644,10 +649,11 @@ func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 	if ver >= 3 {
 		role = rollout.Role(r.byte())
 	}
-	for _, s := range []*string{&ev.Revision, &ev.Origin, &ev.OriginHash, &ev.Subject} {
+	var d rollout.Detail
+	for _, s := range []*string{&ev.Revision, &d.Origin, &d.OriginHash, &d.Subject} {
 		*s = r.string()
 	}
-	ev.MailTo = r.strings()
+	d.MailTo = r.strings()
 	ev.First, ev.Last = r.time(), r.time()
 	ev.Progress, ev.Succeeded = r.mark(), r.mark()
 	ev.LastSucceeded = r.time()
@@ -663,7 +669,10 @@ func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 			f.Objects = r.objects()
 		}
 	}
-	ev.HealthPassed = r.time()
+	d.HealthPassed = r.time()
+	if d.Origin != "" || d.OriginHash != "" || d.Subject != "" || d.MailTo != nil || !d.HealthPassed.IsZero() {
+		ev.Detail = &d
+	}
 	if r.bool() {
 		ev.Member = &rollout.Member{Mark: r.markFields(), DependsOn: r.strings()}
 	}

@@ -29,7 +29,7 @@ func sampleBatch() *rollout.Batch {
 	key := rollout.Key{Cluster: "prod", Hash: strings.Repeat("ab", 20)}
 	done := at.Add(90 * time.Second)
 	ev := &rollout.Evidence{
-		Revision: "main@sha1:" + key.Hash, Subject: "Add apps", MailTo: []string{"apps@example.com"},
+		Revision: "main@sha1:" + key.Hash, Detail: &rollout.Detail{Subject: "Add apps", MailTo: []string{"apps@example.com"}},
 		First: at, Last: done,
 		Progress:  &rollout.Mark{At: at, Signal: rollout.SignalProgressing, Reason: "Progressing", Message: "Deployment/apps/web configured"},
 		Succeeded: &rollout.Mark{At: done, Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2s, next run in 5m0s"},
@@ -291,10 +291,11 @@ func TestCodecReuse(t *testing.T) {
 // reads as the same evidence.
 func TestEvidenceRecords(t *testing.T) {
 	empty := &rollout.Evidence{Revision: "main@sha1:" + strings.Repeat("0", 40), First: at, Last: at,
-		MailTo: []string{}, Failures: []rollout.Failure{{Reason: "HealthCheckFailed", Message: "timeout", First: at, Last: at, Objects: []rollout.Object{}}},
+		Detail: &rollout.Detail{MailTo: []string{}}, Failures: []rollout.Failure{{Reason: "HealthCheckFailed", Message: "timeout", First: at, Last: at, Objects: []rollout.Object{}}},
 		Member: &rollout.Member{Mark: rollout.Mark{At: at, Signal: rollout.SignalSuspended}, DependsOn: []string{}}}
-	oci := &rollout.Evidence{Revision: "latest@sha256:" + strings.Repeat("9", 64), Origin: "main@sha1:" + strings.Repeat("1", 40),
-		OriginHash: strings.Repeat("1", 40), First: at, Last: at.Add(time.Hour), LastSucceeded: at.Add(time.Hour), HealthPassed: at.Add(time.Minute),
+	oci := &rollout.Evidence{Revision: "latest@sha256:" + strings.Repeat("9", 64),
+		Detail: &rollout.Detail{Origin: "main@sha1:" + strings.Repeat("1", 40), OriginHash: strings.Repeat("1", 40), HealthPassed: at.Add(time.Minute)},
+		First:  at, Last: at.Add(time.Hour), LastSucceeded: at.Add(time.Hour),
 		Progress: &rollout.Mark{At: at, Signal: rollout.SignalWaiting, Reason: "DependencyNotReady", Message: "dependency 'flux-system/infra' is not ready"}}
 	for name, ev := range map[string]*rollout.Evidence{"full": sampleEvidence(), "empty lists": empty, "oci": oci, "zero": {}} {
 		t.Run(name, func(t *testing.T) {

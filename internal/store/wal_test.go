@@ -241,7 +241,7 @@ func (r *rolling) batch(n int) *rollout.Batch {
 		b.Puts[k] = &rollout.Evidence{Revision: "main@sha1:" + k.Hash, First: t, Last: t.Add(3 * time.Second),
 			Progress:      &rollout.Mark{At: t.Add(2 * time.Second), Signal: rollout.SignalProgressing, Reason: "Progressing", Message: "Health check passed in 2.04s"},
 			Succeeded:     &rollout.Mark{At: t.Add(3 * time.Second), Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished in 2.31s, next run in 10m0s"},
-			LastSucceeded: t.Add(3 * time.Second), HealthPassed: t.Add(2 * time.Second)}
+			LastSucceeded: t.Add(3 * time.Second), Detail: &rollout.Detail{HealthPassed: t.Add(2 * time.Second)}}
 		r.next++
 		if r.next-r.oldest > r.live*r.width {
 			b.Deletes = append(b.Deletes, r.key(r.oldest))
