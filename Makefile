@@ -64,7 +64,7 @@ sample: build
 # itself there, clustertest.Binary) and the fuzz targets. Then, the
 # binaries built, the packages whose tests need them, whole.
 BIN_TEST_PKGS = $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/\/internal\/cluster\/clustertest( |$$)/ {print $$1}')
-test: browser bin/staticcheck
+test: browser bin/staticcheck bin/github-openapi.json
 	@set -e; start=$$(date +%s); mkdir -p bin; \
 	phase() { echo "== make test: $$1 at +$$(( $$(date +%s) - start )) s"; }; \
 	setsid $(MAKE) --no-print-directory testbin > bin/testbin.log 2>&1 & tb=$$!; \
@@ -82,8 +82,23 @@ test: browser bin/staticcheck
 # test but those on the real kube-apiserver, kustomize and promtool.
 test-short: vet unit-short
 
-unit-short:
+unit-short: bin/github-openapi.json
 	FDN_REQUIRE_BROWSER=1 $(GO) test -race -short -count=1 ./...
+
+# GitHub's OpenAPI description (npm's @octokit/openapi), which the forge
+# contract server checks every request and answer against
+# (internal/forge/forgetest): GitHub itself cannot be reached from tests.
+OCTOKIT_OPENAPI := 23.0.2
+bin/github-openapi.json: Makefile
+	@command -v npm >/dev/null || { \
+		echo "installing npm for GitHub's OpenAPI description"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm; \
+		else sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm; fi; }
+	@mkdir -p bin/.octokit
+	cd bin/.octokit && npm pack --silent @octokit/openapi@$(OCTOKIT_OPENAPI) >/dev/null && \
+		tar xzf octokit-openapi-$(OCTOKIT_OPENAPI).tgz package/generated/api.github.com.json
+	mv bin/.octokit/package/generated/api.github.com.json $@ && touch $@
+	rm -rf bin/.octokit
 
 # The status pages' tests drive a real headless Chromium (Debian's
 # chromium); installed here when missing, and required by the tests then.
@@ -179,7 +194,7 @@ vet: bin/staticcheck
 bin/staticcheck: tools/staticcheck/go.mod tools/staticcheck/go.sum
 	cd tools/staticcheck && $(GO) build -o ../../bin/staticcheck honnef.co/go/tools/cmd/staticcheck
 
-unit:
+unit: bin/github-openapi.json
 	FDN_REQUIRE_BROWSER=1 $(GO) test -race -count=1 ./...
 
 # A short run of every fuzz target, on top of their seed corpora that

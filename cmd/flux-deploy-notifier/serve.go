@@ -28,6 +28,7 @@ type serveConfig struct {
 	logLevel       slog.Level
 	logFormat      string
 	mail           mailConfig
+	forge          forgeConfig
 	cluster        clusterConfig
 	verdictToken   string
 	trustHeader    string
@@ -52,6 +53,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	mc.flags(f)
 	var cc clusterConfig
 	cc.flags(f)
+	var fc forgeConfig
+	fc.flags(f)
 	level := f.String("log-level", "FDN_LOG_LEVEL", "info", "debug, info, warn or error")
 	format := f.String("log-format", "FDN_LOG_FORMAT", "json", "json or text")
 	if err := f.parse(args); err != nil {
@@ -63,6 +66,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation,
 			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf},
 		mail:    mc,
+		forge:   fc,
 		cluster: cc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}
 	if err := c.cluster.validate(); err != nil {
@@ -72,6 +76,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, err
 	}
 	c.engine.MailTo = c.mail.to
+	if err := c.forge.finish(); err != nil {
+		return c, err
+	}
+	c.engine.Publish = c.forge.enabled()
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return c, fmt.Errorf("--log-level: %w", err)
 	}

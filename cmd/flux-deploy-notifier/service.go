@@ -21,7 +21,9 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
@@ -42,6 +44,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		s.loadTokens,   // the webhook's HMAC key and the verdict token
 		s.openState,    // bbolt, and the engine on it
 		s.openMail,     // the outbox's dispatcher, and the metrics
+		s.openForge,    // with a forge: the forge outbox's dispatcher
 		s.watchCluster, // with cluster access: the reader, and the blindness watchdog
 		s.listen,       // the webhook, the API, the status pages and /metrics behind one router
 	} {
@@ -64,8 +67,9 @@ type service struct {
 	db                  *store.DB
 	eng                 *engine.Engine
 	mailer              *mail.Dispatcher
-	reader              *cluster.Reader // nil: events only
-	watchdog            *blind.Watchdog // with the reader
+	forger              *forge.Dispatcher // nil: no forge
+	reader              *cluster.Reader   // nil: events only
+	watchdog            *blind.Watchdog   // with the reader
 	srv                 *http.Server
 	ln                  net.Listener
 	drain               context.CancelFunc
@@ -110,6 +114,24 @@ func (s *service) openMail(context.Context) error {
 	return nil
 }
 
+func (s *service) openForge(context.Context) error {
+	var err error
+	if s.forger, err = s.c.forge.dispatcher(s.db, s.eng, *s.c.mail.externalURL, s.log, s.reg); err != nil || s.forger == nil {
+		return err
+	}
+	s.eng.OnPublish(s.forger.Wake)
+	return nil
+}
+
+// forgeRecord is the forge outbox's record of a rollout, for its page;
+// none without a forge.
+func (s *service) forgeRecord(k rollout.Key) (rollout.Publication, bool, error) {
+	if s.forger == nil {
+		return rollout.Publication{}, false, nil
+	}
+	return s.db.Publication(k)
+}
+
 func (s *service) watchCluster(ctx context.Context) error {
 	statusMoved := func() {
 		if s.watchdog != nil {
@@ -136,6 +158,9 @@ func (s *service) watchCluster(ctx context.Context) error {
 // status pages; none fails readiness (README "Health").
 func (s *service) warnings() []string {
 	sources := []func() string{s.eng.StoreWarning, s.mailer.Warning}
+	if s.forger != nil {
+		sources = append(sources, s.forger.Warning)
+	}
 	if s.reader != nil {
 		sources = append(sources, s.watchdog.Warning, s.reader.Warning)
 	}
@@ -165,6 +190,7 @@ func (s *service) listen(context.Context) error {
 	pages, err := ui.New(s.eng, uiFS, ui.Options{
 		Token: s.verdictToken, TrustHeader: s.c.trustHeader, Warnings: s.warnings, Draining: draining, Log: s.log,
 		Outbox: func() (int, int, error) { return outboxCounts(s.db) }, Mails: s.db.MailLog,
+		Forge: s.forgeRecord, ForgeName: "GitHub",
 	})
 	if err != nil {
 		return err
@@ -210,6 +236,14 @@ func (s *service) run(ctx context.Context) error {
 	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
 	mailDone := make(chan error, 1)
 	go func() { mailDone <- s.mailer.Run(mailCtx) }()
+	forgeDone := make(chan error, 1)
+	go func() {
+		if s.forger == nil {
+			forgeDone <- nil
+			return
+		}
+		forgeDone <- s.forger.Run(mailCtx)
+	}()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- s.srv.Serve(s.ln) }()
 
@@ -234,6 +268,7 @@ func (s *service) run(ctx context.Context) error {
 	// What is left in the outbox goes out after the next start.
 	stopMail()
 	<-mailDone
+	<-forgeDone
 	s.log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

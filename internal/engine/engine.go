@@ -87,11 +87,12 @@ type Engine struct {
 	model  *rollout.Model
 	broken bool // the model could not be restored from the store after a failed commit
 
-	nextDue    atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
-	settleMore atomic.Bool   // the last settle pass ran out of time
-	rearm      chan struct{} // tells Run an earlier deadline was armed
-	notify     func()        // told when mails were enqueued
-	onVerdict  func(ch rollout.VerdictChange)
+	nextDue     atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
+	settleMore  atomic.Bool   // the last settle pass ran out of time
+	rearm       chan struct{} // tells Run an earlier deadline was armed
+	notify      func()        // told when mails were enqueued
+	notifyForge func()        // told when verdicts were published
+	onVerdict   func(ch rollout.VerdictChange)
 
 	snap   *snapshot
 	stats  Stats
@@ -144,6 +145,20 @@ func New(store Store, cfg rollout.Config, log *slog.Logger, now func() time.Time
 // OnMail sets a function called after a commit that enqueued mails (the
 // outbox dispatcher's wake-up). Call it before Run.
 func (e *Engine) OnMail(f func()) { e.notify = f }
+
+// OnPublish sets a function called after a commit that gave the forge
+// outbox verdicts (its dispatcher's wake-up). Call it before Run.
+func (e *Engine) OnPublish(f func()) { e.notifyForge = f }
+
+// told wakes the dispatchers of what c committed.
+func (e *Engine) told(c *rollout.Change) {
+	if len(c.Mails) > 0 && e.notify != nil {
+		e.notify()
+	}
+	if len(c.Published) > 0 && e.notifyForge != nil {
+		e.notifyForge()
+	}
+}
 
 // OnVerdict sets a function called, after the commit, for each rollout
 // whose verdict changed (metrics). Call it before Run.
@@ -391,9 +406,7 @@ func (e *Engine) write(c *rollout.Change) error {
 	}
 	e.snap.publish(c.Views, c.Forget, false)
 	e.armDeadline()
-	if len(c.Mails) > 0 && e.notify != nil {
-		e.notify()
-	}
+	e.told(c)
 	return nil
 }
 
@@ -433,13 +446,16 @@ func (e *Engine) load() error {
 	e.model.Verify()
 	e.snap.publish(c.Views, nil, true)
 	e.armDeadline()
-	if len(c.Mails) > 0 {
-		// Stuck mails that came due while no commit could decide them.
-		if err := e.store.Commit(&rollout.Batch{Mails: c.Mails, At: e.now()}); err != nil {
+	if len(c.Mails) > 0 || len(c.Published) > 0 {
+		// Stuck mails that came due while no commit could decide them, and
+		// verdicts for the forge outbox, which keeps those it has.
+		if err := e.store.Commit(&rollout.Batch{Mails: c.Mails, Published: c.Published, At: e.now()}); err != nil {
 			e.model.Unmail(c.Mails) // decided again at the next evaluation
-			e.health.failed(fmt.Errorf("enqueue stuck mails: %w", err), e.now(), e.log)
-		} else if e.notify != nil {
-			e.notify()
+			// The verdicts only a reload publishes: the next batch reloads.
+			e.broken = len(c.Published) > 0
+			e.health.failed(fmt.Errorf("enqueue stuck mails and verdicts for the forge: %w", err), e.now(), e.log)
+		} else {
+			e.told(c)
 		}
 	}
 	return nil

@@ -37,6 +37,9 @@ type Config struct {
 	// kept it (by their kind, as the edge does: ingest.RoleOf); without
 	// it, such a record fails the load.
 	RoleOf func(kind string) Role
+	// Publish records each verdict change for the forge outbox (Published):
+	// set when a forge shows the verdicts.
+	Publish bool
 }
 
 // DefaultSettleAfter is the SettleAfter used when none is set.
@@ -48,6 +51,9 @@ type Batch struct {
 	Deletes []EvidenceKey
 	Forget  []Key  // rollouts collected or settled: the keys of their mails go too
 	Mails   []Mail // mails made due, for the outbox
+	// Published are the verdicts to deliver to a forge (its outbox), with
+	// Config.Publish.
+	Published []Published
 	// Settle are the final views of rollouts that can no longer change;
 	// their evidence is in Deletes.
 	Settle []*View
@@ -61,7 +67,7 @@ type Batch struct {
 
 // Empty reports whether b has nothing to store.
 func (b *Batch) Empty() bool {
-	return len(b.Puts) == 0 && len(b.Deletes) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && b.PurgeBefore.IsZero()
+	return len(b.Puts) == 0 && len(b.Deletes) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Published) == 0 && b.PurgeBefore.IsZero()
 }
 
 // FloorKey names one emitter of one cluster.
@@ -472,6 +478,11 @@ func (m *Model) recompute(c *Change, dirty dirtySet, now time.Time) {
 			c.Verdicts = append(c.Verdicts, VerdictChange{View: v, New: true})
 		case old != nil && old.Verdict != v.Verdict:
 			c.Verdicts = append(c.Verdicts, VerdictChange{View: v, From: old.Verdict})
+		}
+		// A reload publishes every verdict: the outbox keeps the ones it
+		// has, and takes one the clock changed while no commit could.
+		if m.cfg.Publish && (m.loading || old == nil || old.Verdict != v.Verdict) {
+			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now})
 		}
 	}
 }

@@ -109,7 +109,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 		case string(v) != schema:
 			return fmt.Errorf("schema %q, this binary reads %q", v, schema)
 		}
-		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog} {
+		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -333,7 +333,7 @@ func (d *DB) Commit(b *rollout.Batch) error {
 			return err
 		}
 	}
-	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && b.PurgeBefore.IsZero()
+	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && len(b.Published) == 0 && b.PurgeBefore.IsZero()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if evidenceOnly && !d.wal.needsCheckpoint() {
@@ -372,6 +372,12 @@ func (d *DB) Commit(b *rollout.Batch) error {
 			if err := purge(tx, &d.records, b.PurgeBefore); err != nil {
 				return err
 			}
+			if err := purgePublications(tx, b.PurgeBefore); err != nil {
+				return err
+			}
+		}
+		if err := publish(tx, b.Published); err != nil {
+			return err
 		}
 		return enqueue(tx, b.Mails, b.At)
 	})

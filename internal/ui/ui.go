@@ -53,8 +53,12 @@ type Options struct {
 	Outbox func() (pending, dead int, err error)
 	// Mails tells what became of a rollout's mails.
 	Mails func(rollout.Key) ([]rollout.MailStatus, error)
-	Now   func() time.Time
-	Log   *slog.Logger
+	// Forge tells what the forge (ForgeName) was given of a rollout's
+	// verdict; nil without one.
+	Forge     func(rollout.Key) (rollout.Publication, bool, error)
+	ForgeName string
+	Now       func() time.Time
+	Log       *slog.Logger
 }
 
 // PageSize is how many rollouts a page of the list shows.
@@ -267,6 +271,13 @@ type rolloutData struct {
 	SoFar        bool // not done: the duration up to now
 	Supersedes   []*rollout.View
 	Mails        []rollout.MailStatus
+	Forge        *forgeRow // nil: no forge, or nothing for it yet
+}
+
+// forgeRow is the forge's record of a rollout as its page shows it.
+type forgeRow struct {
+	Name string
+	rollout.Publication
 }
 
 func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
@@ -286,6 +297,13 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Mails != nil {
 		if d.Mails, err = s.opts.Mails(k); err != nil {
 			s.opts.Log.Error("read the mail log", "cluster", k.Cluster, "hash", k.Hash, "err", err)
+		}
+	}
+	if s.opts.Forge != nil {
+		if pub, ok, err := s.opts.Forge(k); err != nil {
+			s.opts.Log.Error("read the forge outbox", "cluster", k.Cluster, "hash", k.Hash, "err", err)
+		} else if ok {
+			d.Forge = &forgeRow{Name: s.opts.ForgeName, Publication: pub}
 		}
 	}
 	p := page{Title: rollout.ShortHash(v.Hash) + " on " + v.Cluster, Data: d}

@@ -403,3 +403,47 @@ func TestRolloutPageSaysWhoWasTold(t *testing.T) {
 		}
 	}
 }
+
+// TestRolloutPageSaysWhatTheForgeShows: the forge's record of the verdict,
+// delivered or refused with the forge's message.
+func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}
+	v := startWith(t, cfg, func(e *enginetest.Engine) ui.Options {
+		return ui.Options{Forge: e.DB.Publication, ForgeName: "GitHub"}
+	})
+	e := v.e
+	prune := example(t, "Remove the legacy")
+	k := rollout.Key{Cluster: "prod", Hash: prune}
+	if _, body, _ := v.get(nil, "/ui/prod/"+prune); strings.Contains(body, "Deployment in GitHub") {
+		t.Fatal("the page shows a forge record before there is one")
+	}
+	if err := e.DB.Commit(&rollout.Batch{Published: []rollout.Published{{Key: k, Verdict: rollout.VerdictFailed, At: t0}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		set  func(*rollout.Publication)
+		want []string
+	}{
+		{func(p *rollout.Publication) {}, []string{"Deployment in GitHub", `<td>failed</td>`, `<span class="mail waiting">waiting</span>`}},
+		{func(p *rollout.Publication) {
+			p.Attempts, p.NextAttempt, p.LastError = 2, t0.Add(time.Minute), "503 Service Unavailable: <b>down</b>"
+		},
+			[]string{"retrying: 2 attempts, next 2026-11-30 12:01:00 UTC", "503 Service Unavailable: &lt;b&gt;down&lt;/b&gt;"}},
+		{func(p *rollout.Publication) { p.Dead, p.Attempts, p.LastError = true, 3, "404 Not Found: Not Found" },
+			[]string{"dead-lettered after 3 attempts", "404 Not Found: Not Found"}},
+		{func(p *rollout.Publication) {
+			p.Dead, p.SentSeq, p.Sent, p.Ref, p.LastError = false, p.Seq, p.Verdict, "1042", ""
+		},
+			[]string{"delivered: failed", "deployment 1042"}},
+	} {
+		if err := e.DB.UpdatePublication(k, c.set); err != nil {
+			t.Fatal(err)
+		}
+		_, body, _ := v.get(nil, "/ui/prod/"+prune)
+		for _, want := range c.want {
+			if !strings.Contains(body, want) {
+				t.Errorf("the page's forge record does not say %q", want)
+			}
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package engine_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+func publishConfig() rollout.Config {
+	cfg := defaultConfig()
+	cfg.Publish = true
+	return cfg
+}
+
+// forgeRecord is the forge outbox's record of revision label's rollout.
+func forgeRecord(t *testing.T, te *enginetest.Engine, label string) rollout.Publication {
+	t.Helper()
+	p, ok, err := te.DB.Publication(rollout.Key{Cluster: "default", Hash: hashOf(label)})
+	if err != nil || !ok {
+		t.Fatalf("no forge outbox record of %s: %v", label, err)
+	}
+	return p
+}
+
+// TestVerdictChangesPublished: each change of a rollout's verdict is in
+// the forge outbox once its batch is acknowledged, a later one replacing
+// one not delivered; without Publish, nothing is.
+func TestVerdictChangesPublished(t *testing.T) {
+	te := enginetest.Start(t, t.TempDir(), publishConfig(), fixedClock(t0.Add(time.Minute)), true)
+	var woke int
+	te.OnPublish(func() { woke++ })
+	submitAll(t, te, 1, applied0...)
+	submitAll(t, te, 1, succ("infra", "R1", 1))
+	p := forgeRecord(t, te, "R1")
+	if p.Verdict != rollout.VerdictApplying || p.Seq != 1 || !p.Due() || !p.Since.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("after the first layer: %+v, want applying, due", p)
+	}
+	if woke == 0 {
+		t.Fatal("the forge's dispatcher was not woken")
+	}
+	submitAll(t, te, 2, succ("platform", "R1", 2), succ("apps", "R1", 3)) // and repeated: nothing new
+	if p = forgeRecord(t, te, "R1"); p.Verdict != rollout.VerdictApplied || p.Seq != 2 || !p.Due() {
+		t.Fatalf("once applied: %+v, want applied, the second verdict", p)
+	}
+	if ps, err := te.DB.Publications(); err != nil || len(ps) != 2 { // R0 and R1
+		t.Fatalf("due: %+v %v, want R0's and R1's", ps, err)
+	}
+
+	off := enginetest.Start(t, t.TempDir(), defaultConfig(), fixedClock(t0.Add(time.Minute)), true)
+	submitAll(t, off, 1, applied0...)
+	if ps, err := off.DB.Publications(); err != nil || len(ps) != 0 {
+		t.Fatalf("without a forge: %+v %v", ps, err)
+	}
+}
+
+// TestStuckPublishedWhenDownAtTheDeadline: a deadline that passed while the
+// service was down changes the verdict at the reload, which no batch
+// decides: the reload publishes it, and a second one nothing more.
+func TestStuckPublishedWhenDownAtTheDeadline(t *testing.T) {
+	dir := t.TempDir()
+	te := enginetest.Start(t, dir, publishConfig(), fixedClock(t0.Add(time.Minute)), true)
+	submitAll(t, te, 1, applied0...)
+	submitAll(t, te, 1, succ("infra", "R1", 1))
+	te.Stop()
+	for range 2 {
+		late := enginetest.Start(t, dir, publishConfig(), fixedClock(t0.Add(time.Hour)), true)
+		if p := forgeRecord(t, late, "R1"); p.Verdict != rollout.VerdictStuck || p.Seq != 2 {
+			t.Fatalf("after restart: %+v, want stuck, the second verdict", p)
+		}
+		late.Stop()
+	}
+}

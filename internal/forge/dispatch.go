@@ -1,0 +1,320 @@
+package forge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// Outbox is the durable record of what the forge must show (the store).
+type Outbox interface {
+	// Publications returns the records with a verdict not delivered yet,
+	// oldest decision first.
+	Publications() ([]rollout.Publication, error)
+	// UpdatePublication applies f to the record of k in one transaction.
+	UpdatePublication(k rollout.Key, f func(*rollout.Publication)) error
+}
+
+// Backoff of transient failures without a Retry-After: first retry after
+// backoffBase, doubling, never more than backoffMax apart.
+const (
+	backoffBase = 15 * time.Second
+	backoffMax  = 10 * time.Minute
+)
+
+// Config is what the dispatcher needs besides the forge.
+type Config struct {
+	// Repo is the repository of a rollout, false when it has none: the
+	// rollout is not shown.
+	Repo func(v *rollout.View) (Repo, bool)
+	// LogURL is a rollout's status page, "" when the service does not
+	// know its own URL.
+	LogURL func(k rollout.Key) string
+	// AlertAfter: a verdict undelivered for longer makes Warning say so.
+	AlertAfter time.Duration
+}
+
+// Dispatcher delivers the forge outbox. No network I/O happens inside a
+// store transaction: it reads the records, calls the forge, then records
+// each outcome.
+type Dispatcher struct {
+	outbox Outbox
+	forge  Forge
+	views  func(rollout.Key) (*rollout.View, error)
+	cfg    Config
+	log    *slog.Logger
+	now    func() time.Time
+	wake   chan struct{}
+
+	// Owned by Flush.
+	limitedUntil time.Time // the forge's rate limit: no request before
+	lastWarn     string
+
+	mu      sync.Mutex
+	refusal string    // the forge's last refusal, until a delivery succeeds
+	oldest  time.Time // the oldest verdict left undelivered by the last Flush
+
+	outcomes *prometheus.CounterVec
+}
+
+// NewDispatcher wires a dispatcher for one forge; views reads a rollout's
+// current view (live or settled). reg may be nil.
+func NewDispatcher(outbox Outbox, f Forge, views func(rollout.Key) (*rollout.View, error), cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
+	d := &Dispatcher{
+		outbox: outbox, forge: f, views: views, cfg: cfg, log: log.With("forge", f.Name()), now: now,
+		wake: make(chan struct{}, 1),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fdn_forge_deliveries_total",
+			Help: "Verdicts delivered to a forge, by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (no repository or commit).",
+		}, []string{"forge", "outcome"}),
+	}
+	for _, o := range []string{"sent", "retried", "rate_limited", "dead", "skipped"} {
+		d.outcomes.WithLabelValues(f.Name(), o)
+	}
+	if reg != nil {
+		reg.MustRegister(d.outcomes)
+	}
+	return d
+}
+
+// Wake tells the dispatcher that verdicts were published. It never blocks.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends: at start (what a previous run left), when
+// woken, and when the earliest retry is due.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.wake:
+		case <-timer.C:
+		}
+		next := d.Flush(ctx)
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(next.Sub(d.now()), 0)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}
+
+// Warning says that verdicts wait because the forge refuses them, since
+// when and why; "" while they go out within AlertAfter.
+func (d *Dispatcher) Warning() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.refusal == "" || d.oldest.IsZero() || d.now().Sub(d.oldest) < d.cfg.AlertAfter {
+		return ""
+	}
+	return fmt.Sprintf("%s: verdicts undelivered since %s: %s", d.forge.Name(), d.oldest.UTC().Format(time.RFC3339), d.refusal)
+}
+
+// Flush delivers every verdict due, oldest first, records each outcome,
+// and returns when the next retry is due (zero when nothing waits). A
+// rate limit stops the burst: no request goes to the forge before it ends.
+func (d *Dispatcher) Flush(ctx context.Context) time.Time {
+	now := d.now()
+	if now.Before(d.limitedUntil) {
+		return d.limitedUntil
+	}
+	pubs, err := d.outbox.Publications()
+	if err != nil {
+		d.warn("read the forge outbox", err)
+		return now.Add(backoffBase)
+	}
+	var next, oldest time.Time
+	defer func() {
+		d.mu.Lock()
+		d.oldest = oldest
+		d.mu.Unlock()
+	}()
+	wait := func(p rollout.Publication, at time.Time) {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+		if oldest.IsZero() || p.Since.Before(oldest) {
+			oldest = p.Since
+		}
+	}
+	for i, p := range pubs {
+		if ctx.Err() != nil {
+			wait(p, now)
+			continue
+		}
+		if p.NextAttempt.After(now) {
+			wait(p, p.NextAttempt)
+			continue
+		}
+		at, limited := d.deliver(ctx, p, now)
+		if !at.IsZero() {
+			wait(p, at)
+		}
+		if limited {
+			for _, q := range pubs[i+1:] {
+				wait(q, d.limitedUntil)
+			}
+			break
+		}
+	}
+	return next
+}
+
+// deliver sends one verdict and records the outcome; it returns when p
+// is to be tried again (zero: delivered, skipped or dead), and whether the
+// forge's rate limit stopped it.
+func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now time.Time) (time.Time, bool) {
+	log := d.log.With("cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
+	u, why, err := d.update(p)
+	if err != nil {
+		d.warn("read the rollout's view", err)
+		return d.retry(p, now, &Error{Retry: true, Message: err.Error()}, log)
+	}
+	if why != "" {
+		d.record(p, func(q *rollout.Publication) { q.SentSeq, q.LastError = max(q.SentSeq, p.Seq), "not shown: "+why }, log)
+		d.outcomes.WithLabelValues(d.forge.Name(), "skipped").Inc()
+		log.Debug("verdict not shown in the forge", "why", why)
+		return time.Time{}, false
+	}
+	ref := p.Ref
+	if ref == "" {
+		if ref, err = d.forge.Ensure(ctx, u); err != nil {
+			return d.retry(p, now, AsError(err), log)
+		}
+		// Recorded before the status: after a crash in between, the next
+		// delivery posts to this one (and Ensure finds it again anyway).
+		if err := d.outbox.UpdatePublication(p.Key, func(q *rollout.Publication) { q.Ref = ref }); err != nil {
+			d.warn("record the forge's deployment", err)
+		}
+	}
+	if err := d.forge.Status(ctx, ref, u); err != nil {
+		fe := AsError(err)
+		if fe.Status == 404 && p.Ref != "" {
+			// The deployment recorded is gone (deleted in the forge): the
+			// next delivery finds or makes another.
+			d.record(p, func(q *rollout.Publication) { q.Ref = "" }, log)
+			fe = &Error{Status: fe.Status, Retry: true, Message: "the deployment recorded is gone: " + fe.Message}
+		}
+		return d.retry(p, now, fe, log)
+	}
+	d.record(p, func(q *rollout.Publication) {
+		q.SentSeq, q.Sent = max(q.SentSeq, p.Seq), p.Verdict
+		if q.Seq == p.Seq {
+			q.Attempts, q.NextAttempt, q.LastError = 0, time.Time{}, ""
+		}
+	}, log)
+	d.mu.Lock()
+	d.refusal = ""
+	d.mu.Unlock()
+	d.outcomes.WithLabelValues(d.forge.Name(), "sent").Inc()
+	log.Info("verdict shown in the forge", "repo", u.Repo.String(), "commit", u.Commit, "state", string(u.State), "ref", ref)
+	return time.Time{}, false
+}
+
+// update is what the forge is told of p: its rollout's view as it is now
+// (its description may be newer than p's verdict), with p's verdict. why
+// says why it is not shown.
+func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err error) {
+	state, ok := StateOf(p.Verdict)
+	if !ok {
+		return u, "no forge state for verdict " + p.Verdict.String(), nil
+	}
+	v, err := d.views(p.Key)
+	if err != nil || v == nil {
+		return u, "", errors.Join(err, errors.New("no view of the rollout"))
+	}
+	repo, ok := d.cfg.Repo(v)
+	if !ok {
+		return u, "no repository for the rollout's source", nil
+	}
+	commit := Commit(v)
+	if commit == "" {
+		return u, "the rollout's revision names no git commit", nil
+	}
+	u = Update{Repo: repo, Environment: p.Key.Cluster, Commit: commit, State: state, Verdict: p.Verdict,
+		Description: Describe(&rollout.View{Verdict: p.Verdict, Summary: v.Summary}),
+		Cluster:     p.Key.Cluster, Revision: v.Revision}
+	if d.cfg.LogURL != nil {
+		u.LogURL = d.cfg.LogURL(p.Key)
+	}
+	return u, "", nil
+}
+
+// retry records a failed delivery: again after the forge's Retry-After or
+// with backoff when transient, dead-lettered when not.
+func (d *Dispatcher) retry(p rollout.Publication, now time.Time, fe *Error, log *slog.Logger) (time.Time, bool) {
+	d.mu.Lock()
+	d.refusal = fe.Error()
+	d.mu.Unlock()
+	if !fe.Retry {
+		d.record(p, func(q *rollout.Publication) {
+			if q.Seq == p.Seq {
+				q.Dead, q.Attempts, q.LastError = true, q.Attempts+1, fe.Error()
+			}
+		}, log)
+		d.outcomes.WithLabelValues(d.forge.Name(), "dead").Inc()
+		log.Error("the forge refused the verdict for good, dead-lettered", "err", fe.Error())
+		return time.Time{}, false
+	}
+	after := fe.After
+	if after <= 0 {
+		after = backoff(p.Attempts + 1)
+	}
+	at := now.Add(after)
+	d.record(p, func(q *rollout.Publication) {
+		q.Attempts++
+		q.NextAttempt, q.LastError = at, fe.Error()
+	}, log)
+	outcome := "retried"
+	if fe.Limited {
+		outcome = "rate_limited"
+		d.limitedUntil = at
+	}
+	d.outcomes.WithLabelValues(d.forge.Name(), outcome).Inc()
+	d.warn("deliver a verdict to the forge, will retry", fe)
+	return at, fe.Limited
+}
+
+// record applies f to p's record; a failure to record is logged: the
+// delivery then happens again, which the forge takes (idempotent).
+func (d *Dispatcher) record(p rollout.Publication, f func(*rollout.Publication), log *slog.Logger) {
+	if err := d.outbox.UpdatePublication(p.Key, f); err != nil {
+		log.Warn("record a forge delivery", "err", err)
+	}
+}
+
+// warn logs a repeating failure once per change of its text.
+func (d *Dispatcher) warn(msg string, err error) {
+	if text := msg + ": " + err.Error(); text != d.lastWarn {
+		d.lastWarn = text
+		d.log.Warn(msg, "err", err)
+	}
+}
+
+func backoff(attempts int) time.Duration {
+	b := backoffBase
+	for i := 1; i < attempts && b < backoffMax; i++ {
+		b *= 2
+	}
+	return min(b, backoffMax)
+}

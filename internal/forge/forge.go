@@ -1,0 +1,214 @@
+// Package forge shows each rollout's verdict where developers look: a
+// deployment of the commit in its repository's forge (GitHub), one per
+// commit and cluster, whose status follows the verdict. The engine writes
+// verdict changes to the forge outbox in the transaction that decides
+// them (rollout.Published); the Dispatcher delivers them at least once, in
+// order per rollout, the latest state due replacing the ones not sent.
+package forge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// State is a deployment's state in the forge.
+type State string
+
+const (
+	StateInProgress State = "in_progress" // applying
+	StateSuccess    State = "success"     // applied
+	StateFailure    State = "failure"     // failed or stuck
+	StateInactive   State = "inactive"    // superseded: a later commit replaced it
+)
+
+// StateOf is the forge state that shows v.
+func StateOf(v rollout.Verdict) (State, bool) {
+	switch v {
+	case rollout.VerdictApplying:
+		return StateInProgress, true
+	case rollout.VerdictApplied:
+		return StateSuccess, true
+	case rollout.VerdictFailed, rollout.VerdictStuck:
+		return StateFailure, true
+	case rollout.VerdictSuperseded:
+		return StateInactive, true
+	}
+	return "", false
+}
+
+// Update is what one delivery tells the forge about one rollout.
+type Update struct {
+	Repo        Repo
+	Environment string // the cluster's name
+	Commit      string // the git commit deployed (full hash)
+	State       State
+	Verdict     rollout.Verdict
+	Description string // at most MaxDescription characters
+	LogURL      string // the rollout's status page, when the service knows its URL
+	// Cluster and Revision are the rollout's, for the marker that finds
+	// the forge's record of it again.
+	Cluster  string
+	Revision string
+}
+
+// Repo is a repository on a forge: owner (or group path) and name.
+type Repo struct {
+	Owner string
+	Name  string
+}
+
+func (r Repo) String() string { return r.Owner + "/" + r.Name }
+
+// ParseRepo reads OWNER/NAME (a GitLab group path may have more slashes:
+// the last one separates the name).
+func ParseRepo(s string) (Repo, error) {
+	i := strings.LastIndexByte(s, '/')
+	if i <= 0 || i == len(s)-1 || strings.ContainsAny(s, " \t\n?#") {
+		return Repo{}, fmt.Errorf("repository %q: want OWNER/NAME", s)
+	}
+	return Repo{Owner: s[:i], Name: s[i+1:]}, nil
+}
+
+// Forge is one forge's API as the dispatcher uses it.
+type Forge interface {
+	// Name names the forge in logs, metrics and pages ("github").
+	Name() string
+	// Ensure returns the forge's record of u's rollout (a deployment's
+	// id): found again by its marker when one was made before (a crash
+	// between making it and recording it), else made.
+	Ensure(ctx context.Context, u Update) (ref string, err error)
+	// Status posts u's state on the record ref.
+	Status(ctx context.Context, ref string, u Update) error
+}
+
+// Error is a forge's refusal, classed for the dispatcher: Retry is a
+// transient failure (network, 5xx, rate limit), tried again after After
+// when the forge said (Retry-After, a rate limit's reset), else with
+// backoff; any other error is permanent (401, 404, 422: dead-lettered).
+type Error struct {
+	Status  int // HTTP status, 0 for a network error
+	Retry   bool
+	After   time.Duration
+	Limited bool // a rate limit: no request to the forge before After
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Status == 0 {
+		return e.Message
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Classify classes a forge's answer by status and headers: 429 and a 403
+// that carries Retry-After or an exhausted rate limit (GitHub's secondary
+// limits) are rate limits; 5xx and 408 are transient; any other 4xx is
+// permanent.
+func Classify(status int, h http.Header, message string, now time.Time) *Error {
+	e := &Error{Status: status, Message: message}
+	after, limited := retryAfter(h, now)
+	switch {
+	case status == http.StatusTooManyRequests,
+		status == http.StatusForbidden && (limited || h.Get("X-Ratelimit-Remaining") == "0"):
+		e.Retry, e.Limited, e.After = true, true, after
+		if e.After <= 0 {
+			e.After = time.Minute // GitHub: wait at least a minute when it says nothing
+		}
+	case status >= 500, status == http.StatusRequestTimeout:
+		e.Retry, e.After = true, after
+	}
+	return e
+}
+
+// retryAfter reads Retry-After (seconds or an HTTP date) or, without it,
+// the rate limit's reset (X-RateLimit-Reset, epoch seconds) when the limit
+// is exhausted.
+func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	if v := h.Get("Retry-After"); v != "" {
+		if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+			return time.Duration(s) * time.Second, true
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return max(t.Sub(now), 0), true
+		}
+	}
+	if h.Get("X-Ratelimit-Remaining") == "0" {
+		if s, err := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64); err == nil {
+			return max(time.Unix(s, 0).Sub(now), 0), true
+		}
+	}
+	return 0, false
+}
+
+// AsError returns err's *Error, or a transient one for any other error (a
+// network error: the request may not have reached the forge).
+func AsError(err error) *Error {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return &Error{Retry: true, Message: err.Error()}
+}
+
+// MaxDescription is the longest description GitHub takes on a deployment
+// status (and the shortest of the forges').
+const MaxDescription = 140
+
+// Describe is the one line the forge shows: the verdict and, when it
+// failed or is stuck, which layer and why, from the rollout's summary.
+// Flux's text comes from the cluster: control characters become spaces,
+// and it is cut to MaxDescription characters on a rune boundary.
+func Describe(v *rollout.View) string {
+	s := v.Verdict.String()
+	if v.Summary != "" {
+		s += ": " + v.Summary
+	}
+	return Clean(s, MaxDescription)
+}
+
+// Clean makes text from Flux fit a forge's one-line field: no control
+// characters, single spaces, at most n characters (runes), cut with "…".
+func Clean(s string, n int) string {
+	var b strings.Builder
+	space := false
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) || unicode.IsSpace(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if utf8.RuneCountInString(out) <= n {
+		return out
+	}
+	runes := []rune(out)
+	return strings.TrimRight(string(runes[:n-1]), " ") + "…"
+}
+
+// Commit is the git commit a rollout deployed: its origin revision's hash
+// for an artifact built from git (OCI), else its own hash when its
+// revision is a git commit's; "" when it names none (a Bucket, an OCI
+// artifact without origin).
+func Commit(v *rollout.View) string {
+	switch {
+	case v.OriginHash != "":
+		return v.OriginHash
+	case strings.Contains(v.Revision, "@sha1:"), strings.HasPrefix(v.Source, "GitRepository/"):
+		return v.Hash
+	}
+	return ""
+}

@@ -1,0 +1,479 @@
+package forgetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+)
+
+// GitHub is a contract server for GitHub's deployments API on loopback.
+// Each request and each answer is checked against GitHub's OpenAPI
+// description (a mismatch fails the test); it keeps the deployments and
+// statuses it was given and answers as GitHub does: 401 without the token,
+// 404 for an unknown repository or deployment, 422 for a description over
+// 140 characters or an unknown commit, and whatever faults the test
+// injects.
+type GitHub struct {
+	URL string
+
+	t      testing.TB
+	router routers.Router
+	now    func() time.Time
+
+	mu       sync.Mutex
+	token    string
+	repos    map[string]*repo
+	nextID   int64
+	faults   []Fault
+	down     bool
+	requests []Request
+	created  func(Deployment)
+}
+
+// AfterCreate sets a function called with each deployment made, before
+// the answer is written (a test kills the client there).
+func (g *GitHub) AfterCreate(f func(Deployment)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.created = f
+}
+
+type repo struct {
+	commits     map[string]bool // empty: any 40-hex commit exists
+	deployments []*Deployment   // oldest first
+}
+
+// Deployment is one deployment the server was given.
+type Deployment struct {
+	ID               int64
+	SHA, Ref, Task   string
+	Environment      string
+	Description      string
+	Payload          any
+	AutoMerge        *bool
+	RequiredContexts *[]string
+	Transient        bool
+	Production       bool
+	Created          time.Time
+	Statuses         []Status // oldest first
+}
+
+// Status is one deployment status the server was given.
+type Status struct {
+	ID             int64
+	State          string
+	Description    string
+	Environment    string
+	LogURL         string
+	EnvironmentURL string
+	AutoInactive   *bool
+	Created        time.Time
+}
+
+// Request is one request the server received.
+type Request struct {
+	Method, Path string
+	At           time.Time
+	Answered     int // the status it was answered with, 0 when dropped
+}
+
+// Fault is an answer the server gives instead of serving a request: a
+// status with its headers and body, or (Drop) the connection closed
+// without an answer.
+type Fault struct {
+	Status int
+	Header http.Header
+	Body   string
+	Drop   bool
+}
+
+// StartGitHub starts a contract server that takes token and knows the
+// repositories named (OWNER/NAME); now is its clock (Retry-After and rate
+// limit resets are read against the client's).
+func StartGitHub(t testing.TB, token string, now func() time.Time, repos ...string) *GitHub {
+	t.Helper()
+	doc, err := githubSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &GitHub{t: t, token: token, now: now, repos: map[string]*repo{}, nextID: 1000}
+	for _, r := range repos {
+		g.repos[r] = &repo{commits: map[string]bool{}}
+	}
+	srv := httptest.NewServer(http.HandlerFunc(g.serve))
+	t.Cleanup(srv.Close)
+	g.URL = srv.URL
+	d := *doc
+	d.Servers = openapi3.Servers{{URL: srv.URL}}
+	if g.router, err = gorillamux.NewRouter(&d); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// AddCommits makes the repository know only these commits (others are
+// refused with 422, as GitHub refuses a ref it does not have).
+func (g *GitHub) AddCommits(repo string, shas ...string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range shas {
+		g.repos[repo].commits[s] = true
+	}
+}
+
+// Inject queues faults: the next requests get them, one each, in order.
+func (g *GitHub) Inject(f ...Fault) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.faults = append(g.faults, f...)
+}
+
+// SetDown makes the server drop every connection (down) or serve again.
+func (g *GitHub) SetDown(down bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.down = down
+}
+
+// Deployments returns a copy of the repository's deployments, oldest first.
+func (g *GitHub) Deployments(repo string) []Deployment {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Deployment
+	for _, d := range g.repos[repo].deployments {
+		c := *d
+		c.Statuses = slices.Clone(d.Statuses)
+		out = append(out, c)
+	}
+	return out
+}
+
+// Requests returns every request received so far.
+func (g *GitHub) Requests() []Request {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.requests)
+}
+
+func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.requests = append(g.requests, Request{Method: r.Method, Path: r.URL.Path, At: g.now()})
+	rec := &g.requests[len(g.requests)-1]
+	if g.down || len(g.faults) > 0 && g.faults[0].Drop {
+		if !g.down {
+			g.faults = g.faults[1:]
+		}
+		drop(w)
+		return
+	}
+	route, params, err := g.router.FindRoute(r)
+	if err != nil {
+		g.t.Errorf("contract: %s %s is not an operation of GitHub's API: %v", r.Method, r.URL, err)
+		rec.Answered = g.answer(w, nil, http.StatusNotFound, nil, basicError("Not Found"))
+		return
+	}
+	in := &openapi3filter.RequestValidationInput{Request: r.Clone(r.Context()), PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	in.Request.Body = io.NopCloser(bytes.NewReader(body))
+	if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
+		g.t.Errorf("contract: request %s %s breaks GitHub's API description: %v", r.Method, r.URL, err)
+		rec.Answered = g.answer(w, in, http.StatusUnprocessableEntity, nil, validationError("Invalid request.", err.Error()))
+		return
+	}
+	if len(g.faults) > 0 {
+		f := g.faults[0]
+		g.faults = g.faults[1:]
+		rec.Answered = g.raw(w, f.Status, f.Header, f.Body)
+		return
+	}
+	if auth := r.Header.Get("Authorization"); auth != "Bearer "+g.token && auth != "token "+g.token {
+		rec.Answered = g.answer(w, in, http.StatusUnauthorized, nil, basicError("Bad credentials"))
+		return
+	}
+	rp := g.repos[params["owner"]+"/"+params["repo"]]
+	if rp == nil {
+		rec.Answered = g.answer(w, in, http.StatusNotFound, nil, basicError("Not Found"))
+		return
+	}
+	base := g.URL + "/repos/" + params["owner"] + "/" + params["repo"]
+	switch route.Operation.OperationID {
+	case "repos/list-deployments":
+		rec.Answered = g.list(w, in, rp, base, r)
+	case "repos/create-deployment":
+		rec.Answered = g.create(w, in, rp, base, body)
+	case "repos/create-deployment-status":
+		rec.Answered = g.createStatus(w, in, rp, base, params["deployment_id"], body)
+	case "repos/list-deployment-statuses":
+		d := g.find(rp, params["deployment_id"])
+		if d == nil {
+			rec.Answered = g.answer(w, in, http.StatusNotFound, nil, basicError("Not Found"))
+			return
+		}
+		out := []any{}
+		for i := len(d.Statuses) - 1; i >= 0; i-- {
+			out = append(out, statusJSON(base, d, d.Statuses[i]))
+		}
+		rec.Answered = g.answer(w, in, http.StatusOK, nil, out)
+	default:
+		g.t.Errorf("contract: %s %s (%s) is not served here", r.Method, r.URL, route.Operation.OperationID)
+		rec.Answered = g.answer(w, in, http.StatusNotFound, nil, basicError("Not Found"))
+	}
+}
+
+func (g *GitHub) list(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, rp *repo, base string, r *http.Request) int {
+	q := r.URL.Query()
+	var match []*Deployment
+	for i := len(rp.deployments) - 1; i >= 0; i-- { // newest first
+		d := rp.deployments[i]
+		if (q.Get("sha") == "" || q.Get("sha") == d.SHA) && (q.Get("ref") == "" || q.Get("ref") == d.Ref) &&
+			(q.Get("environment") == "" || q.Get("environment") == d.Environment) && (q.Get("task") == "" || q.Get("task") == d.Task) {
+			match = append(match, d)
+		}
+	}
+	per, page := atoiOr(q.Get("per_page"), 30), atoiOr(q.Get("page"), 1)
+	lo, hi := min((page-1)*per, len(match)), min(page*per, len(match))
+	h := http.Header{}
+	if hi < len(match) {
+		next := *r.URL
+		qq := next.Query()
+		qq.Set("page", strconv.Itoa(page+1))
+		next.RawQuery = qq.Encode()
+		h.Set("Link", fmt.Sprintf("<%s%s>; rel=\"next\"", g.URL, next.RequestURI()))
+	}
+	out := []any{}
+	for _, d := range match[lo:hi] {
+		out = append(out, deploymentJSON(base, d))
+	}
+	return g.answer(w, in, http.StatusOK, h, out)
+}
+
+func (g *GitHub) create(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, rp *repo, base string, body []byte) int {
+	var req struct {
+		Ref                   string    `json:"ref"`
+		Task                  *string   `json:"task"`
+		AutoMerge             *bool     `json:"auto_merge"`
+		RequiredContexts      *[]string `json:"required_contexts"`
+		Payload               any       `json:"payload"`
+		Environment           *string   `json:"environment"`
+		Description           *string   `json:"description"`
+		TransientEnvironment  bool      `json:"transient_environment"`
+		ProductionEnvironment *bool     `json:"production_environment"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return g.answer(w, in, http.StatusBadRequest, nil, basicError("Problems parsing JSON"))
+	}
+	if !rp.known(req.Ref) {
+		return g.answer(w, in, http.StatusUnprocessableEntity, nil, validationError("No ref found for: "+req.Ref, ""))
+	}
+	d := &Deployment{ID: g.id(), SHA: req.Ref, Ref: req.Ref, Task: deref(req.Task, "deploy"), Environment: deref(req.Environment, "production"),
+		Description: deref(req.Description, ""), Payload: req.Payload, AutoMerge: req.AutoMerge, RequiredContexts: req.RequiredContexts,
+		Transient: req.TransientEnvironment, Created: g.now().UTC().Truncate(time.Second)}
+	d.Production = d.Environment == "production"
+	if req.ProductionEnvironment != nil {
+		d.Production = *req.ProductionEnvironment
+	}
+	if d.Payload == nil {
+		d.Payload = map[string]any{}
+	}
+	rp.deployments = append(rp.deployments, d)
+	if g.created != nil {
+		g.created(*d)
+	}
+	return g.answer(w, in, http.StatusCreated, nil, deploymentJSON(base, d))
+}
+
+func (g *GitHub) createStatus(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, rp *repo, base, id string, body []byte) int {
+	d := g.find(rp, id)
+	if d == nil {
+		return g.answer(w, in, http.StatusNotFound, nil, basicError("Not Found"))
+	}
+	var req struct {
+		State          string  `json:"state"`
+		LogURL         string  `json:"log_url"`
+		TargetURL      string  `json:"target_url"`
+		Description    string  `json:"description"`
+		Environment    *string `json:"environment"`
+		EnvironmentURL string  `json:"environment_url"`
+		AutoInactive   *bool   `json:"auto_inactive"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return g.answer(w, in, http.StatusBadRequest, nil, basicError("Problems parsing JSON"))
+	}
+	if n := utf8.RuneCountInString(req.Description); n > 140 {
+		return g.answer(w, in, http.StatusUnprocessableEntity, nil,
+			validationError("Validation Failed", fmt.Sprintf("description is too long (maximum is 140 characters, was %d)", n)))
+	}
+	st := Status{ID: g.id(), State: req.State, Description: req.Description, LogURL: req.LogURL, EnvironmentURL: req.EnvironmentURL,
+		AutoInactive: req.AutoInactive, Environment: d.Environment, Created: g.now().UTC().Truncate(time.Second)}
+	if st.LogURL == "" {
+		st.LogURL = req.TargetURL
+	}
+	if req.Environment != nil {
+		st.Environment = *req.Environment
+	}
+	d.Statuses = append(d.Statuses, st)
+	if st.State == "success" && (req.AutoInactive == nil || *req.AutoInactive) {
+		// GitHub marks the environment's earlier deployments inactive.
+		for _, o := range rp.deployments {
+			if o != d && o.Environment == d.Environment && len(o.Statuses) > 0 && o.Statuses[len(o.Statuses)-1].State != "inactive" {
+				o.Statuses = append(o.Statuses, Status{ID: g.id(), State: "inactive", Environment: o.Environment, Created: st.Created})
+			}
+		}
+	}
+	return g.answer(w, in, http.StatusCreated, nil, statusJSON(base, d, st))
+}
+
+func (rp *repo) known(sha string) bool {
+	if len(rp.commits) > 0 {
+		return rp.commits[sha]
+	}
+	if len(sha) != 40 {
+		return false
+	}
+	for _, c := range sha {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *GitHub) find(rp *repo, id string) *Deployment {
+	for _, d := range rp.deployments {
+		if strconv.FormatInt(d.ID, 10) == id {
+			return d
+		}
+	}
+	return nil
+}
+
+func (g *GitHub) id() int64 {
+	g.nextID++
+	return g.nextID
+}
+
+// answer writes a JSON answer after checking it against the operation's
+// responses in the description: the server must answer as GitHub would.
+func (g *GitHub) answer(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, status int, h http.Header, v any) int {
+	body, err := json.Marshal(v)
+	if err != nil {
+		g.t.Errorf("contract: encode the answer: %v", err)
+	}
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	if in != nil && status < 500 {
+		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: status, Header: h,
+			Body: io.NopCloser(bytes.NewReader(body)), Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+		if err := openapi3filter.ValidateResponse(in.Request.Context(), out); err != nil && !undocumented(status) {
+			g.t.Errorf("contract: the server's own %d answer to %s %s breaks GitHub's API description: %v", status, in.Request.Method, in.Request.URL, err)
+		}
+	}
+	return g.raw(w, status, h, string(body))
+}
+
+// undocumented: statuses GitHub answers on every operation without its
+// description listing them (authentication, a missing repository).
+func undocumented(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusNotFound || status == http.StatusBadRequest
+}
+
+func (g *GitHub) raw(w http.ResponseWriter, status int, h http.Header, body string) int {
+	for k, vs := range h {
+		w.Header()[k] = vs
+	}
+	if w.Header().Get("Content-Type") == "" && body != "" {
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	}
+	w.WriteHeader(status)
+	io.WriteString(w, body)
+	return status
+}
+
+// drop closes the connection without an answer: the client sees a
+// network error.
+func drop(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			c.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+func basicError(msg string) map[string]any {
+	return map[string]any{"message": msg, "documentation_url": "https://docs.github.com/rest", "status": ""}
+}
+
+func validationError(msg, detail string) map[string]any {
+	e := map[string]any{"message": msg, "documentation_url": "https://docs.github.com/rest"}
+	if detail != "" {
+		e["errors"] = []any{map[string]any{"resource": "DeploymentStatus", "code": "custom", "message": detail}}
+	}
+	return e
+}
+
+func deploymentJSON(base string, d *Deployment) map[string]any {
+	url := fmt.Sprintf("%s/deployments/%d", base, d.ID)
+	return map[string]any{
+		"url": url, "id": d.ID, "node_id": fmt.Sprintf("DE_%d", d.ID), "sha": d.SHA, "ref": d.Ref, "task": d.Task,
+		"payload": d.Payload, "original_environment": d.Environment, "environment": d.Environment, "description": d.Description,
+		"creator": user(), "created_at": d.Created.Format(time.RFC3339), "updated_at": d.Created.Format(time.RFC3339),
+		"statuses_url": url + "/statuses", "repository_url": base,
+		"transient_environment": d.Transient, "production_environment": d.Production,
+	}
+}
+
+func statusJSON(base string, d *Deployment, s Status) map[string]any {
+	url := fmt.Sprintf("%s/deployments/%d", base, d.ID)
+	return map[string]any{
+		"url": fmt.Sprintf("%s/statuses/%d", url, s.ID), "id": s.ID, "node_id": fmt.Sprintf("DES_%d", s.ID), "state": s.State,
+		"creator": user(), "description": s.Description, "environment": s.Environment, "target_url": s.LogURL, "log_url": s.LogURL,
+		"environment_url": s.EnvironmentURL, "created_at": s.Created.Format(time.RFC3339), "updated_at": s.Created.Format(time.RFC3339),
+		"deployment_url": url, "repository_url": base,
+	}
+}
+
+func user() map[string]any {
+	const u = "https://api.github.com/users/flux-deployer"
+	return map[string]any{
+		"login": "flux-deployer", "id": 1, "node_id": "U_1", "avatar_url": "https://avatars.githubusercontent.com/u/1",
+		"gravatar_id": "", "url": u, "html_url": "https://github.com/flux-deployer", "followers_url": u + "/followers",
+		"following_url": u + "/following{/other_user}", "gists_url": u + "/gists{/gist_id}", "starred_url": u + "/starred{/owner}{/repo}",
+		"subscriptions_url": u + "/subscriptions", "organizations_url": u + "/orgs", "repos_url": u + "/repos",
+		"events_url": u + "/events{/privacy}", "received_events_url": u + "/received_events", "type": "Bot", "site_admin": false,
+	}
+}
+
+func atoiOr(s string, def int) int {
+	if n, err := strconv.Atoi(s); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+func deref[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}

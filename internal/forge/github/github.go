@@ -1,0 +1,261 @@
+// Package github shows verdicts as GitHub deployments: one per commit and
+// environment (the cluster), made with auto_merge false and no required
+// contexts (the commit is already deployed: GitHub must neither merge nor
+// wait for checks), found again by the marker in its payload, its
+// statuses following the verdict.
+package github
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	gh "github.com/google/go-github/v84/github"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+)
+
+// DefaultAPIURL is github.com's REST API.
+const DefaultAPIURL = "https://api.github.com"
+
+// Marker is the key of a deployment's payload that says this service made
+// it, and for which rollout: {"flux-deploy-notifier": {"cluster": ...,
+// "revision": ...}}.
+const Marker = "flux-deploy-notifier"
+
+// Options configure the GitHub forge.
+type Options struct {
+	// APIURL is the REST API's base: DefaultAPIURL, or a GitHub Enterprise
+	// Server's https://HOST/api/v3.
+	APIURL string
+	// TokenFile holds the token (a Secret's key mounted as a file): read
+	// again when it changes, so that a rotated token is used at once.
+	TokenFile string
+	// EnvironmentURL, when set, is each deployment status's
+	// environment_url; Transient and Production set the deployment's
+	// transient_environment and production_environment.
+	EnvironmentURL string
+	Transient      bool
+	Production     bool
+	// HTTP is the client requests go through (its transport's TLS roots).
+	HTTP *http.Client
+	Now  func() time.Time
+}
+
+// Forge is GitHub's deployments API.
+type Forge struct {
+	c    *gh.Client
+	opts Options
+}
+
+// New makes the GitHub forge; the token file is read at each request
+// that finds it changed.
+func New(opts Options) (*Forge, error) {
+	if opts.APIURL == "" {
+		opts.APIURL = DefaultAPIURL
+	}
+	base, err := url.Parse(strings.TrimSuffix(opts.APIURL, "/") + "/")
+	if err != nil || base.Host == "" || base.Scheme != "https" && base.Scheme != "http" {
+		return nil, fmt.Errorf("--github-api-url %q: want an http(s) URL", opts.APIURL)
+	}
+	if opts.TokenFile == "" {
+		return nil, errors.New("--github-token-file is required")
+	}
+	tok := &tokenFile{path: opts.TokenFile}
+	if _, err := tok.get(); err != nil {
+		return nil, err
+	}
+	hc := opts.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	client := *hc
+	client.Transport = &auth{next: transport(hc), token: tok}
+	c := gh.NewClient(&client)
+	c.BaseURL = base
+	c.UserAgent = "flux-deploy-notifier"
+	// The dispatcher honours the limits GitHub answers with, on its clock,
+	// for every forge alike: go-github's own wait, on the wall clock, would
+	// be a second one.
+	c.DisableRateLimitCheck = true
+	return &Forge{c: c, opts: opts}, nil
+}
+
+func transport(hc *http.Client) http.RoundTripper {
+	if hc.Transport != nil {
+		return hc.Transport
+	}
+	return http.DefaultTransport
+}
+
+// Name implements forge.Forge.
+func (f *Forge) Name() string { return "github" }
+
+// Ensure implements forge.Forge: the deployment of u's commit and
+// environment that carries the marker of u's rollout, else a new one.
+func (f *Forge) Ensure(ctx context.Context, u forge.Update) (string, error) {
+	opts := &gh.DeploymentsListOptions{SHA: u.Commit, Environment: u.Environment, ListOptions: gh.ListOptions{PerPage: 100}}
+	for {
+		deps, resp, err := f.c.Repositories.ListDeployments(ctx, u.Repo.Owner, u.Repo.Name, opts)
+		if err != nil {
+			return "", f.classify(err)
+		}
+		for _, d := range deps {
+			if marked(d.Payload, u) {
+				return strconv.FormatInt(d.GetID(), 10), nil
+			}
+		}
+		if resp.NextPage == 0 {
+			break
+		}
+		opts.Page = resp.NextPage
+	}
+	req := &gh.DeploymentRequest{
+		Ref:                   gh.Ptr(u.Commit),
+		Task:                  gh.Ptr("deploy"),
+		AutoMerge:             gh.Ptr(false),
+		RequiredContexts:      &[]string{},
+		Payload:               payload(u),
+		Environment:           gh.Ptr(u.Environment),
+		Description:           gh.Ptr(forge.Clean("Flux: "+u.Revision+" on "+u.Cluster, forge.MaxDescription)),
+		TransientEnvironment:  gh.Ptr(f.opts.Transient),
+		ProductionEnvironment: gh.Ptr(f.opts.Production),
+	}
+	d, _, err := f.c.Repositories.CreateDeployment(ctx, u.Repo.Owner, u.Repo.Name, req)
+	if err != nil {
+		return "", f.classify(err)
+	}
+	return strconv.FormatInt(d.GetID(), 10), nil
+}
+
+// Status implements forge.Forge.
+func (f *Forge) Status(ctx context.Context, ref string, u forge.Update) error {
+	id, err := strconv.ParseInt(ref, 10, 64)
+	if err != nil {
+		return &forge.Error{Message: fmt.Sprintf("deployment id %q: %v", ref, err)}
+	}
+	req := &gh.DeploymentStatusRequest{
+		State:       gh.Ptr(string(u.State)),
+		Description: gh.Ptr(u.Description),
+		Environment: gh.Ptr(u.Environment),
+		// A success makes the environment's earlier deployments inactive:
+		// GitHub shows the one deployed.
+		AutoInactive: gh.Ptr(true),
+	}
+	if u.LogURL != "" {
+		req.LogURL = gh.Ptr(u.LogURL)
+	}
+	if f.opts.EnvironmentURL != "" {
+		req.EnvironmentURL = gh.Ptr(f.opts.EnvironmentURL)
+	}
+	if _, _, err := f.c.Repositories.CreateDeploymentStatus(ctx, u.Repo.Owner, u.Repo.Name, id, req); err != nil {
+		return f.classify(err)
+	}
+	return nil
+}
+
+func payload(u forge.Update) map[string]any {
+	return map[string]any{Marker: map[string]string{"cluster": u.Cluster, "revision": u.Revision}}
+}
+
+// marked reports whether a deployment's payload names u's rollout.
+func marked(p json.RawMessage, u forge.Update) bool {
+	var m map[string]json.RawMessage
+	var mk struct{ Cluster, Revision string }
+	if json.Unmarshal(p, &m) != nil || json.Unmarshal(m[Marker], &mk) != nil {
+		return false // a string payload, or another's
+	}
+	return mk.Cluster == u.Cluster && mk.Revision == u.Revision
+}
+
+// classify turns go-github's errors into forge.Errors by the response's
+// status and headers; an error without a response (the network) is
+// transient.
+func (f *Forge) classify(err error) error {
+	var (
+		er *gh.ErrorResponse
+		rl *gh.RateLimitError
+		ab *gh.AbuseRateLimitError
+	)
+	var resp *http.Response
+	msg := err.Error()
+	switch {
+	case errors.As(err, &rl):
+		resp, msg = rl.Response, rl.Message
+	case errors.As(err, &ab):
+		resp, msg = ab.Response, ab.Message
+		if ab.RetryAfter != nil && resp != nil && resp.Header.Get("Retry-After") == "" {
+			return &forge.Error{Status: resp.StatusCode, Retry: true, Limited: true, After: *ab.RetryAfter, Message: msg}
+		}
+	case errors.As(err, &er):
+		resp, msg = er.Response, er.Message
+		for _, e := range er.Errors {
+			if e.Message != "" {
+				msg += ": " + e.Message
+			}
+		}
+	}
+	if resp == nil {
+		return &forge.Error{Retry: true, Message: msg}
+	}
+	return forge.Classify(resp.StatusCode, resp.Header, msg, f.opts.Now())
+}
+
+// auth adds the token to each request.
+type auth struct {
+	next  http.RoundTripper
+	token *tokenFile
+}
+
+func (a *auth) RoundTrip(r *http.Request) (*http.Response, error) {
+	tok, err := a.token.get()
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+tok)
+	return a.next.RoundTrip(r)
+}
+
+// tokenFile reads a token from a file, again when the file changed.
+type tokenFile struct {
+	path string
+
+	mu    sync.Mutex
+	mod   time.Time
+	size  int64
+	token string
+}
+
+func (t *tokenFile) get() (string, error) {
+	fi, err := os.Stat(t.path)
+	if err != nil {
+		return "", fmt.Errorf("github token: %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.token != "" && fi.ModTime().Equal(t.mod) && fi.Size() == t.size {
+		return t.token, nil
+	}
+	b, err := os.ReadFile(t.path)
+	if err != nil {
+		return "", fmt.Errorf("github token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("github token: %s is empty", t.path)
+	}
+	t.token, t.mod, t.size = tok, fi.ModTime(), fi.Size()
+	return tok, nil
+}

@@ -1,0 +1,189 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// The forge outbox: one record a rollout (cluster NUL hash), the latest
+// verdict decided for it and what the forge took last (rollout.Publication).
+// A binary without it ignores the bucket; no schema change.
+var bucketForge = []byte("forge")
+
+const publicationVersion = 1
+
+// ErrNoPublication is returned when a forge outbox record is missing: the
+// rollout was purged while its delivery was under way.
+var ErrNoPublication = errors.New("no such publication")
+
+func publicationKey(k rollout.Key) []byte {
+	return []byte(k.Cluster + "\x00" + k.Hash)
+}
+
+func encodePublication(p rollout.Publication) []byte {
+	w := &recordWriter{}
+	w.byte(publicationVersion)
+	w.byte(byte(p.Verdict))
+	w.uint(p.Seq)
+	w.time(p.Changed)
+	w.time(p.Since)
+	w.uint(p.SentSeq)
+	w.byte(byte(p.Sent))
+	w.string(p.Ref)
+	w.uint(uint64(p.Attempts))
+	w.time(p.NextAttempt)
+	w.string(p.LastError)
+	w.bool(p.Dead)
+	return w.b
+}
+
+func decodePublication(k, v []byte) (rollout.Publication, error) {
+	var p rollout.Publication
+	cluster, hash, ok := bytes.Cut(k, []byte{0})
+	if !ok {
+		return p, fmt.Errorf("malformed forge outbox key %q", k)
+	}
+	p.Key = rollout.Key{Cluster: string(cluster), Hash: string(hash)}
+	r := &recordReader{b: string(v), own: true}
+	if ver := r.byte(); ver != publicationVersion && r.err == nil {
+		return p, fmt.Errorf("forge outbox record %q of version %d, this binary reads %d", k, ver, publicationVersion)
+	}
+	p.Verdict = rollout.Verdict(r.byte())
+	p.Seq = r.uvarint()
+	p.Changed = r.time()
+	p.Since = r.time()
+	p.SentSeq = r.uvarint()
+	p.Sent = rollout.Verdict(r.byte())
+	p.Ref = r.string()
+	p.Attempts = int(r.uvarint())
+	p.NextAttempt = r.time()
+	p.LastError = r.string()
+	p.Dead = r.bool()
+	if err := r.done(); err != nil {
+		return p, fmt.Errorf("forge outbox record %q: %w", k, err)
+	}
+	return p, nil
+}
+
+// publish records the verdicts of a batch: a new one starts a delivery,
+// and replaces the one before when that was not delivered yet; the same
+// verdict again changes nothing (a reload publishes every live rollout's).
+func publish(tx *bolt.Tx, ps []rollout.Published) error {
+	b := tx.Bucket(bucketForge)
+	for _, pub := range ps {
+		k := publicationKey(pub.Key)
+		var p rollout.Publication
+		if v := b.Get(k); v != nil {
+			var err error
+			if p, err = decodePublication(k, v); err != nil {
+				return err
+			}
+			if p.Verdict == pub.Verdict && p.Seq > 0 {
+				continue
+			}
+		}
+		if !p.Due() {
+			p.Since = pub.At
+		}
+		p.Key, p.Verdict, p.Changed = pub.Key, pub.Verdict, pub.At
+		p.Seq++
+		p.Attempts, p.NextAttempt, p.LastError, p.Dead = 0, time.Time{}, "", false
+		if err := b.Put(k, encodePublication(p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// purgePublications drops the records of verdicts delivered (or refused
+// for good) that were decided before cutoff: retention, as for settled
+// rollouts. An undelivered one stays until it is.
+func purgePublications(tx *bolt.Tx, cutoff time.Time) error {
+	b := tx.Bucket(bucketForge)
+	var gone [][]byte
+	err := b.ForEach(func(k, v []byte) error {
+		p, err := decodePublication(k, v)
+		if err != nil {
+			return err
+		}
+		if !p.Due() && p.Changed.Before(cutoff) {
+			gone = append(gone, slices.Clone(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range gone {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Publications returns the forge outbox's records with a verdict to
+// deliver, oldest decision first.
+func (d *DB) Publications() ([]rollout.Publication, error) {
+	var out []rollout.Publication
+	err := d.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketForge).ForEach(func(k, v []byte) error {
+			p, err := decodePublication(k, v)
+			if err != nil {
+				return err
+			}
+			if p.Due() {
+				out = append(out, p)
+			}
+			return nil
+		})
+	})
+	slices.SortStableFunc(out, func(a, b rollout.Publication) int { return a.Changed.Compare(b.Changed) })
+	return out, err
+}
+
+// Publication returns the forge outbox's record of k (the rollout page
+// shows it), false when there is none.
+func (d *DB) Publication(k rollout.Key) (rollout.Publication, bool, error) {
+	var p rollout.Publication
+	found := false
+	err := d.db.View(func(tx *bolt.Tx) error {
+		key := publicationKey(k)
+		v := tx.Bucket(bucketForge).Get(key)
+		if v == nil {
+			return nil
+		}
+		found = true
+		var err error
+		p, err = decodePublication(key, v)
+		return err
+	})
+	return p, found, err
+}
+
+// UpdatePublication applies f to the record of k as one transaction: the
+// dispatcher's outcome of a delivery of seq. f sees the record as stored,
+// which may hold a later verdict than the one delivered.
+func (d *DB) UpdatePublication(k rollout.Key, f func(*rollout.Publication)) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketForge)
+		key := publicationKey(k)
+		v := b.Get(key)
+		if v == nil {
+			return ErrNoPublication
+		}
+		p, err := decodePublication(key, v)
+		if err != nil {
+			return err
+		}
+		f(&p)
+		return b.Put(key, encodePublication(p))
+	})
+}
