@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -66,6 +69,7 @@ func TestFlux(t *testing.T) {
 		{"helm-wait", helmWait},
 		{"helm-chart", helmChartFromCommit},
 		{"helm-silent", helmSilent},
+		{"forge", forgeDeployments},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -90,6 +94,9 @@ type world struct {
 	stuckAfter time.Duration // of both instances; zero: the default
 	releaseNS  []string      // whose HelmReleases the Alerts send; none: ns
 	silent     bool          // the Alerts send no HelmRelease's events (Options.SilentReleases)
+	// github, when set, is the contract server both instances show their
+	// verdicts in: svc in acme/cluster, evt in acme/events.
+	github *forgetest.GitHub
 }
 
 func (r *rig) world(t *testing.T, name string) *world {
@@ -111,12 +118,22 @@ type tier struct {
 func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 	t.Helper()
 	r0 := w.repo.Publish(t, f)
-	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS, SilentReleases: w.silent})
+	svc := Options{StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS, SilentReleases: w.silent}
 	var layers []string
 	for _, n := range tiers {
 		layers = append(layers, w.ns+"/"+n)
 	}
-	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS, SilentReleases: w.silent})
+	evt := Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS, SilentReleases: w.silent}
+	if w.github != nil {
+		tok := filepath.Join(t.TempDir(), "github-token")
+		if err := os.WriteFile(tok, []byte(githubToken), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		svc.GitHub, svc.GitHubURL, svc.GitHubTokenFile = "acme/cluster", w.github.URL, tok
+		evt.GitHub, evt.GitHubURL, evt.GitHubTokenFile = "acme/events", w.github.URL, tok
+	}
+	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, svc)
+	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, evt)
 	for i, name := range tiers {
 		w.applyTier(t, i, opts[name])
 	}
@@ -382,6 +399,69 @@ func cleanRollout(t *testing.T, w *world) {
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictApplied}, {r1, rollout.VerdictApplied}},
 		applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+const githubToken = "ghs_e2e-token"
+
+// forgeDeployments: real Flux rolls out a commit that applies and one
+// that fails its health check; in GitHub (the contract server) each
+// instance ends with one deployment per commit in the cluster's
+// environment, whose last status is the verdict: success, then the
+// earlier one inactive, and failure. Events only, the same.
+func forgeDeployments(t *testing.T, w *world) {
+	w.github = forgetest.StartGitHub(t, githubToken, time.Now, "acme/cluster", "acme/events")
+	f0 := w.base("0")
+	r0 := w.start(t, f0, map[string]tier{"platform": {wait: true, timeout: "30s"}})
+	r1 := w.repo.Publish(t, w.base("1"))
+	w.awaitApplied(t, r1, tiers...)
+	r2 := w.repo.Publish(t, w.base("1").with("platform/web.yaml", w.deployment("platform")))
+	w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, 2*time.Minute)
+	w.evt.AwaitVerdict(t, r2, rollout.VerdictFailed, 2*time.Minute)
+	want := map[string][]string{r0.Hash: {"success", "inactive"}, r1.Hash: {"success"}, r2.Hash: {"failure"}}
+	for _, repo := range []string{"acme/cluster", "acme/events"} {
+		var got map[string][]string
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got = map[string][]string{}
+			n := 0
+			for _, d := range w.github.Deployments(repo) {
+				n++
+				if d.Environment != Cluster || d.Task != "deploy" {
+					t.Fatalf("%s: deployment %+v: want environment %s, task deploy", repo, d, Cluster)
+				}
+				var states []string
+				for _, s := range d.Statuses {
+					states = append(states, s.State)
+				}
+				got[d.SHA] = states
+			}
+			last := func(s []string) string {
+				if len(s) == 0 {
+					return ""
+				}
+				return s[len(s)-1]
+			}
+			done := n == len(want)
+			for h, states := range want {
+				done = done && last(got[h]) == last(states)
+			}
+			if done {
+				if n != len(got) {
+					t.Fatalf("%s: two deployments of one commit: %v", repo, got)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: deployments %v, want the last statuses of %v", repo, got, want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// r0 went applying → success, then inactive when r1 succeeded;
+		// never a failure, and r2 never a success.
+		if slices.Contains(got[r0.Hash], "failure") || slices.Contains(got[r2.Hash], "success") {
+			t.Fatalf("%s: statuses %v", repo, got)
+		}
+	}
 }
 
 // 2. A ValidatingAdmissionPolicy denies the deletion of a protected

@@ -73,6 +73,10 @@ type Options struct {
 	// the HelmReleases of the scenario's namespace, which holds none, as
 	// if helm-controller's events never reached notification-controller.
 	SilentReleases bool
+	// GitHub, when set, shows the verdicts as deployments in this
+	// repository (OWNER/REPO) of the contract server at GitHubURL, with
+	// the token in GitHubTokenFile.
+	GitHub, GitHubURL, GitHubTokenFile string
 }
 
 // Registration is the name of the Secret, Provider and Alert of an
@@ -113,6 +117,9 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 		"--settle-after", settleAfter.String()}
 	if opts.StuckAfter > 0 {
 		args = append(args, "--stuck-after", opts.StuckAfter.String())
+	}
+	if opts.GitHub != "" {
+		args = append(args, "--github-repo", opts.GitHub, "--github-api-url", opts.GitHubURL, "--github-token-file", opts.GitHubTokenFile)
 	}
 	if opts.EventsOnly {
 		mailTo = namespace + "-events@e2e.test"
