@@ -14,16 +14,18 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/github"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/gitlab"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
-// forgeConfig is the forge part of serve's configuration: GitHub's
-// deployments show the verdicts when a token file is given.
+// forgeConfig is the forge part of serve's configuration: GitHub's or
+// GitLab's deployments show the verdicts when a token file is given.
 type forgeConfig struct {
-	apiURL, tokenFile, repo, envURL *string
-	production, transient           *bool
-	alertAfter                      *time.Duration
+	apiURL, tokenFile, repo, envURL         *string
+	production, transient                   *bool
+	glURL, glTokenFile, glProject, glEnvURL *string
+	alertAfter                              *time.Duration
 
 	target forge.Repo
 }
@@ -35,29 +37,49 @@ func (c *forgeConfig) flags(f *flags) {
 	c.envURL = f.String("github-environment-url", "FDN_GITHUB_ENVIRONMENT_URL", "", "environment_url of each deployment status (the deployed application's address)")
 	c.production = f.Bool("github-production-environment", "FDN_GITHUB_PRODUCTION_ENVIRONMENT", false, "mark the deployments' environments as production")
 	c.transient = f.Bool("github-transient-environment", "FDN_GITHUB_TRANSIENT_ENVIRONMENT", false, "mark the deployments' environments as transient (no longer exist once inactive)")
+	c.glURL = f.String("gitlab-url", "FDN_GITLAB_URL", gitlab.DefaultURL, "the GitLab instance: https://gitlab.com or a self-managed one's URL")
+	c.glTokenFile = f.String("gitlab-token-file", "FDN_GITLAB_TOKEN_FILE", "", "file holding a GitLab token with the api scope: each rollout's verdict is then a GitLab deployment of its commit")
+	c.glProject = f.String("gitlab-project", "FDN_GITLAB_PROJECT", "", "GROUP/PROJECT (subgroups too): the project of the commits the rollouts deploy")
+	c.glEnvURL = f.String("gitlab-environment-url", "FDN_GITLAB_ENVIRONMENT_URL", "", "external_url of the environments made for the clusters")
 	c.alertAfter = f.Duration("forge-alert-after", "FDN_FORGE_ALERT_AFTER", 15*time.Minute, "a verdict the forge has not taken for longer is reported: a /readyz warning")
 }
 
 // enabled reports whether a forge shows the verdicts.
-func (c *forgeConfig) enabled() bool { return *c.tokenFile != "" }
+func (c *forgeConfig) enabled() bool { return *c.tokenFile != "" || *c.glTokenFile != "" }
 
-// finish validates the forge flags once parsed.
+// name names the forge configured, for the pages.
+func (c *forgeConfig) name() string {
+	if *c.glTokenFile != "" {
+		return "GitLab"
+	}
+	return "GitHub"
+}
+
+// finish validates the forge flags once parsed: one forge at most, its
+// repository given.
 func (c *forgeConfig) finish() error {
-	if !c.enabled() {
-		if *c.repo != "" {
-			return errors.New("--github-repo needs --github-token-file")
-		}
-		return nil
-	}
-	if *c.repo == "" {
-		return errors.New("--github-token-file needs --github-repo (the repository of the rollouts' commits)")
-	}
 	var err error
-	if c.target, err = forge.ParseRepo(*c.repo); err != nil {
-		return fmt.Errorf("--github-repo: %w", err)
-	}
-	if strings.Count(*c.repo, "/") != 1 {
-		return fmt.Errorf("--github-repo %q: want OWNER/REPO", *c.repo)
+	switch {
+	case *c.tokenFile != "" && *c.glTokenFile != "":
+		return errors.New("--github-token-file and --gitlab-token-file: one forge shows the verdicts, not two")
+	case *c.repo != "" && *c.tokenFile == "":
+		return errors.New("--github-repo needs --github-token-file")
+	case *c.glProject != "" && *c.glTokenFile == "":
+		return errors.New("--gitlab-project needs --gitlab-token-file")
+	case *c.tokenFile != "":
+		if *c.repo == "" {
+			return errors.New("--github-token-file needs --github-repo (the repository of the rollouts' commits)")
+		}
+		if c.target, err = forge.ParseRepo(*c.repo); err != nil || strings.Count(*c.repo, "/") != 1 {
+			return fmt.Errorf("--github-repo %q: want OWNER/REPO", *c.repo)
+		}
+	case *c.glTokenFile != "":
+		if *c.glProject == "" {
+			return errors.New("--gitlab-token-file needs --gitlab-project (the project of the rollouts' commits)")
+		}
+		if c.target, err = forge.ParseRepo(*c.glProject); err != nil {
+			return fmt.Errorf("--gitlab-project: %w", err)
+		}
 	}
 	if *c.alertAfter <= 0 {
 		return fmt.Errorf("--forge-alert-after must be positive, got %s", *c.alertAfter)
@@ -71,11 +93,17 @@ func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL s
 	if !c.enabled() {
 		return nil, nil
 	}
-	gh, err := github.New(github.Options{
-		APIURL: *c.apiURL, TokenFile: *c.tokenFile, EnvironmentURL: *c.envURL,
-		Production: *c.production, Transient: *c.transient,
-		HTTP: &http.Client{Timeout: 30 * time.Second},
-	})
+	hc := &http.Client{Timeout: 30 * time.Second}
+	var f forge.Forge
+	var err error
+	if *c.glTokenFile != "" {
+		f, err = gitlab.New(gitlab.Options{URL: *c.glURL, TokenFile: *c.glTokenFile, EnvironmentURL: *c.glEnvURL, HTTP: hc})
+	} else {
+		f, err = github.New(github.Options{
+			APIURL: *c.apiURL, TokenFile: *c.tokenFile, EnvironmentURL: *c.envURL,
+			Production: *c.production, Transient: *c.transient, HTTP: hc,
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +117,6 @@ func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL s
 	views := func(k rollout.Key) (*rollout.View, error) {
 		return eng.Lookup(engine.Query{Cluster: k.Cluster, Hash: k.Hash})
 	}
-	log.Info("verdicts shown as GitHub deployments", "api", *c.apiURL, "repo", c.target.String())
-	return forge.NewDispatcher(db, gh, views, cfg, log, time.Now, reg), nil
+	log.Info("verdicts shown as deployments", "forge", f.Name(), "repo", c.target.String())
+	return forge.NewDispatcher(db, f, views, cfg, log, time.Now, reg), nil
 }

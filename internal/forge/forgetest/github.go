@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -29,20 +28,14 @@ import (
 // 140 characters or an unknown commit, and whatever faults the test
 // injects.
 type GitHub struct {
-	URL string
-
+	server
 	t      testing.TB
 	router routers.Router
-	now    func() time.Time
 
-	mu       sync.Mutex
-	token    string
-	repos    map[string]*repo
-	nextID   int64
-	faults   []Fault
-	down     bool
-	requests []Request
-	created  func(Deployment)
+	token   string
+	repos   map[string]*repo
+	nextID  int64
+	created func(Deployment)
 }
 
 // AfterCreate sets a function called with each deployment made, before
@@ -85,23 +78,6 @@ type Status struct {
 	Created        time.Time
 }
 
-// Request is one request the server received.
-type Request struct {
-	Method, Path string
-	At           time.Time
-	Answered     int // the status it was answered with, 0 when dropped
-}
-
-// Fault is an answer the server gives instead of serving a request: a
-// status with its headers and body, or (Drop) the connection closed
-// without an answer.
-type Fault struct {
-	Status int
-	Header http.Header
-	Body   string
-	Drop   bool
-}
-
 // StartGitHub starts a contract server that takes token and knows the
 // repositories named (OWNER/NAME); now is its clock (Retry-After and rate
 // limit resets are read against the client's).
@@ -111,7 +87,7 @@ func StartGitHub(t testing.TB, token string, now func() time.Time, repos ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &GitHub{t: t, token: token, now: now, repos: map[string]*repo{}, nextID: 1000}
+	g := &GitHub{server: server{now: now}, t: t, token: token, repos: map[string]*repo{}, nextID: 1000}
 	for _, r := range repos {
 		g.repos[r] = &repo{commits: map[string]bool{}}
 	}
@@ -136,20 +112,6 @@ func (g *GitHub) AddCommits(repo string, shas ...string) {
 	}
 }
 
-// Inject queues faults: the next requests get them, one each, in order.
-func (g *GitHub) Inject(f ...Fault) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.faults = append(g.faults, f...)
-}
-
-// SetDown makes the server drop every connection (down) or serve again.
-func (g *GitHub) SetDown(down bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.down = down
-}
-
 // Deployments returns a copy of the repository's deployments, oldest first.
 func (g *GitHub) Deployments(repo string) []Deployment {
 	g.mu.Lock()
@@ -163,24 +125,12 @@ func (g *GitHub) Deployments(repo string) []Deployment {
 	return out
 }
 
-// Requests returns every request received so far.
-func (g *GitHub) Requests() []Request {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return slices.Clone(g.requests)
-}
-
 func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.requests = append(g.requests, Request{Method: r.Method, Path: r.URL.Path, At: g.now()})
-	rec := &g.requests[len(g.requests)-1]
-	if g.down || len(g.faults) > 0 && g.faults[0].Drop {
-		if !g.down {
-			g.faults = g.faults[1:]
-		}
-		drop(w)
+	rec, dropped := g.receive(w, r)
+	if dropped {
 		return
 	}
 	route, params, err := g.router.FindRoute(r)
@@ -197,10 +147,7 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		rec.Answered = g.answer(w, in, http.StatusUnprocessableEntity, nil, validationError("Invalid request.", err.Error()))
 		return
 	}
-	if len(g.faults) > 0 {
-		f := g.faults[0]
-		g.faults = g.faults[1:]
-		rec.Answered = g.raw(w, f.Status, f.Header, f.Body)
+	if g.fault(w, rec) {
 		return
 	}
 	if auth := r.Header.Get("Authorization"); auth != "Bearer "+g.token && auth != "token "+g.token {
@@ -387,37 +334,13 @@ func (g *GitHub) answer(w http.ResponseWriter, in *openapi3filter.RequestValidat
 			g.t.Errorf("contract: the server's own %d answer to %s %s breaks GitHub's API description: %v", status, in.Request.Method, in.Request.URL, err)
 		}
 	}
-	return g.raw(w, status, h, string(body))
+	return raw(w, status, h, string(body))
 }
 
 // undocumented: statuses GitHub answers on every operation without its
 // description listing them (authentication, a missing repository).
 func undocumented(status int) bool {
 	return status == http.StatusUnauthorized || status == http.StatusNotFound || status == http.StatusBadRequest
-}
-
-func (g *GitHub) raw(w http.ResponseWriter, status int, h http.Header, body string) int {
-	for k, vs := range h {
-		w.Header()[k] = vs
-	}
-	if w.Header().Get("Content-Type") == "" && body != "" {
-		w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	}
-	w.WriteHeader(status)
-	io.WriteString(w, body)
-	return status
-}
-
-// drop closes the connection without an answer: the client sees a
-// network error.
-func drop(w http.ResponseWriter) {
-	if hj, ok := w.(http.Hijacker); ok {
-		if c, _, err := hj.Hijack(); err == nil {
-			c.Close()
-			return
-		}
-	}
-	panic(http.ErrAbortHandler)
 }
 
 func basicError(msg string) map[string]any {

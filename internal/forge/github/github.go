@@ -12,10 +12,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	gh "github.com/google/go-github/v84/github"
@@ -69,9 +67,9 @@ func New(opts Options) (*Forge, error) {
 	if opts.TokenFile == "" {
 		return nil, errors.New("--github-token-file is required")
 	}
-	tok := &tokenFile{path: opts.TokenFile}
-	if _, err := tok.get(); err != nil {
-		return nil, err
+	tok, err := forge.NewTokenFile(opts.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("github %w", err)
 	}
 	hc := opts.HTTP
 	if hc == nil {
@@ -215,47 +213,15 @@ func (f *Forge) classify(err error) error {
 // auth adds the token to each request.
 type auth struct {
 	next  http.RoundTripper
-	token *tokenFile
+	token *forge.TokenFile
 }
 
 func (a *auth) RoundTrip(r *http.Request) (*http.Response, error) {
-	tok, err := a.token.get()
+	tok, err := a.token.Get()
 	if err != nil {
 		return nil, err
 	}
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+tok)
 	return a.next.RoundTrip(r)
-}
-
-// tokenFile reads a token from a file, again when the file changed.
-type tokenFile struct {
-	path string
-
-	mu    sync.Mutex
-	mod   time.Time
-	size  int64
-	token string
-}
-
-func (t *tokenFile) get() (string, error) {
-	fi, err := os.Stat(t.path)
-	if err != nil {
-		return "", fmt.Errorf("github token: %w", err)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.token != "" && fi.ModTime().Equal(t.mod) && fi.Size() == t.size {
-		return t.token, nil
-	}
-	b, err := os.ReadFile(t.path)
-	if err != nil {
-		return "", fmt.Errorf("github token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("github token: %s is empty", t.path)
-	}
-	t.token, t.mod, t.size = tok, fi.ModTime(), fi.Size()
-	return tok, nil
 }

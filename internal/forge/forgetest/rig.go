@@ -1,0 +1,136 @@
+package forgetest
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+// T0 is when a Rig's clock starts.
+var T0 = time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+
+// Clock is a dispatcher's and a contract server's time, moved by the test
+// alone.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// Add moves the clock on.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Rig is a forge's dispatcher on a real store: the test decides verdicts
+// (published as the engine does), sets the rollouts' views, and flushes.
+type Rig struct {
+	T     testing.TB
+	Clock *Clock
+	DB    *store.DB
+	D     *forge.Dispatcher
+	Forge forge.Forge
+	Repo  forge.Repo
+
+	mu    sync.Mutex
+	views map[rollout.Key]*rollout.View
+}
+
+// NewRig opens a store in a temporary directory; the test makes its forge
+// with the Rig's clock and calls Restart.
+func NewRig(t testing.TB, repo forge.Repo) *Rig {
+	t.Helper()
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &Rig{T: t, Clock: &Clock{t: T0}, DB: db, Repo: repo, views: map[rollout.Key]*rollout.View{}}
+}
+
+// TokenFile writes token to a file of its own and returns its path.
+func TokenFile(t testing.TB, token string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Restart makes a new dispatcher for f on the same store: what a
+// restarted service does.
+func (r *Rig) Restart(f forge.Forge) {
+	r.Forge = f
+	r.D = forge.NewDispatcher(r.DB, f, r.view, forge.Config{
+		Repo:       func(*rollout.View) (forge.Repo, bool) { return r.Repo, true },
+		LogURL:     func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
+		AlertAfter: 5 * time.Minute,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), r.Clock.Now, nil)
+}
+
+func (r *Rig) view(k rollout.Key) (*rollout.View, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.views[k]
+	if v == nil {
+		return nil, errors.New("no such rollout")
+	}
+	return v, nil
+}
+
+// SetView makes v the view of its rollout.
+func (r *Rig) SetView(v *rollout.View) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.views[v.Key()] = v
+}
+
+// Decide sets the rollout's view (a git revision on main) and publishes its
+// verdict, as the engine does in the transaction of the change.
+func (r *Rig) Decide(cluster, hash string, v rollout.Verdict, summary string) {
+	r.T.Helper()
+	r.SetView(&rollout.View{Cluster: cluster, Hash: hash, Revision: "main@sha1:" + hash, Verdict: v, Summary: summary})
+	r.Publish(rollout.Key{Cluster: cluster, Hash: hash}, v)
+}
+
+// Publish writes a verdict to the forge outbox.
+func (r *Rig) Publish(k rollout.Key, v rollout.Verdict) {
+	r.T.Helper()
+	if err := r.DB.Commit(&rollout.Batch{Published: []rollout.Published{{Key: k, Verdict: v, At: r.Clock.Now()}}, At: r.Clock.Now()}); err != nil {
+		r.T.Fatal(err)
+	}
+}
+
+// Due returns the outbox's records still to deliver.
+func (r *Rig) Due() []rollout.Publication {
+	r.T.Helper()
+	ps, err := r.DB.Publications()
+	if err != nil {
+		r.T.Fatal(err)
+	}
+	return ps
+}
+
+// Record returns the outbox's record of a rollout.
+func (r *Rig) Record(cluster, hash string) rollout.Publication {
+	r.T.Helper()
+	p, ok, err := r.DB.Publication(rollout.Key{Cluster: cluster, Hash: hash})
+	if err != nil || !ok {
+		r.T.Fatalf("no outbox record of %s on %s: %v", hash, cluster, err)
+	}
+	return p
+}
