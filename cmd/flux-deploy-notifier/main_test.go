@@ -100,13 +100,13 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		{name: "bad smtp tls", args: []string{"--insecure-no-auth", "--data-dir", dir, "--smtp-addr", "127.0.0.1:25", "--smtp-tls", "maybe"}, wantErr: "smtp tls"},
 		{name: "smtp addr without port", args: []string{"--insecure-no-auth", "--smtp-addr", "mail.example.com"}, wantErr: "--smtp-addr"},
 		{name: "templates without the files", args: []string{"--insecure-no-auth", "--data-dir", dir, "--templates", dir}, wantErr: "parse text template"},
-		{name: "github token without repo", args: []string{"--insecure-no-auth", "--github-token-file", filepath.Join(dir, "none")}, wantErr: "needs --github-repo"},
+		{name: "bad forge repos", args: []string{"--insecure-no-auth", "--github-token-file", "t", "--forge-repos", "fleet=acme/fleet"}, wantErr: "not namespace/name=OWNER/REPO"},
+		{name: "forge repos without forge", args: []string{"--insecure-no-auth", "--forge-repos", "flux-system/fleet=acme/fleet"}, wantErr: "--forge-repos needs"},
 		{name: "github repo without token", args: []string{"--insecure-no-auth", "--github-repo", "acme/fleet"}, wantErr: "needs --github-token-file"},
 		{name: "github repo malformed", args: []string{"--insecure-no-auth", "--github-token-file", "t", "--github-repo", "acme/x/fleet"}, wantErr: "want OWNER/REPO"},
 		{name: "github token file missing", args: []string{"--insecure-no-auth", "--data-dir", dir, "--github-token-file", filepath.Join(dir, "none"), "--github-repo", "acme/fleet"}, wantErr: "github token"},
 		{name: "github api url", args: []string{"--insecure-no-auth", "--data-dir", dir, "--github-token-file", "t", "--github-repo", "acme/fleet", "--github-api-url", "ftp://x"}, wantErr: "--github-api-url"},
 		{name: "two forges", args: []string{"--insecure-no-auth", "--github-token-file", "t", "--github-repo", "acme/fleet", "--gitlab-token-file", "t", "--gitlab-project", "acme/fleet"}, wantErr: "not two"},
-		{name: "gitlab token without project", args: []string{"--insecure-no-auth", "--gitlab-token-file", "t"}, wantErr: "needs --gitlab-project"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -116,7 +116,14 @@ func (s *service) openMail(context.Context) error {
 
 func (s *service) openForge(context.Context) error {
 	var err error
-	if s.forger, err = s.c.forge.dispatcher(s.db, s.eng, *s.c.mail.externalURL, s.log, s.reg); err != nil || s.forger == nil {
+	// The reader is made after: the dispatcher asks it only once running.
+	sourceURL := func(kind, ns, name string) (string, bool) {
+		if s.reader == nil {
+			return "", false
+		}
+		return s.reader.SourceURL(kind, ns, name)
+	}
+	if s.forger, err = s.c.forge.dispatcher(s.db, s.eng, *s.c.mail.externalURL, sourceURL, s.log, s.reg); err != nil || s.forger == nil {
 		return err
 	}
 	s.eng.OnPublish(s.forger.Wake)

@@ -571,6 +571,25 @@ func (r *Reader) release(ns, name string) *helmv2.HelmRelease {
 }
 
 // source is the cached source of kind ns/name, or nil.
+// SourceURL is the repository a source names, as the cache holds it: a
+// GitRepository's spec.url, an OCI artifact's source annotation. False
+// until the caches synced, or when the source is not read.
+func (r *Reader) SourceURL(kind, ns, name string) (string, bool) {
+	if !r.synced.Load() { // the listers are set up before
+		return "", false
+	}
+	switch src := r.source(kind, ns, name).(type) {
+	case *sourcev1.GitRepository:
+		return src.Spec.URL, src.Spec.URL != ""
+	case *sourcev1.OCIRepository:
+		if a := src.GetArtifact(); a != nil {
+			u, ok := a.Metadata[flux.OCISourceMetadata]
+			return u, ok
+		}
+	}
+	return "", false
+}
+
 func (r *Reader) source(kind, ns, name string) sourcev1.Source {
 	src, _ := get(r.srcs[kind], ns, name).(sourcev1.Source)
 	return src

@@ -50,6 +50,13 @@ func startReader(t *testing.T, c *clustertest.Cluster, ns string, te *enginetest
 
 func startReaderOn(t *testing.T, c *clustertest.Cluster, ns string, te cluster.Submitter) (stop func()) {
 	t.Helper()
+	_, stop = startReaderWith(t, c, ns, te)
+	return stop
+}
+
+// startReaderWith is startReaderOn, giving the reader too.
+func startReaderWith(t *testing.T, c *clustertest.Cluster, ns string, te cluster.Submitter) (_ *cluster.Reader, stop func()) {
+	t.Helper()
 	dc, err := dynamic.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +81,7 @@ func startReaderOn(t *testing.T, c *clustertest.Cluster, ns string, te cluster.S
 	}
 	t.Cleanup(stop)
 	waitFor(t, "caches to sync", r.Synced)
-	return stop
+	return r, stop
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -519,7 +526,15 @@ func TestReaderReleaseFollowsItsSource(t *testing.T) {
 			clustertest.HistoryEntry(revOf("R2"), now.Add(-10*time.Minute), now.Add(-10*time.Minute)),
 			clustertest.HistoryEntry(revOf("R3"), now.Add(-5*time.Minute), now.Add(-time.Minute)),
 		}})
-	te := run(t, c, ns, now)
+	te := startEngine(t, t.TempDir(), now)
+	r, _ := startReaderWith(t, c, ns, te)
+	// What a forge reads of the source: its repository.
+	if u, ok := r.SourceURL("GitRepository", ns, "fleet"); !ok || u != "https://example.com/fleet.git" {
+		t.Errorf("SourceURL of the GitRepository: %q %v", u, ok)
+	}
+	if u, ok := r.SourceURL("GitRepository", ns, "none"); ok {
+		t.Errorf("SourceURL of no source: %q", u)
+	}
 	if v := verdict(t, te, "R2", rollout.VerdictApplied); len(v.Layers.At(0).Releases) != 1 {
 		t.Fatalf("R2 created the release: %+v", v.Layers.At(0))
 	}

@@ -124,20 +124,28 @@ func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 	return hr, nil
 }
 
-// slimSource is a source as cached: Flux's type with its artifact alone,
-// not its spec and conditions, which nothing reads.
+// slimSource is a source as cached: Flux's type with its artifact, and a
+// GitRepository's URL, not the rest of its spec and its conditions, which
+// nothing reads.
 func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, error) {
 	slim := map[string]any{}
+	if spec, ok := u.Object["spec"].(map[string]any); ok && kind == sourcev1.GitRepositoryKind {
+		// The repository a forge shows its rollouts in (forge.Repos).
+		slim["spec"] = pick(spec, "url")
+	}
 	status, _ := u.Object["status"].(map[string]any)
 	if artifact, ok := status["artifact"].(map[string]any); ok {
 		a := pick(artifact, "revision", "lastUpdateTime")
-		// An OCI chart's: the digest and the revision annotation say
+		// An OCI artifact's: the digest and the revision annotation say
 		// which commit a release's chart was built from
-		// (ingest.ReleaseStatus).
+		// (ingest.ReleaseStatus); the source annotation, the repository.
 		if m, ok := artifact["metadata"].(map[string]any); ok && kind == sourcev1.OCIRepositoryKind {
-			if c, ok := m[flux.OCIRevisionMetadata]; ok {
-				a["metadata"] = map[string]any{flux.OCIRevisionMetadata: c}
+			kept := pick(m, flux.OCIRevisionMetadata, flux.OCISourceMetadata)
+			if _, ok := kept[flux.OCIRevisionMetadata]; ok {
 				maps.Copy(a, pick(artifact, "digest"))
+			}
+			if len(kept) > 0 {
+				a["metadata"] = kept
 			}
 		}
 		slim["status"] = map[string]any{"artifact": a}

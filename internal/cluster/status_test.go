@@ -138,7 +138,9 @@ func TestSlimKeepsWhatIsRead(t *testing.T) {
 	if wantRev, wantAt := ingest.ArtifactRevision(whole); rev != wantRev || !at.Equal(wantAt) || rev == "" || at.IsZero() {
 		t.Errorf("artifact of the slim source: %s %v, whole %s %v", rev, at, wantRev, wantAt)
 	}
-	if g := src.(*sourcev1.GitRepository); g.Spec.URL != "" || g.Status.Conditions != nil || g.Name != "flux-system" {
+	// Its URL stays: the repository a forge shows its rollouts in.
+	if g := src.(*sourcev1.GitRepository); g.Spec.URL != "ssh://git@github.com/example/fleet" || g.Spec.Interval.Duration != 0 ||
+		g.Spec.Reference != nil || g.Spec.SecretRef != nil || g.Status.Conditions != nil || g.Name != "flux-system" {
 		t.Errorf("the slim source: %+v", g)
 	}
 	// A source before its first artifact has none.
@@ -296,6 +298,9 @@ func TestSlimReleaseKeepsWhatIsRead(t *testing.T) {
 	slimChart, err := slimSource(sourcev1.OCIRepositoryKind, ociChart)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if md := slimChart.GetArtifact().Metadata; len(md) != 2 || md[flux.OCISourceMetadata] != "https://example/web" {
+		t.Errorf("the slim OCI artifact's metadata %v: want its revision and source annotations", md)
 	}
 	withStatus := func(u *unstructured.Unstructured, k, v string) *unstructured.Unstructured {
 		u.Object["status"].(map[string]any)[k] = v

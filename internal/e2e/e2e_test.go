@@ -95,7 +95,8 @@ type world struct {
 	releaseNS  []string      // whose HelmReleases the Alerts send; none: ns
 	silent     bool          // the Alerts send no HelmRelease's events (Options.SilentReleases)
 	// github, when set, is the contract server both instances show their
-	// verdicts in: svc in acme/cluster, evt in acme/events.
+	// verdicts in: svc in the repository the GitRepository names, evt
+	// (which cannot read it) in acme/events.
 	github *forgetest.GitHub
 }
 
@@ -129,7 +130,7 @@ func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 		if err := os.WriteFile(tok, []byte(githubToken), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		svc.GitHub, svc.GitHubURL, svc.GitHubTokenFile = "acme/cluster", w.github.URL, tok
+		svc.GitHubURL, svc.GitHubTokenFile = w.github.URL, tok
 		evt.GitHub, evt.GitHubURL, evt.GitHubTokenFile = "acme/events", w.github.URL, tok
 	}
 	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, svc)
@@ -410,6 +411,16 @@ const githubToken = "ghs_e2e-token"
 // earlier one inactive, and failure. Events only, the same.
 func forgeDeployments(t *testing.T, w *world) {
 	w.github = forgetest.StartGitHub(t, githubToken, time.Now, "acme/cluster", "acme/events")
+	// The repository is on the contract server's host: the instance that
+	// reads the cluster shows its rollouts there, from the URL alone.
+	w.c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: %s, namespace: %s}
+spec:
+  interval: 1h
+  url: ssh://git@127.0.0.1/acme/cluster.git
+  ref: {branch: main}
+`, w.repo.Name, w.ns))
 	f0 := w.base("0")
 	r0 := w.start(t, f0, map[string]tier{"platform": {wait: true, timeout: "30s"}})
 	r1 := w.repo.Publish(t, w.base("1"))

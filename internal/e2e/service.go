@@ -73,9 +73,10 @@ type Options struct {
 	// the HelmReleases of the scenario's namespace, which holds none, as
 	// if helm-controller's events never reached notification-controller.
 	SilentReleases bool
-	// GitHub, when set, shows the verdicts as deployments in this
-	// repository (OWNER/REPO) of the contract server at GitHubURL, with
-	// the token in GitHubTokenFile.
+	// GitHubURL, when set, shows the verdicts as deployments in the
+	// contract server there, with the token in GitHubTokenFile: in the
+	// repository the rollout's GitRepository names, else in GitHub
+	// (OWNER/REPO, --github-repo).
 	GitHub, GitHubURL, GitHubTokenFile string
 }
 
@@ -118,8 +119,11 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	if opts.StuckAfter > 0 {
 		args = append(args, "--stuck-after", opts.StuckAfter.String())
 	}
+	if opts.GitHubURL != "" {
+		args = append(args, "--github-api-url", opts.GitHubURL, "--github-token-file", opts.GitHubTokenFile)
+	}
 	if opts.GitHub != "" {
-		args = append(args, "--github-repo", opts.GitHub, "--github-api-url", opts.GitHubURL, "--github-token-file", opts.GitHubTokenFile)
+		args = append(args, "--github-repo", opts.GitHub)
 	}
 	if opts.EventsOnly {
 		mailTo = namespace + "-events@e2e.test"

@@ -106,6 +106,9 @@ const (
 	MetaOCIDigestKey    = "oci-digest"
 	CommitAnnotation    = eventv1beta1.Group + "/" + MetaCommitKey
 	OCIRevisionMetadata = "org.opencontainers.image.revision"
+	// OCISourceMetadata is the repository an OCI artifact was built from
+	// (flux push artifact --source): a forge shows its rollouts there.
+	OCISourceMetadata = "org.opencontainers.image.source"
 )
 
 // ChartCommit is the commit a chart version's build metadata may name

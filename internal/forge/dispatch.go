@@ -31,9 +31,9 @@ const (
 
 // Config is what the dispatcher needs besides the forge.
 type Config struct {
-	// Repo is the repository of a rollout, false when it has none: the
-	// rollout is not shown.
-	Repo func(v *rollout.View) (Repo, bool)
+	// Repo is the repository of a rollout, or why it has none: the
+	// rollout is not shown (Repos.Repo).
+	Repo func(v *rollout.View) (Repo, error)
 	// LogURL is a rollout's status page, "" when the service does not
 	// know its own URL.
 	LogURL func(k rollout.Key) string
@@ -243,9 +243,9 @@ func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err er
 	if err != nil || v == nil {
 		return u, "", errors.Join(err, errors.New("no view of the rollout"))
 	}
-	repo, ok := d.cfg.Repo(v)
-	if !ok {
-		return u, "no repository for the rollout's source", nil
+	repo, err := d.cfg.Repo(v)
+	if err != nil {
+		return u, err.Error(), nil
 	}
 	commit := Commit(v)
 	if commit == "" {

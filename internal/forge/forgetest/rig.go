@@ -76,7 +76,7 @@ func TokenFile(t testing.TB, token string) string {
 func (r *Rig) Restart(f forge.Forge) {
 	r.Forge = f
 	r.D = forge.NewDispatcher(r.DB, f, r.view, forge.Config{
-		Repo:       func(*rollout.View) (forge.Repo, bool) { return r.Repo, true },
+		Repo:       func(*rollout.View) (forge.Repo, error) { return r.Repo, nil },
 		LogURL:     func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
 		AlertAfter: 5 * time.Minute,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), r.Clock.Now, nil)
