@@ -112,7 +112,7 @@ browser:
 # modules (tools/, pinned there; rebuilt only when a pin changes: about ten
 # minutes on 2 cores the first time), and the Flux CRDs from the controllers'
 # module zips.
-testbin: bin/kube-apiserver bin/etcd bin/crds/.stamp bin/crds/monitoring/.stamp bin/promtool bin/kustomize
+testbin: bin/kube-apiserver bin/etcd bin/crds/.stamp bin/crds/monitoring/.stamp bin/promtool bin/kustomize bin/gitea
 
 # The version ldflags make the apiserver report v1.37.2, not v0.0.0-master,
 # which clients such as kubectl cannot parse.
@@ -169,6 +169,15 @@ bin/notification-controller: tools/notification-controller/go.mod tools/notifica
 
 # helm-controller v1.6.4 (tools/helm-controller carries the replace lines
 # of its own go.mod, without which its dependencies do not resolve).
+# A real Gitea (v1.27.3, SQLite through cgo) for the forge's tests
+# (internal/forge/gitea): about seven minutes on 2 cores the first time.
+# Built without bindata, it reads its locales and templates from
+# bin/gitea-assets, copied from its module.
+bin/gitea: tools/gitea/go.mod tools/gitea/go.sum
+	cd tools/gitea && CGO_ENABLED=1 $(GO) build -trimpath -tags 'sqlite sqlite_unlock_notify' -o ../../bin/gitea gitea.dev
+	@dir=$$(cd tools/gitea && $(GO) list -m -f '{{.Dir}}' gitea.dev); test -n "$$dir" || { echo "could not find Gitea's module"; exit 1; }; \
+	rm -rf bin/gitea-assets && mkdir -p bin/gitea-assets && cp -r $$dir/options $$dir/templates bin/gitea-assets/ && chmod -R u+w bin/gitea-assets
+
 bin/helm-controller: tools/helm-controller/go.mod tools/helm-controller/go.sum
 	cd tools/helm-controller && $(GO) build -trimpath -o ../../bin/helm-controller github.com/fluxcd/helm-controller
 

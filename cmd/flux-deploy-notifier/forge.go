@@ -13,6 +13,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/gitea"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/github"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/gitlab"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -20,72 +21,97 @@ import (
 )
 
 // forgeConfig is the forge part of serve's configuration: GitHub's or
-// GitLab's deployments show the verdicts when a token file is given.
+// GitLab's deployments, or Gitea's commit statuses, show the verdicts when
+// that forge's token file is given (one forge at a time).
 type forgeConfig struct {
-	apiURL, tokenFile, repo, envURL         *string
-	production, transient                   *bool
-	glURL, glTokenFile, glProject, glEnvURL *string
-	repoMap                                 *string
-	alertAfter                              *time.Duration
+	gh struct {
+		apiURL, tokenFile, repo, envURL *string
+		production, transient           *bool
+	}
+	gl         struct{ url, tokenFile, project, envURL *string }
+	gt         struct{ url, tokenFile, repo *string }
+	repoMap    *string
+	alertAfter *time.Duration
 
 	repos forge.Repos
 }
 
 func (c *forgeConfig) flags(f *flags) {
-	c.apiURL = f.String("github-api-url", "FDN_GITHUB_API_URL", github.DefaultAPIURL, "GitHub's REST API: https://api.github.com, or a GitHub Enterprise Server's https://HOST/api/v3")
-	c.tokenFile = f.String("github-token-file", "FDN_GITHUB_TOKEN_FILE", "", "file holding a GitHub token that may write deployments: each rollout's verdict is then a deployment of its commit")
-	c.repo = f.String("github-repo", "FDN_GITHUB_REPO", "", "OWNER/REPO: the repository of rollouts whose source names none (with events only, or a source on no forge)")
-	c.envURL = f.String("github-environment-url", "FDN_GITHUB_ENVIRONMENT_URL", "", "environment_url of each deployment status (the deployed application's address)")
-	c.production = f.Bool("github-production-environment", "FDN_GITHUB_PRODUCTION_ENVIRONMENT", false, "mark the deployments' environments as production")
-	c.transient = f.Bool("github-transient-environment", "FDN_GITHUB_TRANSIENT_ENVIRONMENT", false, "mark the deployments' environments as transient (no longer exist once inactive)")
-	c.glURL = f.String("gitlab-url", "FDN_GITLAB_URL", gitlab.DefaultURL, "the GitLab instance: https://gitlab.com or a self-managed one's URL")
-	c.glTokenFile = f.String("gitlab-token-file", "FDN_GITLAB_TOKEN_FILE", "", "file holding a GitLab token with the api scope: each rollout's verdict is then a GitLab deployment of its commit")
-	c.glProject = f.String("gitlab-project", "FDN_GITLAB_PROJECT", "", "GROUP/PROJECT (subgroups too): the project of rollouts whose source names none")
+	c.gh.apiURL = f.String("github-api-url", "FDN_GITHUB_API_URL", github.DefaultAPIURL, "GitHub's REST API: https://api.github.com, or a GitHub Enterprise Server's https://HOST/api/v3")
+	c.gh.tokenFile = f.String("github-token-file", "FDN_GITHUB_TOKEN_FILE", "", "file holding a GitHub token that may write deployments: each rollout's verdict is then a deployment of its commit")
+	c.gh.repo = f.String("github-repo", "FDN_GITHUB_REPO", "", "OWNER/REPO: the repository of rollouts whose source names none (with events only, or a source on no forge)")
+	c.gh.envURL = f.String("github-environment-url", "FDN_GITHUB_ENVIRONMENT_URL", "", "environment_url of each deployment status (the deployed application's address)")
+	c.gh.production = f.Bool("github-production-environment", "FDN_GITHUB_PRODUCTION_ENVIRONMENT", false, "mark the deployments' environments as production")
+	c.gh.transient = f.Bool("github-transient-environment", "FDN_GITHUB_TRANSIENT_ENVIRONMENT", false, "mark the deployments' environments as transient (no longer exist once inactive)")
+	c.gl.url = f.String("gitlab-url", "FDN_GITLAB_URL", gitlab.DefaultURL, "the GitLab instance: https://gitlab.com or a self-managed one's URL")
+	c.gl.tokenFile = f.String("gitlab-token-file", "FDN_GITLAB_TOKEN_FILE", "", "file holding a GitLab token with the api scope: each rollout's verdict is then a GitLab deployment of its commit")
+	c.gl.project = f.String("gitlab-project", "FDN_GITLAB_PROJECT", "", "GROUP/PROJECT (subgroups too): the project of rollouts whose source names none")
+	c.gl.envURL = f.String("gitlab-environment-url", "FDN_GITLAB_ENVIRONMENT_URL", "", "external_url of the environments made for the clusters")
+	c.gt.url = f.String("gitea-url", "FDN_GITEA_URL", "", "the Gitea or Forgejo instance's URL")
+	c.gt.tokenFile = f.String("gitea-token-file", "FDN_GITEA_TOKEN_FILE", "", "file holding a Gitea or Forgejo token with write:repository: each rollout's verdict is then a commit status per cluster")
+	c.gt.repo = f.String("gitea-repo", "FDN_GITEA_REPO", "", "OWNER/REPO: the repository of rollouts whose source names none")
 	c.repoMap = f.String("forge-repos", "FDN_FORGE_REPOS", "", "sources' repositories, over what the sources name: namespace/name=OWNER/REPO,...")
-	c.glEnvURL = f.String("gitlab-environment-url", "FDN_GITLAB_ENVIRONMENT_URL", "", "external_url of the environments made for the clusters")
 	c.alertAfter = f.Duration("forge-alert-after", "FDN_FORGE_ALERT_AFTER", 15*time.Minute, "a verdict the forge has not taken for longer is reported: a /readyz warning")
 }
 
-// enabled reports whether a forge shows the verdicts.
-func (c *forgeConfig) enabled() bool { return *c.tokenFile != "" || *c.glTokenFile != "" }
-
-// name names the forge configured, for the pages.
-func (c *forgeConfig) name() string {
-	if *c.glTokenFile != "" {
+// chosen names the forge whose token file is given: "", "GitHub",
+// "GitLab" or "Gitea".
+func (c *forgeConfig) chosen() string {
+	switch {
+	case *c.gh.tokenFile != "":
+		return "GitHub"
+	case *c.gl.tokenFile != "":
 		return "GitLab"
+	case *c.gt.tokenFile != "":
+		return "Gitea"
 	}
-	return "GitHub"
+	return ""
 }
 
-// finish validates the forge flags once parsed: one forge at most.
+// enabled reports whether a forge shows the verdicts.
+func (c *forgeConfig) enabled() bool { return c.chosen() != "" }
+
+// finish validates the forge flags once parsed: one forge at most, the
+// repository flags of that one.
 func (c *forgeConfig) finish() error {
+	tokens := 0
+	for _, f := range []*string{c.gh.tokenFile, c.gl.tokenFile, c.gt.tokenFile} {
+		if *f != "" {
+			tokens++
+		}
+	}
 	switch {
-	case *c.tokenFile != "" && *c.glTokenFile != "":
-		return errors.New("--github-token-file and --gitlab-token-file: one forge shows the verdicts, not two")
-	case *c.repo != "" && *c.tokenFile == "":
+	case tokens > 1:
+		return errors.New("--github-token-file, --gitlab-token-file, --gitea-token-file: one forge shows the verdicts, not two")
+	case *c.gh.repo != "" && *c.gh.tokenFile == "":
 		return errors.New("--github-repo needs --github-token-file")
-	case *c.glProject != "" && *c.glTokenFile == "":
+	case *c.gl.project != "" && *c.gl.tokenFile == "":
 		return errors.New("--gitlab-project needs --gitlab-token-file")
+	case (*c.gt.repo != "" || *c.gt.url != "") && *c.gt.tokenFile == "":
+		return errors.New("--gitea-url and --gitea-repo need --gitea-token-file")
+	case *c.gt.tokenFile != "" && *c.gt.url == "":
+		return errors.New("--gitea-token-file needs --gitea-url")
 	case *c.repoMap != "" && !c.enabled():
-		return errors.New("--forge-repos needs --github-token-file or --gitlab-token-file")
-	case *c.tokenFile != "":
-		c.repos.Host = forge.WebHost(*c.apiURL)
-		if *c.repo != "" {
-			r, err := forge.ParseRepo(*c.repo)
-			if err != nil || strings.Count(*c.repo, "/") != 1 {
-				return fmt.Errorf("--github-repo %q: want OWNER/REPO", *c.repo)
-			}
-			c.repos.Default = &r
+		return errors.New("--forge-repos needs a forge's token file")
+	}
+	var def string
+	switch c.chosen() {
+	case "GitHub":
+		c.repos.Host, def = forge.WebHost(*c.gh.apiURL), *c.gh.repo
+		if strings.Count(def, "/") > 1 {
+			return fmt.Errorf("--github-repo %q: want OWNER/REPO", def)
 		}
-	case *c.glTokenFile != "":
-		c.repos.Host = forge.WebHost(*c.glURL)
-		if *c.glProject != "" {
-			r, err := forge.ParseRepo(*c.glProject)
-			if err != nil {
-				return fmt.Errorf("--gitlab-project: %w", err)
-			}
-			c.repos.Default = &r
+	case "GitLab":
+		c.repos.Host, def = forge.WebHost(*c.gl.url), *c.gl.project
+	case "Gitea":
+		c.repos.Host, def = forge.WebHost(*c.gt.url), *c.gt.repo
+	}
+	if def != "" {
+		r, err := forge.ParseRepo(def)
+		if err != nil {
+			return fmt.Errorf("the %s repository: %w", c.chosen(), err)
 		}
+		c.repos.Default = &r
 	}
 	c.repos.Map = map[string]forge.Repo{}
 	for _, kv := range strings.Split(*c.repoMap, ",") {
@@ -110,19 +136,21 @@ func (c *forgeConfig) finish() error {
 // and sourceURL reads what a source names from the cluster.
 func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL string, sourceURL func(kind, ns, name string) (string, bool),
 	log *slog.Logger, reg prometheus.Registerer) (*forge.Dispatcher, error) {
-	if !c.enabled() {
-		return nil, nil
-	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	var f forge.Forge
 	var err error
-	if *c.glTokenFile != "" {
-		f, err = gitlab.New(gitlab.Options{URL: *c.glURL, TokenFile: *c.glTokenFile, EnvironmentURL: *c.glEnvURL, HTTP: hc})
-	} else {
+	switch c.chosen() {
+	case "":
+		return nil, nil
+	case "GitHub":
 		f, err = github.New(github.Options{
-			APIURL: *c.apiURL, TokenFile: *c.tokenFile, EnvironmentURL: *c.envURL,
-			Production: *c.production, Transient: *c.transient, HTTP: hc,
+			APIURL: *c.gh.apiURL, TokenFile: *c.gh.tokenFile, EnvironmentURL: *c.gh.envURL,
+			Production: *c.gh.production, Transient: *c.gh.transient, HTTP: hc,
 		})
+	case "GitLab":
+		f, err = gitlab.New(gitlab.Options{URL: *c.gl.url, TokenFile: *c.gl.tokenFile, EnvironmentURL: *c.gl.envURL, HTTP: hc})
+	case "Gitea":
+		f, err = gitea.New(gitea.Options{URL: *c.gt.url, TokenFile: *c.gt.tokenFile, HTTP: hc})
 	}
 	if err != nil {
 		return nil, err

@@ -107,6 +107,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		{name: "github token file missing", args: []string{"--insecure-no-auth", "--data-dir", dir, "--github-token-file", filepath.Join(dir, "none"), "--github-repo", "acme/fleet"}, wantErr: "github token"},
 		{name: "github api url", args: []string{"--insecure-no-auth", "--data-dir", dir, "--github-token-file", "t", "--github-repo", "acme/fleet", "--github-api-url", "ftp://x"}, wantErr: "--github-api-url"},
 		{name: "two forges", args: []string{"--insecure-no-auth", "--github-token-file", "t", "--github-repo", "acme/fleet", "--gitlab-token-file", "t", "--gitlab-project", "acme/fleet"}, wantErr: "not two"},
+		{name: "gitea token without url", args: []string{"--insecure-no-auth", "--gitea-token-file", "t"}, wantErr: "needs --gitea-url"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

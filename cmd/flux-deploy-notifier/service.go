@@ -197,7 +197,7 @@ func (s *service) listen(context.Context) error {
 	pages, err := ui.New(s.eng, uiFS, ui.Options{
 		Token: s.verdictToken, TrustHeader: s.c.trustHeader, Warnings: s.warnings, Draining: draining, Log: s.log,
 		Outbox: func() (int, int, error) { return outboxCounts(s.db) }, Mails: s.db.MailLog,
-		Forge: s.forgeRecord, ForgeName: s.c.forge.name(),
+		Forge: s.forgeRecord, ForgeName: s.c.forge.chosen(),
 	})
 	if err != nil {
 		return err

@@ -570,7 +570,6 @@ func (r *Reader) release(ns, name string) *helmv2.HelmRelease {
 	return nil
 }
 
-// source is the cached source of kind ns/name, or nil.
 // SourceURL is the repository a source names, as the cache holds it: a
 // GitRepository's spec.url, an OCI artifact's source annotation. False
 // until the caches synced, or when the source is not read.
@@ -590,6 +589,7 @@ func (r *Reader) SourceURL(kind, ns, name string) (string, bool) {
 	return "", false
 }
 
+// source is the cached source of kind ns/name, or nil.
 func (r *Reader) source(kind, ns, name string) sourcev1.Source {
 	src, _ := get(r.srcs[kind], ns, name).(sourcev1.Source)
 	return src

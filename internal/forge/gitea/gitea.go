@@ -1,0 +1,124 @@
+// Package gitea shows verdicts in Gitea and Forgejo, which have no
+// deployments API: one commit status per cluster (context
+// flux-deploy/<cluster>), never one per layer, following the verdict.
+package gitea
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+)
+
+// Context is the prefix of the statuses' context; the cluster's name
+// follows it.
+const Context = "flux-deploy/"
+
+// Options configure the Gitea forge.
+type Options struct {
+	// URL is the instance's (Gitea's or Forgejo's) base URL.
+	URL       string
+	TokenFile string
+	HTTP      *http.Client
+	Now       func() time.Time
+}
+
+// Forge is Gitea's commit status API, over plain HTTP.
+type Forge struct {
+	base  string
+	token *forge.TokenFile
+	opts  Options
+}
+
+// New makes the Gitea forge.
+func New(opts Options) (*Forge, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http" {
+		return nil, fmt.Errorf("--gitea-url %q: want an http(s) URL", opts.URL)
+	}
+	if opts.TokenFile == "" {
+		return nil, errors.New("--gitea-token-file is required")
+	}
+	tok, err := forge.NewTokenFile(opts.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("gitea %w", err)
+	}
+	if opts.HTTP == nil {
+		opts.HTTP = http.DefaultClient
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Forge{base: strings.TrimSuffix(opts.URL, "/") + "/api/v1", token: tok, opts: opts}, nil
+}
+
+// Name implements forge.Forge.
+func (f *Forge) Name() string { return "gitea" }
+
+// Ensure implements forge.Forge: a commit status is the record itself,
+// posted again with each verdict under the cluster's context.
+func (f *Forge) Ensure(context.Context, forge.Update) (string, error) { return Context, nil }
+
+// state is the commit status of a forge state. Superseded is a warning:
+// the commit went out inside a later one, not on its own.
+func state(s forge.State) string {
+	switch s {
+	case forge.StateInProgress:
+		return "pending"
+	case forge.StateSuccess:
+		return "success"
+	case forge.StateFailure:
+		return "failure"
+	}
+	return "warning"
+}
+
+// Status implements forge.Forge: POST /repos/{owner}/{repo}/statuses/{sha};
+// the latest status of a context is the one Gitea shows, so a repeated
+// delivery changes nothing people see.
+func (f *Forge) Status(ctx context.Context, _ string, u forge.Update) error {
+	body, _ := json.Marshal(map[string]string{
+		"state": state(u.State), "context": Context + u.Environment,
+		"description": u.Description, "target_url": u.LogURL,
+	})
+	path := "/repos/" + url.PathEscape(u.Repo.Owner) + "/" + url.PathEscape(u.Repo.Name) + "/statuses/" + url.PathEscape(u.Commit)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+path, bytes.NewReader(body))
+	if err != nil {
+		return &forge.Error{Message: err.Error()}
+	}
+	tok, err := f.token.Get()
+	if err != nil {
+		return &forge.Error{Retry: true, Message: err.Error()}
+	}
+	req.Header.Set("Authorization", "token "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := f.opts.HTTP.Do(req)
+	if err != nil {
+		return &forge.Error{Retry: true, Message: err.Error()}
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	var e struct{ Message string }
+	if json.Unmarshal(msg, &e) == nil && e.Message != "" {
+		msg = []byte(e.Message)
+	}
+	fe := forge.Classify(resp.StatusCode, resp.Header, strings.TrimSpace(string(msg)), f.opts.Now())
+	if resp.StatusCode == http.StatusInternalServerError && strings.Contains(fe.Message, "object does not exist") {
+		// Gitea answers a commit the repository lacks with a 500: no
+		// retry makes it appear (a wrong repository).
+		fe.Retry = false
+	}
+	return fe
+}
