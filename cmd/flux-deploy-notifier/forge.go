@@ -31,9 +31,11 @@ type forgeConfig struct {
 	gl         struct{ url, tokenFile, project, envURL *string }
 	gt         struct{ url, tokenFile, repo *string }
 	repoMap    *string
+	envMap     *string
 	alertAfter *time.Duration
 
 	repos forge.Repos
+	envs  map[string]string
 }
 
 func (c *forgeConfig) flags(f *flags) {
@@ -51,6 +53,7 @@ func (c *forgeConfig) flags(f *flags) {
 	c.gt.tokenFile = f.String("gitea-token-file", "FDN_GITEA_TOKEN_FILE", "", "file holding a Gitea or Forgejo token with write:repository: each rollout's verdict is then a commit status per cluster")
 	c.gt.repo = f.String("gitea-repo", "FDN_GITEA_REPO", "", "OWNER/REPO: the repository of rollouts whose source names none")
 	c.repoMap = f.String("forge-repos", "FDN_FORGE_REPOS", "", "sources' repositories, over what the sources name: namespace/name=OWNER/REPO,...")
+	c.envMap = f.String("forge-environments", "FDN_FORGE_ENVIRONMENTS", "", "the forge's environment of a cluster, when not the cluster's name: cluster=environment,...")
 	c.alertAfter = f.Duration("forge-alert-after", "FDN_FORGE_ALERT_AFTER", 15*time.Minute, "a verdict the forge has not taken for longer is reported: a /readyz warning")
 }
 
@@ -91,8 +94,8 @@ func (c *forgeConfig) finish() error {
 		return errors.New("--gitea-url and --gitea-repo need --gitea-token-file")
 	case *c.gt.tokenFile != "" && *c.gt.url == "":
 		return errors.New("--gitea-token-file needs --gitea-url")
-	case *c.repoMap != "" && !c.enabled():
-		return errors.New("--forge-repos needs a forge's token file")
+	case (*c.repoMap != "" || *c.envMap != "") && !c.enabled():
+		return errors.New("--forge-repos and --forge-environments need a forge's token file")
 	}
 	var def string
 	switch c.chosen() {
@@ -125,6 +128,17 @@ func (c *forgeConfig) finish() error {
 		}
 		c.repos.Map[src] = r
 	}
+	c.envs = map[string]string{}
+	for _, kv := range strings.Split(*c.envMap, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		cluster, env, ok := strings.Cut(kv, "=")
+		if !ok || cluster == "" || env == "" {
+			return fmt.Errorf("--forge-environments: %q is not cluster=environment", kv)
+		}
+		c.envs[cluster] = env
+	}
 	if *c.alertAfter <= 0 {
 		return fmt.Errorf("--forge-alert-after must be positive, got %s", *c.alertAfter)
 	}
@@ -156,7 +170,7 @@ func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL s
 		return nil, err
 	}
 	c.repos.URL = sourceURL
-	cfg := forge.Config{Repo: c.repos.Repo, AlertAfter: *c.alertAfter}
+	cfg := forge.Config{Repo: c.repos.Repo, AlertAfter: *c.alertAfter, Environments: c.envs}
 	if externalURL = strings.TrimRight(externalURL, "/"); externalURL != "" {
 		cfg.LogURL = func(k rollout.Key) string { return externalURL + edge.RolloutPath(k) }
 	}

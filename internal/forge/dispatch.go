@@ -39,6 +39,9 @@ type Config struct {
 	LogURL func(k rollout.Key) string
 	// AlertAfter: a verdict undelivered for longer makes Warning say so.
 	AlertAfter time.Duration
+	// Environments names the forge's environment of a cluster when it is
+	// not the cluster's own name.
+	Environments map[string]string
 }
 
 // Dispatcher delivers the forge outbox. No network I/O happens inside a
@@ -251,7 +254,11 @@ func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err er
 	if commit == "" {
 		return u, "the rollout's revision names no git commit", nil
 	}
-	u = Update{Repo: repo, Environment: p.Key.Cluster, Commit: commit, State: state, Verdict: p.Verdict,
+	env := p.Key.Cluster
+	if e, ok := d.cfg.Environments[env]; ok {
+		env = e
+	}
+	u = Update{Repo: repo, Environment: env, Commit: commit, State: state, Verdict: p.Verdict,
 		Description: Describe(&rollout.View{Verdict: p.Verdict, Summary: v.Summary}),
 		Cluster:     p.Key.Cluster, Revision: v.Revision}
 	if d.cfg.LogURL != nil {

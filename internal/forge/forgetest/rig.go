@@ -44,6 +44,9 @@ type Rig struct {
 	D     *forge.Dispatcher
 	Forge forge.Forge
 	Repo  forge.Repo
+	// Environments is the dispatcher's Config.Environments (set before
+	// Restart).
+	Environments map[string]string
 
 	mu    sync.Mutex
 	views map[rollout.Key]*rollout.View
@@ -76,9 +79,10 @@ func TokenFile(t testing.TB, token string) string {
 func (r *Rig) Restart(f forge.Forge) {
 	r.Forge = f
 	r.D = forge.NewDispatcher(r.DB, f, r.view, forge.Config{
-		Repo:       func(*rollout.View) (forge.Repo, error) { return r.Repo, nil },
-		LogURL:     func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
-		AlertAfter: 5 * time.Minute,
+		Repo:         func(*rollout.View) (forge.Repo, error) { return r.Repo, nil },
+		LogURL:       func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
+		AlertAfter:   5 * time.Minute,
+		Environments: r.Environments,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), r.Clock.Now, nil)
 }
 

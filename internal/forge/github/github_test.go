@@ -94,11 +94,14 @@ func TestDeploymentFollowsTheVerdict(t *testing.T) {
 		t.Errorf("outbox record %+v %v %v: want applied sent, with the deployment's id", p, ok, err)
 	}
 
-	// A second cluster is a second environment: its own deployment.
+	// A second cluster is a second environment: its own deployment,
+	// under the name --forge-environments gives it.
+	r.Environments = map[string]string{"staging": "pre-production"}
+	r.Restart(r.forge)
 	r.Decide("staging", sha, rollout.VerdictFailed, "apps: HealthCheckFailed")
 	r.D.Flush(ctx)
-	if deps := r.server.Deployments(repo); len(deps) != 2 || deps[1].Environment != "staging" || !slices.Equal(states(deps[1]), []string{"failure"}) {
-		t.Fatalf("deployments %+v: want a second one, staging, failure", deps)
+	if deps := r.server.Deployments(repo); len(deps) != 2 || deps[1].Environment != "pre-production" || !slices.Equal(states(deps[1]), []string{"failure"}) {
+		t.Fatalf("deployments %+v: want a second one, pre-production, failure", deps)
 	}
 }
 
