@@ -26,7 +26,7 @@ import (
 type forgeConfig struct {
 	gh struct {
 		apiURL, tokenFile, repo, envURL *string
-		production, transient           *bool
+		production, transient, status   *bool
 	}
 	gl         struct{ url, tokenFile, project, envURL *string }
 	gt         struct{ url, tokenFile, repo *string }
@@ -45,6 +45,7 @@ func (c *forgeConfig) flags(f *flags) {
 	c.gh.envURL = f.String("github-environment-url", "FDN_GITHUB_ENVIRONMENT_URL", "", "environment_url of each deployment status (the deployed application's address)")
 	c.gh.production = f.Bool("github-production-environment", "FDN_GITHUB_PRODUCTION_ENVIRONMENT", false, "mark the deployments' environments as production")
 	c.gh.transient = f.Bool("github-transient-environment", "FDN_GITHUB_TRANSIENT_ENVIRONMENT", false, "mark the deployments' environments as transient (no longer exist once inactive)")
+	c.gh.status = f.Bool("github-commit-status", "FDN_GITHUB_COMMIT_STATUS", false, "also post one commit status per cluster (context flux-deploy/<cluster>) with each deployment status")
 	c.gl.url = f.String("gitlab-url", "FDN_GITLAB_URL", gitlab.DefaultURL, "the GitLab instance: https://gitlab.com or a self-managed one's URL")
 	c.gl.tokenFile = f.String("gitlab-token-file", "FDN_GITLAB_TOKEN_FILE", "", "file holding a GitLab token with the api scope: each rollout's verdict is then a GitLab deployment of its commit")
 	c.gl.project = f.String("gitlab-project", "FDN_GITLAB_PROJECT", "", "GROUP/PROJECT (subgroups too): the project of rollouts whose source names none")
@@ -159,7 +160,7 @@ func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL s
 	case "GitHub":
 		f, err = github.New(github.Options{
 			APIURL: *c.gh.apiURL, TokenFile: *c.gh.tokenFile, EnvironmentURL: *c.gh.envURL,
-			Production: *c.gh.production, Transient: *c.gh.transient, HTTP: hc,
+			Production: *c.gh.production, Transient: *c.gh.transient, CommitStatus: *c.gh.status, HTTP: hc,
 		})
 	case "GitLab":
 		f, err = gitlab.New(gitlab.Options{URL: *c.gl.url, TokenFile: *c.gl.tokenFile, EnvironmentURL: *c.gl.envURL, HTTP: hc})

@@ -49,6 +49,13 @@ func (g *GitHub) AfterCreate(f func(Deployment)) {
 type repo struct {
 	commits     map[string]bool // empty: any 40-hex commit exists
 	deployments []*Deployment   // oldest first
+	statuses    []CommitStatus  // oldest first
+}
+
+// CommitStatus is one commit status the server was given.
+type CommitStatus struct {
+	ID                                    int64
+	SHA, State, Context, Description, URL string
 }
 
 // Deployment is one deployment the server was given.
@@ -167,6 +174,8 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		rec.Answered = g.create(w, in, rp, base, body)
 	case "repos/create-deployment-status":
 		rec.Answered = g.createStatus(w, in, rp, base, params["deployment_id"], body)
+	case "repos/create-commit-status":
+		rec.Answered = g.createCommitStatus(w, in, rp, base, params["sha"], body)
 	case "repos/list-deployment-statuses":
 		d := g.find(rp, params["deployment_id"])
 		if d == nil {
@@ -285,6 +294,39 @@ func (g *GitHub) createStatus(w http.ResponseWriter, in *openapi3filter.RequestV
 		}
 	}
 	return g.answer(w, in, http.StatusCreated, nil, statusJSON(base, d, st))
+}
+
+func (g *GitHub) createCommitStatus(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, rp *repo, base, sha string, body []byte) int {
+	var req struct {
+		State       string  `json:"state"`
+		TargetURL   *string `json:"target_url"`
+		Description *string `json:"description"`
+		Context     *string `json:"context"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return g.answer(w, in, http.StatusBadRequest, nil, basicError("Problems parsing JSON"))
+	}
+	if !rp.known(sha) {
+		return g.answer(w, in, http.StatusUnprocessableEntity, nil, validationError("No commit found for SHA: "+sha, ""))
+	}
+	if n := utf8.RuneCountInString(deref(req.Description, "")); n > 140 {
+		return g.answer(w, in, http.StatusUnprocessableEntity, nil, validationError("Validation Failed", "description is too long (maximum is 140 characters)"))
+	}
+	st := CommitStatus{ID: g.id(), SHA: sha, State: req.State, Context: deref(req.Context, "default"), Description: deref(req.Description, ""), URL: deref(req.TargetURL, "")}
+	rp.statuses = append(rp.statuses, st)
+	at := g.now().UTC().Format(time.RFC3339)
+	return g.answer(w, in, http.StatusCreated, nil, map[string]any{
+		"url": base + "/statuses/" + sha, "avatar_url": nil, "id": st.ID, "node_id": fmt.Sprintf("SC_%d", st.ID), "state": st.State,
+		"description": st.Description, "target_url": st.URL, "context": st.Context, "created_at": at, "updated_at": at, "creator": user(),
+	})
+}
+
+// CommitStatuses returns a copy of the repository's commit statuses,
+// oldest first.
+func (g *GitHub) CommitStatuses(repo string) []CommitStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.repos[repo].statuses)
 }
 
 func (rp *repo) known(sha string) bool {

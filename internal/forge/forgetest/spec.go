@@ -28,6 +28,7 @@ var githubPaths = []string{
 	"/repos/{owner}/{repo}/deployments",
 	"/repos/{owner}/{repo}/deployments/{deployment_id}",
 	"/repos/{owner}/{repo}/deployments/{deployment_id}/statuses",
+	"/repos/{owner}/{repo}/statuses/{sha}",
 }
 
 var githubSpec = sync.OnceValues(func() (*openapi3.T, error) {

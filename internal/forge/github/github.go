@@ -43,6 +43,10 @@ type Options struct {
 	EnvironmentURL string
 	Transient      bool
 	Production     bool
+	// CommitStatus also posts one commit status per cluster (context
+	// flux-deploy/<environment>) with each deployment status: for branch
+	// protection and the pull request's checks, which show no deployment.
+	CommitStatus bool
 	// HTTP is the client requests go through (its transport's TLS roots).
 	HTTP *http.Client
 	Now  func() time.Time
@@ -160,7 +164,35 @@ func (f *Forge) Status(ctx context.Context, ref string, u forge.Update) error {
 	if _, _, err := f.c.Repositories.CreateDeploymentStatus(ctx, u.Repo.Owner, u.Repo.Name, id, req); err != nil {
 		return f.classify(err)
 	}
+	if !f.opts.CommitStatus {
+		return nil
+	}
+	st := gh.RepoStatus{State: gh.Ptr(commitState(u.State)), Description: gh.Ptr(u.Description), Context: gh.Ptr(StatusContext + u.Environment)}
+	if u.LogURL != "" {
+		st.TargetURL = gh.Ptr(u.LogURL)
+	}
+	if _, _, err := f.c.Repositories.CreateStatus(ctx, u.Repo.Owner, u.Repo.Name, u.Commit, st); err != nil {
+		return f.classify(err)
+	}
 	return nil
+}
+
+// StatusContext is the prefix of the commit statuses' context; the
+// environment follows it.
+const StatusContext = "flux-deploy/"
+
+// commitState is a commit status's state of a forge state: superseded is
+// an error, the commit did not go out on its own.
+func commitState(s forge.State) string {
+	switch s {
+	case forge.StateInProgress:
+		return "pending"
+	case forge.StateSuccess:
+		return "success"
+	case forge.StateFailure:
+		return "failure"
+	}
+	return "error"
 }
 
 func payload(u forge.Update) map[string]any {

@@ -37,7 +37,8 @@ func newRig(t *testing.T) *rig {
 	r := &rig{Rig: forgetest.NewRig(t, forge.Repo{Owner: "acme", Name: "fleet"})}
 	r.server = forgetest.StartGitHub(t, token, r.Clock.Now, repo)
 	var err error
-	if r.forge, err = github.New(github.Options{APIURL: r.server.URL, TokenFile: forgetest.TokenFile(t, token), Now: r.Clock.Now, EnvironmentURL: "https://fleet.example.com"}); err != nil {
+	if r.forge, err = github.New(github.Options{APIURL: r.server.URL, TokenFile: forgetest.TokenFile(t, token), Now: r.Clock.Now,
+		EnvironmentURL: "https://fleet.example.com", CommitStatus: true}); err != nil {
 		t.Fatal(err)
 	}
 	r.Restart(r.forge)
@@ -80,6 +81,15 @@ func TestDeploymentFollowsTheVerdict(t *testing.T) {
 	}
 	if got := states(d); !slices.Equal(got, []string{"in_progress", "success"}) {
 		t.Errorf("statuses %v, want [in_progress success]", got)
+	}
+	// And the commit's status of the cluster, once a verdict: never one
+	// per layer.
+	var cs []string
+	for _, s := range r.server.CommitStatuses(repo) {
+		cs = append(cs, s.Context+" "+s.State+" "+s.Description)
+	}
+	if want := []string{"flux-deploy/prod pending applying: 2 of 3 layers applied", "flux-deploy/prod success applied: 3 layers applied"}; !slices.Equal(cs, want) {
+		t.Errorf("commit statuses %q, want %q", cs, want)
 	}
 	last := d.Statuses[len(d.Statuses)-1]
 	if last.LogURL != "https://fdn.example.com/ui/prod/"+sha || last.EnvironmentURL != "https://fleet.example.com" ||
