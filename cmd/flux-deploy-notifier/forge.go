@@ -26,6 +26,8 @@ import (
 type forgeConfig struct {
 	gh struct {
 		apiURL, tokenFile, repo, envURL *string
+		appID, installation             *int
+		appKeyFile                      *string
 		production, transient, status   *bool
 	}
 	gl         struct{ url, tokenFile, project, envURL *string }
@@ -45,6 +47,9 @@ func (c *forgeConfig) flags(f *flags) {
 	c.gh.envURL = f.String("github-environment-url", "FDN_GITHUB_ENVIRONMENT_URL", "", "environment_url of each deployment status (the deployed application's address)")
 	c.gh.production = f.Bool("github-production-environment", "FDN_GITHUB_PRODUCTION_ENVIRONMENT", false, "mark the deployments' environments as production")
 	c.gh.transient = f.Bool("github-transient-environment", "FDN_GITHUB_TRANSIENT_ENVIRONMENT", false, "mark the deployments' environments as transient (no longer exist once inactive)")
+	c.gh.appID = f.Int("github-app-id", "FDN_GITHUB_APP_ID", 0, "act as this GitHub App (instead of --github-token-file): its installation token, made with its private key, refreshed before it expires")
+	c.gh.installation = f.Int("github-app-installation-id", "FDN_GITHUB_APP_INSTALLATION_ID", 0, "the GitHub App's installation on the repositories")
+	c.gh.appKeyFile = f.String("github-app-private-key-file", "FDN_GITHUB_APP_PRIVATE_KEY_FILE", "", "file holding the GitHub App's private key (PEM)")
 	c.gh.status = f.Bool("github-commit-status", "FDN_GITHUB_COMMIT_STATUS", false, "also post one commit status per cluster (context flux-deploy/<cluster>) with each deployment status")
 	c.gl.url = f.String("gitlab-url", "FDN_GITLAB_URL", gitlab.DefaultURL, "the GitLab instance: https://gitlab.com or a self-managed one's URL")
 	c.gl.tokenFile = f.String("gitlab-token-file", "FDN_GITLAB_TOKEN_FILE", "", "file holding a GitLab token with the api scope: each rollout's verdict is then a GitLab deployment of its commit")
@@ -62,7 +67,7 @@ func (c *forgeConfig) flags(f *flags) {
 // "GitLab" or "Gitea".
 func (c *forgeConfig) chosen() string {
 	switch {
-	case *c.gh.tokenFile != "":
+	case *c.gh.tokenFile != "", *c.gh.appID != 0:
 		return "GitHub"
 	case *c.gl.tokenFile != "":
 		return "GitLab"
@@ -79,16 +84,21 @@ func (c *forgeConfig) enabled() bool { return c.chosen() != "" }
 // repository flags of that one.
 func (c *forgeConfig) finish() error {
 	tokens := 0
-	for _, f := range []*string{c.gh.tokenFile, c.gl.tokenFile, c.gt.tokenFile} {
-		if *f != "" {
+	for _, set := range []bool{*c.gh.tokenFile != "" || *c.gh.appID != 0, *c.gl.tokenFile != "", *c.gt.tokenFile != ""} {
+		if set {
 			tokens++
 		}
 	}
+	app := *c.gh.appID != 0 || *c.gh.installation != 0 || *c.gh.appKeyFile != ""
 	switch {
 	case tokens > 1:
-		return errors.New("--github-token-file, --gitlab-token-file, --gitea-token-file: one forge shows the verdicts, not two")
-	case *c.gh.repo != "" && *c.gh.tokenFile == "":
-		return errors.New("--github-repo needs --github-token-file")
+		return errors.New("--github-token-file (or a GitHub App), --gitlab-token-file, --gitea-token-file: one forge shows the verdicts, not two")
+	case app && (*c.gh.appID <= 0 || *c.gh.installation <= 0 || *c.gh.appKeyFile == ""):
+		return errors.New("a GitHub App needs --github-app-id, --github-app-installation-id and --github-app-private-key-file")
+	case app && *c.gh.tokenFile != "":
+		return errors.New("--github-token-file or a GitHub App, not both")
+	case *c.gh.repo != "" && c.chosen() != "GitHub":
+		return errors.New("--github-repo needs --github-token-file or a GitHub App")
 	case *c.gl.project != "" && *c.gl.tokenFile == "":
 		return errors.New("--gitlab-project needs --gitlab-token-file")
 	case (*c.gt.repo != "" || *c.gt.url != "") && *c.gt.tokenFile == "":
@@ -158,10 +168,14 @@ func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL s
 	case "":
 		return nil, nil
 	case "GitHub":
-		f, err = github.New(github.Options{
+		opts := github.Options{
 			APIURL: *c.gh.apiURL, TokenFile: *c.gh.tokenFile, EnvironmentURL: *c.gh.envURL,
 			Production: *c.gh.production, Transient: *c.gh.transient, CommitStatus: *c.gh.status, HTTP: hc,
-		})
+		}
+		if *c.gh.appID != 0 {
+			opts.App = &github.App{ID: int64(*c.gh.appID), InstallationID: int64(*c.gh.installation), PrivateKeyFile: *c.gh.appKeyFile}
+		}
+		f, err = github.New(opts)
 	case "GitLab":
 		f, err = gitlab.New(gitlab.Options{URL: *c.gl.url, TokenFile: *c.gl.tokenFile, EnvironmentURL: *c.gl.envURL, HTTP: hc})
 	case "Gitea":

@@ -108,6 +108,8 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		{name: "github token file missing", args: []string{"--insecure-no-auth", "--data-dir", dir, "--github-token-file", filepath.Join(dir, "none"), "--github-repo", "acme/fleet"}, wantErr: "github token"},
 		{name: "github api url", args: []string{"--insecure-no-auth", "--data-dir", dir, "--github-token-file", "t", "--github-repo", "acme/fleet", "--github-api-url", "ftp://x"}, wantErr: "--github-api-url"},
 		{name: "two forges", args: []string{"--insecure-no-auth", "--github-token-file", "t", "--github-repo", "acme/fleet", "--gitlab-token-file", "t", "--gitlab-project", "acme/fleet"}, wantErr: "not two"},
+		{name: "github app half configured", args: []string{"--insecure-no-auth", "--github-app-id", "42"}, wantErr: "needs --github-app-id, --github-app-installation-id and --github-app-private-key-file"},
+		{name: "github app and token", args: []string{"--insecure-no-auth", "--github-token-file", "t", "--github-app-id", "42", "--github-app-installation-id", "7", "--github-app-private-key-file", "k"}, wantErr: "not both"},
 		{name: "gitea token without url", args: []string{"--insecure-no-auth", "--gitea-token-file", "t"}, wantErr: "needs --gitea-url"},
 	}
 	for _, tt := range tests {

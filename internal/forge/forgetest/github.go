@@ -2,6 +2,10 @@ package forgetest
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,6 +40,22 @@ type GitHub struct {
 	repos   map[string]*repo
 	nextID  int64
 	created func(Deployment)
+	apps    map[int64]app        // by installation
+	issued  map[string]time.Time // installation tokens, until they expire
+}
+
+// app is a GitHub App installed: its id and public key.
+type app struct {
+	id  int64
+	key *rsa.PublicKey
+}
+
+// AddApp installs a GitHub App (id, public key) as installation: a JWT it
+// signs gets installation tokens, valid an hour, that the API takes.
+func (g *GitHub) AddApp(id, installation int64, key *rsa.PublicKey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.apps[installation] = app{id, key}
 }
 
 // AfterCreate sets a function called with each deployment made, before
@@ -94,7 +114,8 @@ func StartGitHub(t testing.TB, token string, now func() time.Time, repos ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &GitHub{server: server{now: now}, t: t, token: token, repos: map[string]*repo{}, nextID: 1000}
+	g := &GitHub{server: server{now: now}, t: t, token: token, repos: map[string]*repo{}, nextID: 1000,
+		apps: map[int64]app{}, issued: map[string]time.Time{}}
 	for _, r := range repos {
 		g.repos[r] = &repo{commits: map[string]bool{}}
 	}
@@ -157,7 +178,11 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 	if g.fault(w, rec) {
 		return
 	}
-	if auth := r.Header.Get("Authorization"); auth != "Bearer "+g.token && auth != "token "+g.token {
+	if route.Operation.OperationID == "apps/create-installation-access-token" {
+		rec.Answered = g.installationToken(w, in, params["installation_id"], r.Header.Get("Authorization"))
+		return
+	}
+	if !g.authorized(r.Header.Get("Authorization")) {
 		rec.Answered = g.answer(w, in, http.StatusUnauthorized, nil, basicError("Bad credentials"))
 		return
 	}
@@ -191,6 +216,64 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		g.t.Errorf("contract: %s %s (%s) is not served here", r.Method, r.URL, route.Operation.OperationID)
 		rec.Answered = g.answer(w, in, http.StatusNotFound, nil, basicError("Not Found"))
 	}
+}
+
+// authorized: the token, or an installation token not expired.
+func (g *GitHub) authorized(auth string) bool {
+	tok, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok {
+		tok, ok = strings.CutPrefix(auth, "token ")
+	}
+	if !ok {
+		return false
+	}
+	exp, issued := g.issued[tok]
+	return tok == g.token || issued && g.now().Before(exp)
+}
+
+// installationToken checks an App's JWT (RS256 with the App's key, issued
+// by its id, at most ten minutes long, not expired) and issues a token.
+func (g *GitHub) installationToken(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, installation, auth string) int {
+	id, _ := strconv.ParseInt(installation, 10, 64)
+	a, ok := g.apps[id]
+	if !ok {
+		return g.answer(w, in, http.StatusNotFound, nil, basicError("Not Found"))
+	}
+	jwt, _ := strings.CutPrefix(auth, "Bearer ")
+	parts := strings.Split(jwt, ".")
+	bad := func(msg string) int { return g.answer(w, in, http.StatusUnauthorized, nil, basicError(msg)) }
+	if len(parts) != 3 {
+		return bad("A JSON web token could not be decoded")
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	if err != nil || rsa.VerifyPKCS1v15(a.key, crypto.SHA256, sum[:], sig) != nil {
+		return bad("A JSON web token could not be decoded")
+	}
+	var claims struct {
+		Iat, Exp int64
+		Iss      any
+	}
+	raw, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	if json.Unmarshal(raw, &claims) != nil || fmt.Sprint(claims.Iss) != strconv.FormatInt(a.id, 10) {
+		return bad("Integration not found")
+	}
+	now := g.now().Unix()
+	if claims.Exp <= now || claims.Iat > now+60 || claims.Exp-claims.Iat > 600 {
+		return bad("'Expiration time' claim ('exp') is too far in the future or has passed")
+	}
+	tok := fmt.Sprintf("ghs_installation_%d", g.id())
+	exp := g.now().Add(time.Hour).UTC().Truncate(time.Second)
+	g.issued[tok] = exp
+	return g.answer(w, in, http.StatusCreated, nil, map[string]any{"token": tok, "expires_at": exp.Format(time.RFC3339),
+		"permissions": map[string]any{"deployments": "write", "statuses": "write"}, "repository_selection": "all"})
+}
+
+// Installations counts the installation tokens issued.
+func (g *GitHub) Installations() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.issued)
 }
 
 func (g *GitHub) list(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, rp *repo, base string, r *http.Request) int {

@@ -29,6 +29,7 @@ var githubPaths = []string{
 	"/repos/{owner}/{repo}/deployments/{deployment_id}",
 	"/repos/{owner}/{repo}/deployments/{deployment_id}/statuses",
 	"/repos/{owner}/{repo}/statuses/{sha}",
+	"/app/installations/{installation_id}/access_tokens",
 }
 
 var githubSpec = sync.OnceValues(func() (*openapi3.T, error) {

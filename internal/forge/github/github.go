@@ -37,6 +37,8 @@ type Options struct {
 	// TokenFile holds the token (a Secret's key mounted as a file): read
 	// again when it changes, so that a rotated token is used at once.
 	TokenFile string
+	// App, instead of TokenFile, acts as a GitHub App's installation.
+	App *App
 	// EnvironmentURL, when set, is each deployment status's
 	// environment_url; Transient and Production set the deployment's
 	// transient_environment and production_environment.
@@ -68,13 +70,6 @@ func New(opts Options) (*Forge, error) {
 	if err != nil || base.Host == "" || base.Scheme != "https" && base.Scheme != "http" {
 		return nil, fmt.Errorf("--github-api-url %q: want an http(s) URL", opts.APIURL)
 	}
-	if opts.TokenFile == "" {
-		return nil, errors.New("--github-token-file is required")
-	}
-	tok, err := forge.NewTokenFile(opts.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("github %w", err)
-	}
 	hc := opts.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
@@ -82,8 +77,27 @@ func New(opts Options) (*Forge, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	var token func(context.Context) (string, error)
+	switch {
+	case opts.App != nil && opts.TokenFile != "":
+		return nil, errors.New("a GitHub token file or a GitHub App, not both")
+	case opts.App != nil:
+		app, err := newAppToken(*opts.App, base, &http.Client{Transport: transport(hc), Timeout: hc.Timeout}, opts.Now)
+		if err != nil {
+			return nil, err
+		}
+		token = app.Get
+	case opts.TokenFile != "":
+		tok, err := forge.NewTokenFile(opts.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("github %w", err)
+		}
+		token = func(context.Context) (string, error) { return tok.Get() }
+	default:
+		return nil, errors.New("--github-token-file or a GitHub App (--github-app-id) is required")
+	}
 	client := *hc
-	client.Transport = &auth{next: transport(hc), token: tok}
+	client.Transport = &auth{next: transport(hc), token: token}
 	c := gh.NewClient(&client)
 	c.BaseURL = base
 	c.UserAgent = "flux-deploy-notifier"
@@ -220,7 +234,10 @@ func (f *Forge) classify(err error) error {
 	)
 	var resp *http.Response
 	msg := err.Error()
+	var fe *forge.Error
 	switch {
+	case errors.As(err, &fe): // the installation token's exchange
+		return fe
 	case errors.As(err, &rl):
 		resp, msg = rl.Response, rl.Message
 	case errors.As(err, &ab):
@@ -245,11 +262,11 @@ func (f *Forge) classify(err error) error {
 // auth adds the token to each request.
 type auth struct {
 	next  http.RoundTripper
-	token *forge.TokenFile
+	token func(context.Context) (string, error)
 }
 
 func (a *auth) RoundTrip(r *http.Request) (*http.Response, error) {
-	tok, err := a.token.Get()
+	tok, err := a.token(r.Context())
 	if err != nil {
 		return nil, err
 	}

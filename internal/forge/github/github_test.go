@@ -2,7 +2,13 @@ package github_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -302,5 +308,72 @@ func TestNoCommitNotShown(t *testing.T) {
 	}
 	if p, _, _ := r.DB.Publication(k); p.Due() || !strings.Contains(p.LastError, "no git commit") {
 		t.Fatalf("record %+v: want done, saying why", p)
+	}
+}
+
+// writeKey writes a new RSA key as GitHub gives an App's (PKCS#1 PEM).
+func writeKey(t *testing.T) (*rsa.PrivateKey, string) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "app.pem")
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	if err := os.WriteFile(path, pemBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return key, path
+}
+
+// As a GitHub App: the JWT signed with its key gets an installation token,
+// used until five minutes before it expires (an hour), then made anew;
+// a key GitHub does not know is refused for good.
+func TestGitHubAppInstallationToken(t *testing.T) {
+	r := newRig(t)
+	key, keyFile := writeKey(t)
+	r.server.AddApp(42, 7, &key.PublicKey)
+	f, err := github.New(github.Options{APIURL: r.server.URL, Now: r.Clock.Now, App: &github.App{ID: 42, InstallationID: 7, PrivateKeyFile: keyFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Restart(f)
+	deliver := func(cluster string, v rollout.Verdict) {
+		t.Helper()
+		r.Decide(cluster, sha, v, "")
+		if next := r.D.Flush(context.Background()); !next.IsZero() {
+			t.Fatalf("next %v: want delivered; %+v", next, r.Due())
+		}
+	}
+	deliver("prod", rollout.VerdictApplying)
+	r.Clock.Add(54 * time.Minute)
+	deliver("prod", rollout.VerdictApplied)
+	if n := r.server.Installations(); n != 1 {
+		t.Fatalf("%d installation tokens within the first one's hour, want 1", n)
+	}
+	r.Clock.Add(2 * time.Minute) // within five minutes of its expiry
+	deliver("staging", rollout.VerdictApplied)
+	if n := r.server.Installations(); n != 2 {
+		t.Fatalf("%d installation tokens, want a second one before the first expired", n)
+	}
+	for _, req := range r.server.Requests() {
+		if req.Answered != http.StatusCreated && req.Answered != http.StatusOK {
+			t.Errorf("%s %s answered %d", req.Method, req.Path, req.Answered)
+		}
+	}
+
+	_, otherFile := writeKey(t)
+	bad, err := github.New(github.Options{APIURL: r.server.URL, Now: r.Clock.Now, App: &github.App{ID: 42, InstallationID: 7, PrivateKeyFile: otherFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Restart(bad)
+	r.Decide("dev", sha, rollout.VerdictApplied, "")
+	r.D.Flush(context.Background())
+	if p := r.Record("dev", sha); !p.Dead || !strings.Contains(p.LastError, "401") || !strings.Contains(p.LastError, "JSON web token") {
+		t.Fatalf("a key GitHub does not know: %+v, want dead-lettered with GitHub's message", p)
+	}
+	if _, err := github.New(github.Options{APIURL: r.server.URL, TokenFile: forgetest.TokenFile(t, token), App: &github.App{ID: 42, InstallationID: 7, PrivateKeyFile: keyFile}}); err == nil {
+		t.Fatal("a token file and an App both: accepted")
 	}
 }
