@@ -20,6 +20,10 @@ type Outbox interface {
 	Publications() ([]rollout.Publication, error)
 	// UpdatePublication applies f to the record of k in one transaction.
 	UpdatePublication(k rollout.Key, f func(*rollout.Publication)) error
+	// Head and SetHead keep the commit the forge last showed applied, by
+	// cluster and source.
+	Head(key string) (string, error)
+	SetHead(key, commit string) error
 }
 
 // Backoff of transient failures without a Retry-After: first retry after
@@ -220,6 +224,9 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 		}
 		return d.retry(p, now, fe, log)
 	}
+	if err := d.inside(ctx, u, log); err != nil {
+		return d.retry(p, now, AsError(err), log)
+	}
 	d.record(p, func(q *rollout.Publication) {
 		q.SentSeq, q.Sent = max(q.SentSeq, p.Seq), p.Verdict
 		if q.Seq == p.Seq {
@@ -232,6 +239,52 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 	d.outcomes.WithLabelValues(d.forge.Name(), "sent").Inc()
 	log.Info("verdict shown in the forge", "repo", u.Repo.String(), "commit", u.Commit, "state", string(u.State), "ref", ref)
 	return time.Time{}, false
+}
+
+// inside gives the commits that went out inside u's, when it applied or
+// failed, the status u's commit has: those merged after the source's
+// previously applied commit on the cluster, up to u's (MaxInside of
+// them). The source's first applied commit has none: nothing says where
+// its history starts. Repeated after a crash, the statuses are the same.
+func (d *Dispatcher) inside(ctx context.Context, u Update, log *slog.Logger) error {
+	c, ok := d.forge.(Comparer)
+	if !ok || !c.Compares() || u.State != StateSuccess && u.State != StateFailure {
+		return nil
+	}
+	source := u.Source
+	if source == "" {
+		source = u.Repo.String()
+	}
+	key := u.Cluster + "\x00" + source
+	base, err := d.outbox.Head(key)
+	if err != nil {
+		return &Error{Retry: true, Message: "read the last commit applied: " + err.Error()}
+	}
+	if base != "" && base != u.Commit {
+		commits, err := c.Between(ctx, u.Repo, base, u.Commit, MaxInside)
+		if err != nil {
+			return err
+		}
+		desc := Clean("went out in "+rollout.ShortHash(u.Commit)+", "+u.Description, MaxDescription)
+		for _, x := range commits {
+			if x == u.Commit || x == base {
+				continue
+			}
+			if err := c.StatusOf(ctx, u, x, desc); err != nil {
+				return err
+			}
+		}
+		if len(commits) > 0 {
+			log.Info("commits that went out inside it shown", "commits", len(commits)-1)
+		}
+	}
+	if u.State != StateSuccess {
+		return nil
+	}
+	if err := d.outbox.SetHead(key, u.Commit); err != nil {
+		return &Error{Retry: true, Message: "record the last commit applied: " + err.Error()}
+	}
+	return nil
 }
 
 // update is what the forge is told of p: its rollout's view as it is now
@@ -260,7 +313,7 @@ func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err er
 	}
 	u = Update{Repo: repo, Environment: env, Commit: commit, State: state, Verdict: p.Verdict,
 		Description: Describe(&rollout.View{Verdict: p.Verdict, Summary: v.Summary}),
-		Cluster:     p.Key.Cluster, Revision: v.Revision}
+		Cluster:     p.Key.Cluster, Revision: v.Revision, Source: v.Source}
 	if d.cfg.LogURL != nil {
 		u.LogURL = d.cfg.LogURL(p.Key)
 	}

@@ -55,9 +55,10 @@ type Update struct {
 	Description string // at most MaxDescription characters
 	LogURL      string // the rollout's status page, when the service knows its URL
 	// Cluster and Revision are the rollout's, for the marker that finds
-	// the forge's record of it again.
+	// the forge's record of it again; Source its source (Kind/ns/name).
 	Cluster  string
 	Revision string
+	Source   string
 }
 
 // Repo is a repository on a forge: owner (or group path) and name.
@@ -89,6 +90,25 @@ type Forge interface {
 	// Status posts u's state on the record ref.
 	Status(ctx context.Context, ref string, u Update) error
 }
+
+// Comparer is a forge that can say which commits went out inside a
+// rollout's, and give each of them a commit status: the commits merged
+// between the source's previously applied revision and the one applied
+// (a merge queue's), which Flux never saw on their own.
+type Comparer interface {
+	// Compares reports whether the forge posts commit statuses (GitHub
+	// only with --github-commit-status).
+	Compares() bool
+	// Between lists up to max commits after base up to head, oldest
+	// first.
+	Between(ctx context.Context, repo Repo, base, head string, max int) ([]string, error)
+	// StatusOf posts u's state as the commit status of commit, with desc.
+	StatusOf(ctx context.Context, u Update, commit, desc string) error
+}
+
+// MaxInside bounds the commits given the status of the one they went out
+// in: a page of the forges' compare APIs.
+const MaxInside = 100
 
 // Error is a forge's refusal, classed for the dispatcher: Retry is a
 // transient failure (network, 5xx, rate limit), tried again after After

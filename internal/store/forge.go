@@ -15,7 +15,12 @@ import (
 // The forge outbox: one record a rollout (cluster NUL hash), the latest
 // verdict decided for it and what the forge took last (rollout.Publication).
 // A binary without it ignores the bucket; no schema change.
-var bucketForge = []byte("forge")
+var (
+	bucketForge = []byte("forge")
+	// cluster NUL source -> the commit the forge last showed applied: the
+	// base of the next one's commits (forge.Comparer).
+	bucketForgeHeads = []byte("forge-heads")
+)
 
 const publicationVersion = 1
 
@@ -185,5 +190,23 @@ func (d *DB) UpdatePublication(k rollout.Key, f func(*rollout.Publication)) erro
 		}
 		f(&p)
 		return b.Put(key, encodePublication(p))
+	})
+}
+
+// Head returns the commit the forge last showed applied for key (a
+// cluster and a source), "" when none.
+func (d *DB) Head(key string) (string, error) {
+	var head string
+	err := d.db.View(func(tx *bolt.Tx) error {
+		head = string(tx.Bucket(bucketForgeHeads).Get([]byte(key)))
+		return nil
+	})
+	return head, err
+}
+
+// SetHead records the commit the forge last showed applied for key.
+func (d *DB) SetHead(key, commit string) error {
+	return d.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketForgeHeads).Put([]byte(key), []byte(commit))
 	})
 }

@@ -68,6 +68,7 @@ func (g *GitHub) AfterCreate(f func(Deployment)) {
 
 type repo struct {
 	commits     map[string]bool // empty: any 40-hex commit exists
+	history     []string        // AddCommits', oldest first: what compare reads
 	deployments []*Deployment   // oldest first
 	statuses    []CommitStatus  // oldest first
 }
@@ -131,12 +132,14 @@ func StartGitHub(t testing.TB, token string, now func() time.Time, repos ...stri
 }
 
 // AddCommits makes the repository know only these commits (others are
-// refused with 422, as GitHub refuses a ref it does not have).
+// refused with 422, as GitHub refuses a ref it does not have), each the
+// child of the one before: a linear history compare reads.
 func (g *GitHub) AddCommits(repo string, shas ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, s := range shas {
 		g.repos[repo].commits[s] = true
+		g.repos[repo].history = append(g.repos[repo].history, s)
 	}
 }
 
@@ -199,6 +202,8 @@ func (g *GitHub) serve(w http.ResponseWriter, r *http.Request) {
 		rec.Answered = g.create(w, in, rp, base, body)
 	case "repos/create-deployment-status":
 		rec.Answered = g.createStatus(w, in, rp, base, params["deployment_id"], body)
+	case "repos/compare-commits-with-basehead":
+		rec.Answered = g.compare(w, in, rp, base, params["basehead"], r)
 	case "repos/create-commit-status":
 		rec.Answered = g.createCommitStatus(w, in, rp, base, params["sha"], body)
 	case "repos/list-deployment-statuses":
@@ -402,6 +407,50 @@ func (g *GitHub) createCommitStatus(w http.ResponseWriter, in *openapi3filter.Re
 		"url": base + "/statuses/" + sha, "avatar_url": nil, "id": st.ID, "node_id": fmt.Sprintf("SC_%d", st.ID), "state": st.State,
 		"description": st.Description, "target_url": st.URL, "context": st.Context, "created_at": at, "updated_at": at, "creator": user(),
 	})
+}
+
+// compare answers base...head over the linear history: the commits after
+// base up to head, oldest first, a page of them.
+func (g *GitHub) compare(w http.ResponseWriter, in *openapi3filter.RequestValidationInput, rp *repo, base, basehead string, r *http.Request) int {
+	b, h, ok := strings.Cut(basehead, "...")
+	bi, hi := slices.Index(rp.history, b), slices.Index(rp.history, h)
+	if !ok || bi < 0 || hi < 0 {
+		return g.answer(w, in, http.StatusNotFound, nil, basicError("Not Found"))
+	}
+	status, commits := "identical", []string{}
+	switch {
+	case hi > bi:
+		status, commits = "ahead", rp.history[bi+1:hi+1]
+	case hi < bi:
+		status = "behind"
+	}
+	q := r.URL.Query()
+	per, page := atoiOr(q.Get("per_page"), 250), atoiOr(q.Get("page"), 1)
+	lo, up := min((page-1)*per, len(commits)), min(page*per, len(commits))
+	list := []any{}
+	for i, c := range commits[lo:up] {
+		list = append(list, commitJSON(base, c, rp.history[bi+lo+i]))
+	}
+	return g.answer(w, in, http.StatusOK, nil, map[string]any{
+		"url": base + "/compare/" + basehead, "html_url": "https://github.com/compare/" + basehead, "permalink_url": "https://github.com/compare/" + basehead,
+		"diff_url": "https://github.com/compare/" + basehead + ".diff", "patch_url": "https://github.com/compare/" + basehead + ".patch",
+		"base_commit": commitJSON(base, b, ""), "merge_base_commit": commitJSON(base, b, ""), "status": status,
+		"ahead_by": len(commits), "behind_by": max(bi-hi, 0), "total_commits": len(commits), "commits": list,
+	})
+}
+
+func commitJSON(base, sha, parent string) map[string]any {
+	parents := []any{}
+	if parent != "" {
+		parents = append(parents, map[string]any{"sha": parent, "url": base + "/commits/" + parent})
+	}
+	who := map[string]any{"name": "Dev", "email": "dev@example.com", "date": "2026-12-05T10:00:00Z"}
+	return map[string]any{
+		"url": base + "/commits/" + sha, "sha": sha, "node_id": "C_" + sha[:8], "html_url": "https://github.com/commit/" + sha,
+		"comments_url": base + "/commits/" + sha + "/comments", "author": user(), "committer": user(), "parents": parents,
+		"commit": map[string]any{"author": who, "committer": who, "comment_count": 0, "message": "Change " + sha[:7],
+			"tree": map[string]any{"sha": sha, "url": base + "/git/trees/" + sha}, "url": base + "/git/commits/" + sha},
+	}
 }
 
 // CommitStatuses returns a copy of the repository's commit statuses,

@@ -30,6 +30,7 @@ var githubPaths = []string{
 	"/repos/{owner}/{repo}/deployments/{deployment_id}/statuses",
 	"/repos/{owner}/{repo}/statuses/{sha}",
 	"/app/installations/{installation_id}/access_tokens",
+	"/repos/{owner}/{repo}/compare/{basehead}",
 }
 
 var githubSpec = sync.OnceValues(func() (*openapi3.T, error) {

@@ -85,12 +85,46 @@ func state(s forge.State) string {
 // the latest status of a context is the one Gitea shows, so a repeated
 // delivery changes nothing people see.
 func (f *Forge) Status(ctx context.Context, _ string, u forge.Update) error {
+	return f.StatusOf(ctx, u, u.Commit, u.Description)
+}
+
+// Compares implements forge.Comparer: Gitea's statuses are commit
+// statuses.
+func (f *Forge) Compares() bool { return true }
+
+// StatusOf implements forge.Comparer.
+func (f *Forge) StatusOf(ctx context.Context, u forge.Update, commit, desc string) error {
 	body, _ := json.Marshal(map[string]string{
 		"state": state(u.State), "context": Context + u.Environment,
-		"description": u.Description, "target_url": u.LogURL,
+		"description": desc, "target_url": u.LogURL,
 	})
-	path := "/repos/" + url.PathEscape(u.Repo.Owner) + "/" + url.PathEscape(u.Repo.Name) + "/statuses/" + url.PathEscape(u.Commit)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+path, bytes.NewReader(body))
+	return f.call(ctx, http.MethodPost, repoPath(u.Repo)+"/statuses/"+url.PathEscape(commit), body, nil)
+}
+
+// Between implements forge.Comparer: GET /repos/{owner}/{repo}/compare/{base}...{head}.
+func (f *Forge) Between(ctx context.Context, repo forge.Repo, base, head string, max int) ([]string, error) {
+	var out struct{ Commits []struct{ SHA string } }
+	if err := f.call(ctx, http.MethodGet, repoPath(repo)+"/compare/"+url.PathEscape(base+"..."+head), nil, &out); err != nil {
+		return nil, err
+	}
+	var shas []string
+	for _, c := range out.Commits {
+		if len(shas) == max {
+			break
+		}
+		shas = append(shas, c.SHA)
+	}
+	return shas, nil
+}
+
+func repoPath(r forge.Repo) string {
+	return "/repos/" + url.PathEscape(r.Owner) + "/" + url.PathEscape(r.Name)
+}
+
+// call makes one API request, decoding a 2xx answer into out (when not
+// nil) and classing any other.
+func (f *Forge) call(ctx context.Context, method, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, f.base+path, bytes.NewReader(body))
 	if err != nil {
 		return &forge.Error{Message: err.Error()}
 	}
@@ -106,10 +140,16 @@ func (f *Forge) Status(ctx context.Context, _ string, u forge.Update) error {
 		return &forge.Error{Retry: true, Message: err.Error()}
 	}
 	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if resp.StatusCode/100 == 2 {
+		if out == nil {
+			return nil
+		}
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(out); err != nil {
+			return &forge.Error{Retry: true, Message: "decode Gitea's answer: " + err.Error()}
+		}
 		return nil
 	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	var e struct{ Message string }
 	if json.Unmarshal(msg, &e) == nil && e.Message != "" {
 		msg = []byte(e.Message)

@@ -142,11 +142,21 @@ type status struct {
 
 // statuses are the commit's latest status of each context (Gitea's
 // combined status).
-func (s *server) statuses(t *testing.T) []status {
+func (s *server) statuses(t *testing.T) []status { return s.statusesOf(t, s.head) }
+
+func (s *server) statusesOf(t *testing.T, commit string) []status {
 	t.Helper()
 	var out struct{ Statuses []status }
-	s.api(t, http.MethodGet, "/repos/fdn/fleet/commits/"+s.head+"/status", "", &out)
+	s.api(t, http.MethodGet, "/repos/fdn/fleet/commits/"+commit+"/status", "", &out)
 	return out.Statuses
+}
+
+// commit adds a file to main and returns the commit it made.
+func (s *server) commit(t *testing.T, name string) string {
+	t.Helper()
+	var out struct{ Commit struct{ SHA string } }
+	s.api(t, http.MethodPost, "/repos/fdn/fleet/contents/"+name, `{"content":"aGVsbG8=","message":"Add `+name+`","branch":"main"}`, &out)
+	return out.Commit.SHA
 }
 
 // TestCommitStatusPerCluster runs the dispatcher against a real Gitea: one
@@ -196,5 +206,34 @@ func TestCommitStatusPerCluster(t *testing.T) {
 	flush()
 	if p := r.Record("prod", missing); !p.Dead || !strings.Contains(p.LastError, "object does not exist") {
 		t.Fatalf("a commit the repository lacks: %+v, want dead-lettered with Gitea's message", p)
+	}
+}
+
+// The commits merged between the source's previously applied commit and
+// the one applied get its status, through Gitea's compare API.
+func TestCommitsInsideALaterOne(t *testing.T) {
+	g := startGitea(t)
+	r := forgetest.NewRig(t, g.repo)
+	f, err := gitea.New(gitea.Options{URL: g.url, TokenFile: forgetest.TokenFile(t, g.token), Now: r.Clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Restart(f)
+	c := []string{g.head, g.commit(t, "a"), g.commit(t, "b"), g.commit(t, "c")}
+	for _, x := range []string{c[0], c[3]} {
+		r.Decide("prod", x, rollout.VerdictApplied, "all 3 expected layers applied it")
+		if next := r.D.Flush(context.Background()); !next.IsZero() {
+			t.Fatalf("next %v: want delivered; %+v", next, r.Due())
+		}
+	}
+	for i, x := range c {
+		want := "success applied: all 3 expected layers applied it"
+		if i == 1 || i == 2 {
+			want = "success went out in " + c[3][:7] + ", applied: all 3 expected layers applied it"
+		}
+		st := g.statusesOf(t, x)
+		if len(st) != 1 || st[0].Context != "flux-deploy/prod" || st[0].Status+" "+st[0].Description != want {
+			t.Errorf("commit %d: %+v, want %q", i, st, want)
+		}
 	}
 }

@@ -181,14 +181,39 @@ func (f *Forge) Status(ctx context.Context, ref string, u forge.Update) error {
 	if !f.opts.CommitStatus {
 		return nil
 	}
-	st := gh.RepoStatus{State: gh.Ptr(commitState(u.State)), Description: gh.Ptr(u.Description), Context: gh.Ptr(StatusContext + u.Environment)}
+	return f.StatusOf(ctx, u, u.Commit, u.Description)
+}
+
+// Compares implements forge.Comparer: with commit statuses.
+func (f *Forge) Compares() bool { return f.opts.CommitStatus }
+
+// StatusOf implements forge.Comparer: the cluster's commit status.
+func (f *Forge) StatusOf(ctx context.Context, u forge.Update, commit, desc string) error {
+	st := gh.RepoStatus{State: gh.Ptr(commitState(u.State)), Description: gh.Ptr(desc), Context: gh.Ptr(StatusContext + u.Environment)}
 	if u.LogURL != "" {
 		st.TargetURL = gh.Ptr(u.LogURL)
 	}
-	if _, _, err := f.c.Repositories.CreateStatus(ctx, u.Repo.Owner, u.Repo.Name, u.Commit, st); err != nil {
+	if _, _, err := f.c.Repositories.CreateStatus(ctx, u.Repo.Owner, u.Repo.Name, commit, st); err != nil {
 		return f.classify(err)
 	}
 	return nil
+}
+
+// Between implements forge.Comparer through the compare API: the commits
+// after base up to head, oldest first, its first page.
+func (f *Forge) Between(ctx context.Context, repo forge.Repo, base, head string, max int) ([]string, error) {
+	cmp, _, err := f.c.Repositories.CompareCommits(ctx, repo.Owner, repo.Name, base, head, &gh.ListOptions{PerPage: min(max, 100)})
+	if err != nil {
+		return nil, f.classify(err)
+	}
+	var out []string
+	for _, c := range cmp.Commits {
+		if len(out) == max {
+			break
+		}
+		out = append(out, c.GetSHA())
+	}
+	return out, nil
 }
 
 // StatusContext is the prefix of the commit statuses' context; the

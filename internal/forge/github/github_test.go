@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -375,5 +376,47 @@ func TestGitHubAppInstallationToken(t *testing.T) {
 	}
 	if _, err := github.New(github.Options{APIURL: r.server.URL, TokenFile: forgetest.TokenFile(t, token), App: &github.App{ID: 42, InstallationID: 7, PrivateKeyFile: keyFile}}); err == nil {
 		t.Fatal("a token file and an App both: accepted")
+	}
+}
+
+// Commits merged between the source's previously applied commit and the
+// one applied (a merge queue's) get the cluster's commit status of the one
+// they went out in: success when it applied, failure when it failed.
+func TestCommitsInsideALaterOne(t *testing.T) {
+	r := newRig(t)
+	var c []string
+	for i := range 6 {
+		c = append(c, fmt.Sprintf("%040x", 0xc0+i))
+	}
+	r.server.AddCommits(repo, c...)
+	deliver := func(commit string, v rollout.Verdict, summary string) {
+		t.Helper()
+		r.Decide("prod", commit, v, summary)
+		if next := r.D.Flush(context.Background()); !next.IsZero() {
+			t.Fatalf("next %v: want delivered; %+v", next, r.Due())
+		}
+	}
+	deliver(c[0], rollout.VerdictApplied, "all 3 expected layers applied it") // the first: no history before it
+	deliver(c[3], rollout.VerdictApplied, "all 3 expected layers applied it")
+	deliver(c[5], rollout.VerdictFailed, "flux-system/apps failed: HealthCheckFailed")
+	got := map[string][]string{}
+	for _, s := range r.server.CommitStatuses(repo) {
+		got[s.SHA] = append(got[s.SHA], s.State+": "+s.Description)
+	}
+	inside := func(of, state, desc string) []string {
+		return []string{state + ": went out in " + of[:7] + ", " + desc}
+	}
+	want := map[string][]string{
+		c[0]: {"success: applied: all 3 expected layers applied it"},
+		c[1]: inside(c[3], "success", "applied: all 3 expected layers applied it"),
+		c[2]: inside(c[3], "success", "applied: all 3 expected layers applied it"),
+		c[3]: {"success: applied: all 3 expected layers applied it"},
+		c[4]: inside(c[5], "failure", "failed: flux-system/apps failed: HealthCheckFailed"),
+		c[5]: {"failure: failed: flux-system/apps failed: HealthCheckFailed"},
+	}
+	for _, x := range c {
+		if !slices.Equal(got[x], want[x]) {
+			t.Errorf("commit %s: statuses %q, want %q", x[len(x)-2:], got[x], want[x])
+		}
 	}
 }
