@@ -420,3 +420,47 @@ func TestCommitsInsideALaterOne(t *testing.T) {
 		}
 	}
 }
+
+// A storm of 429s: each one's Retry-After is waited out in full, with no
+// request to GitHub before it ends, and nothing is lost.
+func TestRateLimitStorm(t *testing.T) {
+	r := newRig(t)
+	for range 5 {
+		r.server.Inject(forgetest.Fault{Status: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"30"}}, Body: `{"message":"API rate limit exceeded"}`})
+	}
+	for i := range 4 {
+		r.Decide(fmt.Sprintf("cluster-%d", i), sha, rollout.VerdictApplied, "")
+	}
+	for range 20 {
+		next := r.D.Flush(context.Background())
+		if next.IsZero() {
+			break
+		}
+		r.Clock.Add(next.Sub(r.Clock.Now()))
+	}
+	reqs := r.server.Requests()
+	refused := 0
+	for _, q := range reqs {
+		if q.Answered != http.StatusTooManyRequests {
+			continue
+		}
+		refused++
+		for _, o := range reqs {
+			if o.At.After(q.At) && o.At.Before(q.At.Add(30*time.Second)) {
+				t.Errorf("%s %s at %v, before the end of the limit GitHub gave at %v", o.Method, o.Path, o.At, q.At)
+			}
+		}
+	}
+	if refused != 5 {
+		t.Fatalf("%d refusals, want the 5 injected", refused)
+	}
+	deps := r.server.Deployments(repo)
+	if len(deps) != 4 {
+		t.Fatalf("%d deployments after the storm, want 4", len(deps))
+	}
+	for _, d := range deps {
+		if !slices.Equal(states(d), []string{"success"}) {
+			t.Errorf("deployment in %s: %v", d.Environment, states(d))
+		}
+	}
+}
