@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -58,11 +59,11 @@ type Dispatcher struct {
 	cfg    Config
 	log    *slog.Logger
 	now    func() time.Time
-	wake   chan struct{}
+	wake   outbox.Waker
 
 	// Owned by Flush.
 	limitedUntil time.Time // the forge's rate limit: no request before
-	lastWarn     string
+	warner       outbox.Warner
 
 	mu      sync.Mutex
 	refusal string    // the forge's last refusal, until a delivery succeeds
@@ -73,10 +74,11 @@ type Dispatcher struct {
 
 // NewDispatcher wires a dispatcher for one forge; views reads a rollout's
 // current view (live or settled). reg may be nil.
-func NewDispatcher(outbox Outbox, f Forge, views func(rollout.Key) (*rollout.View, error), cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
+func NewDispatcher(box Outbox, f Forge, views func(rollout.Key) (*rollout.View, error), cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
 	d := &Dispatcher{
-		outbox: outbox, forge: f, views: views, cfg: cfg, log: log.With("forge", f.Name()), now: now,
-		wake: make(chan struct{}, 1),
+		outbox: box, forge: f, views: views, cfg: cfg, log: log.With("forge", f.Name()), now: now,
+		warner: outbox.Warner{Log: log.With("forge", f.Name())},
+		wake:   outbox.NewWaker(),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fdn_forge_deliveries_total",
 			Help: "Verdicts delivered to a forge, by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (no repository or commit).",
@@ -92,38 +94,12 @@ func NewDispatcher(outbox Outbox, f Forge, views func(rollout.Key) (*rollout.Vie
 }
 
 // Wake tells the dispatcher that verdicts were published. It never blocks.
-func (d *Dispatcher) Wake() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+func (d *Dispatcher) Wake() { d.wake.Wake() }
 
 // Run delivers until ctx ends: at start (what a previous run left), when
 // woken, and when the earliest retry is due.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.wake:
-		case <-timer.C:
-		}
-		next := d.Flush(ctx)
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(next.Sub(d.now()), 0)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(wait)
-	}
+	return outbox.Run(ctx, d.wake, d.now, d.Flush)
 }
 
 // Warning says that verdicts wait because the forge refuses them, since
@@ -147,7 +123,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	}
 	pubs, err := d.outbox.Publications()
 	if err != nil {
-		d.warn("read the forge outbox", err)
+		d.warner.Warn("read the forge outbox", err)
 		return now.Add(backoffBase)
 	}
 	var next, oldest time.Time
@@ -194,7 +170,7 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 	log := d.log.With("cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
 	u, why, err := d.update(p)
 	if err != nil {
-		d.warn("read the rollout's view", err)
+		d.warner.Warn("read the rollout's view", err)
 		return d.retry(p, now, &Error{Retry: true, Message: err.Error()}, log)
 	}
 	if why != "" {
@@ -211,7 +187,7 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 		// Recorded before the status: after a crash in between, the next
 		// delivery posts to this one (and Ensure finds it again anyway).
 		if err := d.outbox.UpdatePublication(p.Key, func(q *rollout.Publication) { q.Ref = ref }); err != nil {
-			d.warn("record the forge's deployment", err)
+			d.warner.Warn("record the forge's deployment", err)
 		}
 	}
 	if err := d.forge.Status(ctx, ref, u); err != nil {
@@ -338,7 +314,7 @@ func (d *Dispatcher) retry(p rollout.Publication, now time.Time, fe *Error, log 
 	}
 	after := fe.After
 	if after <= 0 {
-		after = backoff(p.Attempts + 1)
+		after = outbox.Backoff(p.Attempts+1, backoffBase, backoffMax)
 	}
 	at := now.Add(after)
 	d.record(p, func(q *rollout.Publication) {
@@ -351,7 +327,7 @@ func (d *Dispatcher) retry(p rollout.Publication, now time.Time, fe *Error, log 
 		d.limitedUntil = at
 	}
 	d.outcomes.WithLabelValues(d.forge.Name(), outcome).Inc()
-	d.warn("deliver a verdict to the forge, will retry", fe)
+	d.warner.Warn("deliver a verdict to the forge, will retry", fe)
 	return at, fe.Limited
 }
 
@@ -361,20 +337,4 @@ func (d *Dispatcher) record(p rollout.Publication, f func(*rollout.Publication),
 	if err := d.outbox.UpdatePublication(p.Key, f); err != nil {
 		log.Warn("record a forge delivery", "err", err)
 	}
-}
-
-// warn logs a repeating failure once per change of its text.
-func (d *Dispatcher) warn(msg string, err error) {
-	if text := msg + ": " + err.Error(); text != d.lastWarn {
-		d.lastWarn = text
-		d.log.Warn(msg, "err", err)
-	}
-}
-
-func backoff(attempts int) time.Duration {
-	b := backoffBase
-	for i := 1; i < attempts && b < backoffMax; i++ {
-		b *= 2
-	}
-	return min(b, backoffMax)
 }

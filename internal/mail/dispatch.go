@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -35,8 +36,8 @@ type Dispatcher struct {
 	renderer *Renderer
 	log      *slog.Logger
 	now      func() time.Time
-	wake     chan struct{}
-	lastErr  string
+	wake     outbox.Waker
+	warner   outbox.Warner
 
 	// What the last Flush left waiting, for Warning and the metric: a
 	// mail undelivered for longer than alertAfter is stuck.
@@ -50,10 +51,10 @@ type Dispatcher struct {
 
 // NewDispatcher wires the dispatcher; a mail undelivered for longer than
 // alertAfter is reported stuck. reg may be nil.
-func NewDispatcher(outbox Outbox, sender Sender, renderer *Renderer, log *slog.Logger, now func() time.Time, alertAfter time.Duration, reg prometheus.Registerer) *Dispatcher {
+func NewDispatcher(box Outbox, sender Sender, renderer *Renderer, log *slog.Logger, now func() time.Time, alertAfter time.Duration, reg prometheus.Registerer) *Dispatcher {
 	d := &Dispatcher{
-		outbox: outbox, sender: sender, renderer: renderer, log: log, now: now, alertAfter: alertAfter,
-		wake:    make(chan struct{}, 1),
+		outbox: box, sender: sender, renderer: renderer, log: log, now: now, alertAfter: alertAfter, warner: outbox.Warner{Log: log},
+		wake:    outbox.NewWaker(),
 		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_sent_total", Help: "Mails delivered."}),
 		retried: prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_retried_total", Help: "Transient mail failures, each retried later."}),
 		dead:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fdn_mails_dead_lettered_total", Help: "Mails that failed for good."}),
@@ -100,34 +101,14 @@ func (d *Dispatcher) Warning() string {
 }
 
 // Wake tells the dispatcher that mails were enqueued. It never blocks.
-func (d *Dispatcher) Wake() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+func (d *Dispatcher) Wake() { d.wake.Wake() }
 
 // Run sends due mails until ctx ends: at start (what a previous run left),
 // when woken, and when the earliest retry is due. When ctx ends during a
 // burst, the mail under way is sent and recorded, the rest of the burst
 // waits for the next start.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-d.wake:
-		case <-timer.C:
-		}
-		next := d.Flush(ctx)
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(next.Sub(d.now()), 0)
-		}
-		timer.Reset(wait)
-	}
+	return outbox.Run(ctx, d.wake, d.now, d.Flush)
 }
 
 // Flush sends every mail that is due, in one burst over one connection,
@@ -136,7 +117,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	pending, err := d.outbox.Pending()
 	if err != nil {
-		d.warn("read outbox", err)
+		d.warner.Warn("read outbox", err)
 		return d.now().Add(backoffBase)
 	}
 	now := d.now()
@@ -179,19 +160,19 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		case res.Err == nil:
 			if err := d.outbox.Sent(q.Seq, now); err != nil {
 				// Sent but not recorded: it goes again, with the same Message-ID.
-				d.warn("record sent mail", err)
+				d.warner.Warn("record sent mail", err)
 			}
 			d.sent.Inc()
 			log.Info("mail sent", "subject", msgs[i].Subject)
 		case res.Retry:
 			q.Attempts++
 			q.LastError = res.Err.Error()
-			q.NextAttempt = now.Add(backoff(q.Attempts))
+			q.NextAttempt = now.Add(outbox.Backoff(q.Attempts, backoffBase, backoffMax))
 			if err := d.outbox.Reschedule(q); err != nil {
-				d.warn("reschedule mail", err)
+				d.warner.Warn("reschedule mail", err)
 			}
 			d.retried.Inc()
-			d.warn("send mail, will retry", res.Err)
+			d.warner.Warn("send mail, will retry", res.Err)
 			waiting = append(waiting, q.Enqueued)
 			d.mu.Lock()
 			d.retryErr = res.Err.Error()
@@ -210,7 +191,7 @@ func (d *Dispatcher) deadLetter(q rollout.Queued, err error) {
 	q.Attempts++
 	q.LastError = err.Error()
 	if serr := d.outbox.DeadLetter(q); serr != nil {
-		d.warn("dead-letter mail", serr)
+		d.warner.Warn("dead-letter mail", serr)
 		return
 	}
 	d.dead.Inc()
@@ -225,20 +206,4 @@ func mailAttrs(q rollout.Queued) []any {
 		attrs = append(attrs, "cluster", v.Cluster, "revision", v.Revision)
 	}
 	return attrs
-}
-
-// warn logs a repeating failure once per change of its text.
-func (d *Dispatcher) warn(msg string, err error) {
-	if text := msg + ": " + err.Error(); text != d.lastErr {
-		d.lastErr = text
-		d.log.Warn(msg, "err", err)
-	}
-}
-
-func backoff(attempts int) time.Duration {
-	b := backoffBase
-	for i := 1; i < attempts && b < backoffMax; i++ {
-		b *= 2
-	}
-	return min(b, backoffMax)
 }
