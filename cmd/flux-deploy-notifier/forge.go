@@ -190,7 +190,11 @@ func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL s
 		cfg.LogURL = func(k rollout.Key) string { return externalURL + edge.RolloutPath(k) }
 	}
 	views := func(k rollout.Key) (*rollout.View, error) {
-		return eng.Lookup(engine.Query{Cluster: k.Cluster, Hash: k.Hash})
+		v, err := eng.Lookup(engine.Query{Cluster: k.Cluster, Hash: k.Hash})
+		if errors.Is(err, engine.ErrNotFound) {
+			return nil, nil // collected: nothing to show
+		}
+		return v, err
 	}
 	def := "none"
 	if c.repos.Default != nil {

@@ -2,7 +2,6 @@ package forge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -73,7 +72,7 @@ type Dispatcher struct {
 }
 
 // NewDispatcher wires a dispatcher for one forge; views reads a rollout's
-// current view (live or settled). reg may be nil.
+// current view (live or settled), nil when it is gone. reg may be nil.
 func NewDispatcher(box Outbox, f Forge, views func(rollout.Key) (*rollout.View, error), cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
 	d := &Dispatcher{
 		outbox: box, forge: f, views: views, cfg: cfg, log: log.With("forge", f.Name()), now: now,
@@ -272,8 +271,11 @@ func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err er
 		return u, "no forge state for verdict " + p.Verdict.String(), nil
 	}
 	v, err := d.views(p.Key)
-	if err != nil || v == nil {
-		return u, "", errors.Join(err, errors.New("no view of the rollout"))
+	if err != nil {
+		return u, "", fmt.Errorf("the rollout's view: %w", err)
+	}
+	if v == nil {
+		return u, "the rollout is no longer known (collected)", nil
 	}
 	repo, err := d.cfg.Repo(v)
 	if err != nil {

@@ -64,8 +64,9 @@ func New(opts Options) (*Forge, error) {
 func (f *Forge) Name() string { return "gitea" }
 
 // Ensure implements forge.Forge: a commit status is the record itself,
-// posted again with each verdict under the cluster's context.
-func (f *Forge) Ensure(context.Context, forge.Update) (string, error) { return Context, nil }
+// posted again with each verdict under the cluster's context; there is
+// no record to keep ("").
+func (f *Forge) Ensure(context.Context, forge.Update) (string, error) { return "", nil }
 
 // state is the commit status of a forge state. Superseded is a warning:
 // the commit went out inside a later one, not on its own.

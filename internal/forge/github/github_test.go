@@ -464,3 +464,17 @@ func TestRateLimitStorm(t *testing.T) {
 		}
 	}
 }
+
+// A rollout collected (retention) before its verdict was delivered is not
+// shown, and not retried.
+func TestCollectedRolloutNotShown(t *testing.T) {
+	r := newRig(t)
+	k := rollout.Key{Cluster: "prod", Hash: sha}
+	r.Publish(k, rollout.VerdictApplied) // no view: gone
+	if next := r.D.Flush(context.Background()); !next.IsZero() || len(r.server.Requests()) != 0 {
+		t.Fatalf("next %v, %d requests: want none", next, len(r.server.Requests()))
+	}
+	if p := r.Record("prod", sha); p.Due() || !strings.Contains(p.LastError, "no longer known") {
+		t.Fatalf("record %+v: want done, saying why", p)
+	}
+}
