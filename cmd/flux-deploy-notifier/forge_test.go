@@ -1,10 +1,12 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,5 +86,15 @@ func TestForgeDeploymentAfterSIGKILL(t *testing.T) {
 	}
 	if code, warnings := readyz(t, second.url); code != http.StatusOK || len(warnings) != 0 {
 		t.Fatalf("/readyz %d %v", code, warnings)
+	}
+	resp, err := http.Get(second.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `fdn_forge_deliveries_total{forge="github",outcome="sent"} 1`) ||
+		!strings.Contains(string(b), `fdn_forge_deliveries_total{forge="github",outcome="dead"} 0`) {
+		t.Fatalf("/metrics lacks the delivery sent and the outcomes at 0:\n%s", b)
 	}
 }
