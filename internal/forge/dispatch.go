@@ -67,6 +67,7 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	refusal string    // the forge's last refusal, until a delivery succeeds
 	oldest  time.Time // the oldest verdict left undelivered by the last Flush
+	dead    time.Time // a verdict refused for good since the last delivery
 
 	outcomes *prometheus.CounterVec
 }
@@ -101,12 +102,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return outbox.Run(ctx, d.wake, d.now, d.Flush)
 }
 
-// Warning says that verdicts wait because the forge refuses them, since
+// Warning says that the forge refused a verdict for good (until one is
+// delivered again), or that verdicts wait because it refuses them, since
 // when and why; "" while they go out within AlertAfter.
 func (d *Dispatcher) Warning() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.refusal == "" || d.oldest.IsZero() || d.now().Sub(d.oldest) < d.cfg.AlertAfter {
+	switch {
+	case d.refusal == "":
+		return ""
+	case !d.dead.IsZero():
+		return fmt.Sprintf("%s: verdicts refused for good (dead-lettered) since %s: %s", d.forge.Name(), d.dead.UTC().Format(time.RFC3339), d.refusal)
+	case d.oldest.IsZero() || d.now().Sub(d.oldest) < d.cfg.AlertAfter:
 		return ""
 	}
 	return fmt.Sprintf("%s: verdicts undelivered since %s: %s", d.forge.Name(), d.oldest.UTC().Format(time.RFC3339), d.refusal)
@@ -209,7 +216,7 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 		}
 	}, log)
 	d.mu.Lock()
-	d.refusal = ""
+	d.refusal, d.dead = "", time.Time{}
 	d.mu.Unlock()
 	d.outcomes.WithLabelValues(d.forge.Name(), "sent").Inc()
 	log.Info("verdict shown in the forge", "repo", u.Repo.String(), "commit", u.Commit, "state", string(u.State), "ref", ref)
@@ -303,6 +310,9 @@ func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err er
 func (d *Dispatcher) retry(p rollout.Publication, now time.Time, fe *Error, log *slog.Logger) (time.Time, bool) {
 	d.mu.Lock()
 	d.refusal = fe.Error()
+	if !fe.Retry && d.dead.IsZero() {
+		d.dead = now
+	}
 	d.mu.Unlock()
 	if !fe.Retry {
 		d.record(p, func(q *rollout.Publication) {

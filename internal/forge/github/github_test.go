@@ -267,10 +267,16 @@ func TestPermanentRefusalDeadLettered(t *testing.T) {
 	if ps := r.Due(); len(ps) != 0 {
 		t.Fatalf("dead letter still due: %+v", ps)
 	}
+	if w := r.D.Warning(); !strings.Contains(w, "refused for good") || !strings.Contains(w, "404") {
+		t.Errorf("Warning %q: want it to say the forge refuses", w)
+	}
 	r.Decide("prod", sha, rollout.VerdictApplied, "")
 	r.D.Flush(context.Background())
 	if deps := r.server.Deployments(repo); len(deps) != 1 || !slices.Equal(states(deps[0]), []string{"success"}) {
 		t.Fatalf("deployments %+v: want the next verdict delivered", deps)
+	}
+	if w := r.D.Warning(); w != "" {
+		t.Errorf("Warning %q once a verdict is delivered again", w)
 	}
 }
 
