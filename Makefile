@@ -230,7 +230,8 @@ bench: testbin
 # The fleet of design.md against the real binary, one simulated day at a
 # time: memory, data size, ingest, /verdict and /rollouts latency, and the
 # time to ready after a restart (see cmd/fdn-fleet), with three HelmReleases
-# in each application layer (FLEET="-releases 0" for none). The full run
+# in each application layer (FLEET="-releases 0" for none; FLEET="-github"
+# adds a forge: every verdict a deployment in a stand-in for GitHub). The full run
 # (30 days) takes about 35 minutes on 2 cores; FLEET="-days 5" for a
 # shorter one. As
 # root, the service runs in a 256 MiB memory cgroup, as in its pod. Then the

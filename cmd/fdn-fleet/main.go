@@ -65,6 +65,7 @@ type config struct {
 	memLimit    string // the service's GOMEMLIMIT
 	gogc        string // the service's GOGC, "" for Go's default
 	cgroup      int64  // when > 0, the service runs in a memory cgroup with this limit
+	github      string // when set, the service shows its verdicts as deployments there (-github)
 }
 
 func run(args []string, out io.Writer) (err error) {
@@ -82,6 +83,7 @@ func run(args []string, out io.Writer) (err error) {
 	limit := fs.String("memory-limit", "", "run the service in a memory cgroup (v1, as root) with this limit in MiB, as a pod's limit, and report OOM kills")
 	fs.StringVar(&c.memLimit, "gomemlimit", "192MiB", "GOMEMLIMIT of the service, as manifests/deployment.yaml sets it (\"\" for none)")
 	fs.StringVar(&c.gogc, "gogc", "", "GOGC of the service alone (\"\": Go's default, 100), to weigh collections against heap and latency")
+	withGitHub := fs.Bool("github", false, "show the verdicts as GitHub deployments in a stand-in for its API, and check that every one got there")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -103,6 +105,17 @@ func run(args []string, out io.Writer) (err error) {
 	token := []byte("fleet-token")
 	if err := os.WriteFile(filepath.Join(c.dir, "token"), token, 0o600); err != nil {
 		return err
+	}
+	var gh *github
+	if *withGitHub {
+		if gh, err = startGitHub(); err != nil {
+			return err
+		}
+		defer gh.srv.Close()
+		c.github = gh.URL
+		if err := os.WriteFile(filepath.Join(c.dir, "github-token"), []byte("ghs_fleet"), 0o600); err != nil {
+			return err
+		}
 	}
 	var cg *memcg
 	if c.cgroup > 0 {
@@ -208,6 +221,14 @@ func run(args []string, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	if gh != nil {
+		ok, deps, statuses, waited := gh.await(len(fleet.revs), 5*time.Minute)
+		fmt.Fprintf(out, "github: %d of %d commits shown applied (%d deployments, %d statuses), the last %.1f s after the last check\n",
+			ok, len(fleet.revs), deps, statuses, waited.Seconds())
+		if ok < len(fleet.revs) {
+			wrong += len(fleet.revs) - ok
+		}
+	}
 	t0 := time.Now()
 	svc.stop()
 	stopped := time.Since(t0)
@@ -259,6 +280,10 @@ func startService(c config, cg *memcg) (*service, error) {
 		"--hmac-token-file", filepath.Join(c.dir, "token"), "--cluster=off", "--log-level", "warn",
 		"--stuck-after", horizon.String(), "--retention", horizon.String(),
 		"--mail-to", "fleet@localhost", "--mail-dir", filepath.Join(c.dir, "mail"))
+	if c.github != "" {
+		cmd.Args = append(cmd.Args, "--github-api-url", c.github, "--github-token-file", filepath.Join(c.dir, "github-token"),
+			"--github-repo", "acme/fleet")
+	}
 	cmd.Stderr = os.Stderr
 	cmd.Env = os.Environ()
 	if c.memLimit != "" {

@@ -35,8 +35,19 @@ func benchObservations(n int) []rollout.Observation {
 
 // BenchmarkSubmit measures durable ingest through the engine alone: merge,
 // verdicts, and a bbolt group commit before each acknowledgement.
-func BenchmarkSubmit(b *testing.B) {
-	e := enginetest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
+func BenchmarkSubmit(b *testing.B) { submit(b, defaultConfig()) }
+
+// BenchmarkSubmitPublished is BenchmarkSubmit with a forge configured:
+// each batch that changes a verdict writes it to the forge outbox, a bbolt
+// commit rather than the write-ahead log.
+func BenchmarkSubmitPublished(b *testing.B) {
+	cfg := defaultConfig()
+	cfg.Publish = true
+	submit(b, cfg)
+}
+
+func submit(b *testing.B, cfg rollout.Config) {
+	e := enginetest.Start(b, b.TempDir(), cfg, fixedClock(t0), true)
 	obs := benchObservations(b.N)
 	var next atomic.Int64
 	b.SetParallelism(32) // notification-controller posts from many goroutines
