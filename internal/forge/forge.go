@@ -45,6 +45,21 @@ func StateOf(v rollout.Verdict) (State, bool) {
 	return "", false
 }
 
+// CommitState is the state of a commit status (GitHub's, Gitea's) that
+// shows s; superseded is the forge's word for a commit that did not go out
+// on its own (GitHub has error, Gitea and Forgejo warning).
+func CommitState(s State, superseded string) string {
+	switch s {
+	case StateInProgress:
+		return "pending"
+	case StateSuccess:
+		return "success"
+	case StateFailure:
+		return "failure"
+	}
+	return superseded
+}
+
 // Update is what one delivery tells the forge about one rollout.
 type Update struct {
 	Repo        Repo

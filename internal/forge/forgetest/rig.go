@@ -1,6 +1,7 @@
 package forgetest
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -111,6 +112,15 @@ func (r *Rig) Publish(k rollout.Key, v rollout.Verdict) {
 	r.T.Helper()
 	if err := r.DB.Commit(&rollout.Batch{Published: []rollout.Published{{Key: k, Verdict: v, At: r.Clock.Now()}}, At: r.Clock.Now()}); err != nil {
 		r.T.Fatal(err)
+	}
+}
+
+// FlushAll flushes once and fails the test unless everything due was
+// delivered.
+func (r *Rig) FlushAll() {
+	r.T.Helper()
+	if next := r.D.Flush(context.Background()); !next.IsZero() {
+		r.T.Fatalf("next attempt %v: want everything delivered; outbox %+v", next, r.Due())
 	}
 }
 

@@ -68,20 +68,6 @@ func (f *Forge) Name() string { return "gitea" }
 // no record to keep ("").
 func (f *Forge) Ensure(context.Context, forge.Update) (string, error) { return "", nil }
 
-// state is the commit status of a forge state. Superseded is a warning:
-// the commit went out inside a later one, not on its own.
-func state(s forge.State) string {
-	switch s {
-	case forge.StateInProgress:
-		return "pending"
-	case forge.StateSuccess:
-		return "success"
-	case forge.StateFailure:
-		return "failure"
-	}
-	return "warning"
-}
-
 // Status implements forge.Forge: POST /repos/{owner}/{repo}/statuses/{sha};
 // the latest status of a context is the one Gitea shows, so a repeated
 // delivery changes nothing people see.
@@ -96,7 +82,7 @@ func (f *Forge) Compares() bool { return true }
 // StatusOf implements forge.Comparer.
 func (f *Forge) StatusOf(ctx context.Context, u forge.Update, commit, desc string) error {
 	body, _ := json.Marshal(map[string]string{
-		"state": state(u.State), "context": Context + u.Environment,
+		"state": forge.CommitState(u.State, "warning"), "context": Context + u.Environment,
 		"description": desc, "target_url": u.LogURL,
 	})
 	return f.call(ctx, http.MethodPost, repoPath(u.Repo)+"/statuses/"+url.PathEscape(commit), body, nil)

@@ -1,7 +1,6 @@
 package gitea_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -159,10 +158,9 @@ func (s *server) commit(t *testing.T, name string) string {
 	return out.Commit.SHA
 }
 
-// TestCommitStatusPerCluster runs the dispatcher against a real Gitea: one
-// status context per cluster, following the verdict; a commit the
-// repository lacks is refused for good, not retried.
-func TestCommitStatusPerCluster(t *testing.T) {
+// newRig is the forge rig delivering to a real Gitea.
+func newRig(t *testing.T) (*server, *forgetest.Rig) {
+	t.Helper()
 	g := startGitea(t)
 	r := forgetest.NewRig(t, g.repo)
 	f, err := gitea.New(gitea.Options{URL: g.url, TokenFile: forgetest.TokenFile(t, g.token), Now: r.Clock.Now})
@@ -170,18 +168,20 @@ func TestCommitStatusPerCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Restart(f)
-	flush := func() {
-		t.Helper()
-		if next := r.D.Flush(context.Background()); !next.IsZero() {
-			t.Fatalf("next attempt %v: want delivered; outbox %+v", next, r.Due())
-		}
-	}
+	return g, r
+}
+
+// TestCommitStatusPerCluster runs the dispatcher against a real Gitea: one
+// status context per cluster, following the verdict; a commit the
+// repository lacks is refused for good, not retried.
+func TestCommitStatusPerCluster(t *testing.T) {
+	g, r := newRig(t)
 	r.Decide("prod", g.head, rollout.VerdictApplying, "1 of 3 expected layers applied it")
-	flush()
+	r.FlushAll()
 	r.Decide("staging", g.head, rollout.VerdictFailed, "flux-system/apps failed: HealthCheckFailed\n<b>x</b>")
-	flush()
+	r.FlushAll()
 	r.Decide("prod", g.head, rollout.VerdictApplied, "all 3 expected layers applied it")
-	flush()
+	r.FlushAll()
 
 	latest := map[string]status{}
 	var contexts []string
@@ -203,7 +203,7 @@ func TestCommitStatusPerCluster(t *testing.T) {
 
 	missing := strings.Repeat("0", 40)
 	r.Decide("prod", missing, rollout.VerdictApplied, "")
-	flush()
+	r.FlushAll()
 	if p := r.Record("prod", missing); !p.Dead || !strings.Contains(p.LastError, "object does not exist") {
 		t.Fatalf("a commit the repository lacks: %+v, want dead-lettered with Gitea's message", p)
 	}
@@ -212,19 +212,11 @@ func TestCommitStatusPerCluster(t *testing.T) {
 // The commits merged between the source's previously applied commit and
 // the one applied get its status, through Gitea's compare API.
 func TestCommitsInsideALaterOne(t *testing.T) {
-	g := startGitea(t)
-	r := forgetest.NewRig(t, g.repo)
-	f, err := gitea.New(gitea.Options{URL: g.url, TokenFile: forgetest.TokenFile(t, g.token), Now: r.Clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Restart(f)
+	g, r := newRig(t)
 	c := []string{g.head, g.commit(t, "a"), g.commit(t, "b"), g.commit(t, "c")}
 	for _, x := range []string{c[0], c[3]} {
 		r.Decide("prod", x, rollout.VerdictApplied, "all 3 expected layers applied it")
-		if next := r.D.Flush(context.Background()); !next.IsZero() {
-			t.Fatalf("next %v: want delivered; %+v", next, r.Due())
-		}
+		r.FlushAll()
 	}
 	for i, x := range c {
 		want := "success applied: all 3 expected layers applied it"

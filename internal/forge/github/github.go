@@ -189,7 +189,7 @@ func (f *Forge) Compares() bool { return f.opts.CommitStatus }
 
 // StatusOf implements forge.Comparer: the cluster's commit status.
 func (f *Forge) StatusOf(ctx context.Context, u forge.Update, commit, desc string) error {
-	st := gh.RepoStatus{State: gh.Ptr(commitState(u.State)), Description: gh.Ptr(desc), Context: gh.Ptr(StatusContext + u.Environment)}
+	st := gh.RepoStatus{State: gh.Ptr(forge.CommitState(u.State, "error")), Description: gh.Ptr(desc), Context: gh.Ptr(StatusContext + u.Environment)}
 	if u.LogURL != "" {
 		st.TargetURL = gh.Ptr(u.LogURL)
 	}
@@ -219,20 +219,6 @@ func (f *Forge) Between(ctx context.Context, repo forge.Repo, base, head string,
 // StatusContext is the prefix of the commit statuses' context; the
 // environment follows it.
 const StatusContext = "flux-deploy/"
-
-// commitState is a commit status's state of a forge state: superseded is
-// an error, the commit did not go out on its own.
-func commitState(s forge.State) string {
-	switch s {
-	case forge.StateInProgress:
-		return "pending"
-	case forge.StateSuccess:
-		return "success"
-	case forge.StateFailure:
-		return "failure"
-	}
-	return "error"
-}
 
 func payload(u forge.Update) map[string]any {
 	return map[string]any{Marker: map[string]string{"cluster": u.Cluster, "revision": u.Revision}}

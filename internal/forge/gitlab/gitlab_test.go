@@ -40,26 +40,19 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-func (r *rig) flush(t *testing.T) {
-	t.Helper()
-	if next := r.D.Flush(context.Background()); !next.IsZero() {
-		t.Fatalf("next attempt %v: want everything delivered; outbox %+v", next, r.Due())
-	}
-}
-
 // The environment is made once, with its URL; one deployment per commit
 // and environment, its status following the verdict.
 func TestDeploymentFollowsTheVerdict(t *testing.T) {
 	r := newRig(t)
 	r.Decide("prod", sha, rollout.VerdictApplying, "")
-	r.flush(t)
+	r.FlushAll()
 	r.Clock.Add(time.Minute)
 	r.Decide("prod", sha, rollout.VerdictApplied, "")
-	r.flush(t)
+	r.FlushAll()
 	r.Decide("prod", sha2, rollout.VerdictApplying, "")
-	r.flush(t)
+	r.FlushAll()
 	r.Decide("prod", sha2, rollout.VerdictFailed, "apps: HealthCheckFailed")
-	r.flush(t)
+	r.FlushAll()
 
 	envs := r.server.Environments(project)
 	if len(envs) != 1 || envs[0].Name != "prod" || envs[0].ExternalURL != "https://fleet.example.com" {
@@ -87,13 +80,13 @@ func TestTransitions(t *testing.T) {
 	r := newRig(t)
 	r.Decide("prod", sha, rollout.VerdictApplying, "")
 	r.Decide("prod", sha, rollout.VerdictApplied, "")
-	r.flush(t)
+	r.FlushAll()
 	r.Decide("prod", sha, rollout.VerdictSuperseded, "")
-	r.flush(t)
+	r.FlushAll()
 	r.Decide("staging", sha2, rollout.VerdictApplying, "")
-	r.flush(t)
+	r.FlushAll()
 	r.Decide("staging", sha2, rollout.VerdictSuperseded, "")
-	r.flush(t)
+	r.FlushAll()
 	deps := r.server.Deployments(project)
 	if len(deps) != 2 || !slices.Equal(deps[0].Statuses, []string{"running", "success"}) || !slices.Equal(deps[1].Statuses, []string{"running", "canceled"}) {
 		t.Fatalf("deployments %+v", deps)
@@ -111,7 +104,7 @@ func TestDeploymentFoundAgainAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Restart(r.forge)
-	r.flush(t)
+	r.FlushAll()
 	deps := r.server.Deployments(project)
 	if len(deps) != 1 || strconv.FormatInt(deps[0].ID, 10) != made || !slices.Equal(deps[0].Statuses, []string{"running", "success"}) {
 		t.Fatalf("deployments %+v: want the one made before the crash, finished", deps)
@@ -135,7 +128,7 @@ func TestRefusals(t *testing.T) {
 		t.Fatalf("next %v, want Retry-After", next)
 	}
 	r.Clock.Add(30 * time.Second)
-	r.flush(t)
+	r.FlushAll()
 
 	bad, err := gitlab.New(gitlab.Options{URL: r.server.URL, TokenFile: forgetest.TokenFile(t, "glpat-wrong"), Now: r.Clock.Now})
 	if err != nil {
@@ -143,7 +136,7 @@ func TestRefusals(t *testing.T) {
 	}
 	r.Restart(bad)
 	r.Decide("prod", sha2, rollout.VerdictApplied, "")
-	r.flush(t)
+	r.FlushAll()
 	if p := r.Record("prod", sha2); !p.Dead || p.LastError != "401 Unauthorized: 401 Unauthorized" {
 		t.Fatalf("record %+v: want dead-lettered with GitLab's message", p)
 	}
