@@ -17,6 +17,9 @@ import (
 // A binary without it ignores the bucket; no schema change.
 var (
 	bucketForge = []byte("forge")
+	// The keys of the records with a verdict to deliver: the dispatcher
+	// reads what is due, not the retention's worth of delivered ones.
+	bucketForgeDue = []byte("forge-due")
 	// cluster NUL source -> the commit the forge last showed applied: the
 	// base of the next one's commits (forge.Comparer).
 	bucketForgeHeads = []byte("forge-heads")
@@ -100,11 +103,22 @@ func publish(tx *bolt.Tx, ps []rollout.Published) error {
 		p.Key, p.Verdict, p.Changed = pub.Key, pub.Verdict, pub.At
 		p.Seq++
 		p.Attempts, p.NextAttempt, p.LastError, p.Dead = 0, time.Time{}, "", false
-		if err := b.Put(k, encodePublication(p)); err != nil {
+		if err := putPublication(tx, k, p); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// putPublication writes p under k and keeps the index of what is due.
+func putPublication(tx *bolt.Tx, k []byte, p rollout.Publication) error {
+	if err := tx.Bucket(bucketForge).Put(k, encodePublication(p)); err != nil {
+		return err
+	}
+	if p.Due() {
+		return tx.Bucket(bucketForgeDue).Put(k, nil)
+	}
+	return tx.Bucket(bucketForgeDue).Delete(k)
 }
 
 // purgePublications drops the records of verdicts delivered (or refused
@@ -139,7 +153,12 @@ func purgePublications(tx *bolt.Tx, cutoff time.Time) error {
 func (d *DB) Publications() ([]rollout.Publication, error) {
 	var out []rollout.Publication
 	err := d.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketForge).ForEach(func(k, v []byte) error {
+		records := tx.Bucket(bucketForge)
+		return tx.Bucket(bucketForgeDue).ForEach(func(k, _ []byte) error {
+			v := records.Get(k)
+			if v == nil {
+				return nil
+			}
 			p, err := decodePublication(k, v)
 			if err != nil {
 				return err
@@ -189,7 +208,7 @@ func (d *DB) UpdatePublication(k rollout.Key, f func(*rollout.Publication)) erro
 			return err
 		}
 		f(&p)
-		return b.Put(key, encodePublication(p))
+		return putPublication(tx, key, p)
 	})
 }
 

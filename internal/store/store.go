@@ -109,7 +109,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 		case string(v) != schema:
 			return fmt.Errorf("schema %q, this binary reads %q", v, schema)
 		}
-		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge, bucketForgeHeads} {
+		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge, bucketForgeDue, bucketForgeHeads} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
