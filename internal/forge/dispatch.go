@@ -228,6 +228,9 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 // previously applied commit on the cluster, up to u's (MaxInside of
 // them). The source's first applied commit has none: nothing says where
 // its history starts. Repeated after a crash, the statuses are the same.
+// Only a transient failure is returned (the delivery is tried again): one
+// the forge refuses for good (the base commit gone after a force-push, a
+// commit it does not know) is logged, and never holds up u's own verdict.
 func (d *Dispatcher) inside(ctx context.Context, u Update, log *slog.Logger) error {
 	c, ok := d.forge.(Comparer)
 	if !ok || !c.Compares() || u.State != StateSuccess && u.State != StateFailure {
@@ -244,16 +247,20 @@ func (d *Dispatcher) inside(ctx context.Context, u Update, log *slog.Logger) err
 	}
 	if base != "" && base != u.Commit {
 		commits, err := c.Between(ctx, u.Repo, base, u.Commit, MaxInside)
-		if err != nil {
+		if err != nil && AsError(err).Retry {
 			return err
+		} else if err != nil {
+			log.Warn("the commits that went out inside it are not shown", "base", base, "err", err)
 		}
 		desc := Clean("went out in "+rollout.ShortHash(u.Commit)+", "+u.Description, MaxDescription)
 		for _, x := range commits {
 			if x == u.Commit || x == base {
 				continue
 			}
-			if err := c.StatusOf(ctx, u, x, desc); err != nil {
+			if err := c.StatusOf(ctx, u, x, desc); err != nil && AsError(err).Retry {
 				return err
+			} else if err != nil {
+				log.Warn("a commit that went out inside it is not shown", "commit", x, "err", err)
 			}
 		}
 		if len(commits) > 0 {

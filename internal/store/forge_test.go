@@ -55,7 +55,7 @@ func TestForgeOutbox(t *testing.T) {
 	if got, n := due(); !slices.Equal(got, []string{"c"}) || n != 1 {
 		t.Fatalf("due %v (%d indexed), want c alone", got, n)
 	}
-	publish("b", rollout.VerdictFailed, at.Add(2*time.Hour)) // a later verdict: due again
+	publish("b", rollout.VerdictFailed, at.Add(2*time.Hour))  // a later verdict: due again
 	publish("c", rollout.VerdictApplied, at.Add(3*time.Hour)) // replaces one not taken
 	if got, n := due(); !slices.Equal(got, []string{"b", "c"}) || n != 2 {
 		t.Fatalf("due %v (%d indexed), want b and c", got, n)

@@ -480,3 +480,19 @@ func TestCollectedRolloutNotShown(t *testing.T) {
 		t.Fatalf("record %+v: want done, saying why", p)
 	}
 }
+
+// The source's previously applied commit gone from the repository (a
+// force-push): the compare API refuses it, the commits inside are not
+// shown, and the verdict itself is delivered, not dead-lettered.
+func TestInsideBaseGone(t *testing.T) {
+	r := newRig(t)
+	gone, c1 := fmt.Sprintf("%040x", 0xdead), fmt.Sprintf("%040x", 0xc1)
+	r.Decide("prod", gone, rollout.VerdictApplied, "") // any 40-hex commit exists until AddCommits
+	r.FlushAll()
+	r.server.AddCommits(repo, c1) // the history now knows c1 alone
+	r.Decide("prod", c1, rollout.VerdictApplied, "")
+	r.FlushAll()
+	if p := r.Record("prod", c1); p.Dead || p.Sent != rollout.VerdictApplied {
+		t.Fatalf("record %+v: want delivered", p)
+	}
+}
