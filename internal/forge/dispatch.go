@@ -304,7 +304,7 @@ func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err er
 		env = e
 	}
 	u = Update{Repo: repo, Environment: env, Commit: commit, State: state, Verdict: p.Verdict,
-		Description: Describe(&rollout.View{Verdict: p.Verdict, Summary: v.Summary}),
+		Description: Describe(p.Verdict, v.Summary),
 		Cluster:     p.Key.Cluster, Revision: v.Revision, Source: v.Source}
 	if d.cfg.LogURL != nil {
 		u.LogURL = d.cfg.LogURL(p.Key)

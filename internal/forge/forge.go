@@ -1,6 +1,7 @@
 // Package forge shows each rollout's verdict where developers look: a
-// deployment of the commit in its repository's forge (GitHub), one per
-// commit and cluster, whose status follows the verdict. The engine writes
+// deployment of the commit in its repository's forge (GitHub, GitLab), or
+// a commit status (Gitea), one per commit and cluster, following the
+// verdict. The engine writes
 // verdict changes to the forge outbox in the transaction that decides
 // them (rollout.Published); the Dispatcher delivers them at least once, in
 // order per rollout, the latest state due replacing the ones not sent.
@@ -17,6 +18,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -199,13 +201,13 @@ func AsError(err error) *Error {
 const MaxDescription = 140
 
 // Describe is the one line the forge shows: the verdict and, when it
-// failed or is stuck, which layer and why, from the rollout's summary.
-// Flux's text comes from the cluster: control characters become spaces,
-// and it is cut to MaxDescription characters on a rune boundary.
-func Describe(v *rollout.View) string {
-	s := v.Verdict.String()
-	if v.Summary != "" {
-		s += ": " + v.Summary
+// failed or is stuck, which layer and why (the rollout's summary). Flux's
+// text comes from the cluster: control characters become spaces, and it
+// is cut to MaxDescription characters on a rune boundary.
+func Describe(v rollout.Verdict, summary string) string {
+	s := v.String()
+	if summary != "" {
+		s += ": " + summary
 	}
 	return Clean(s, MaxDescription)
 }
@@ -213,36 +215,26 @@ func Describe(v *rollout.View) string {
 // Clean makes text from Flux fit a forge's one-line field: no control
 // characters, single spaces, at most n characters (runes), cut with "…".
 func Clean(s string, n int) string {
-	var b strings.Builder
-	space := false
-	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) || unicode.IsSpace(r) {
-			space = b.Len() > 0
-			continue
-		}
-		if space {
-			b.WriteByte(' ')
-			space = false
-		}
-		b.WriteRune(r)
+	runes := []rune(strings.Join(strings.FieldsFunc(s, func(r rune) bool {
+		return r == utf8.RuneError || unicode.IsControl(r) || unicode.IsSpace(r)
+	}), " "))
+	if len(runes) <= n {
+		return string(runes)
 	}
-	out := b.String()
-	if utf8.RuneCountInString(out) <= n {
-		return out
-	}
-	runes := []rune(out)
 	return strings.TrimRight(string(runes[:n-1]), " ") + "…"
 }
 
 // Commit is the git commit a rollout deployed: its origin revision's hash
-// for an artifact built from git (OCI), else its own hash when its
-// revision is a git commit's; "" when it names none (a Bucket, an OCI
+// for an artifact built from git (OCI), else its own hash when a
+// GitRepository produced it or its revision is a sha1 one (a git commit's;
+// OCI digests are sha256); "" when it names none (a Bucket, an OCI
 // artifact without origin).
 func Commit(v *rollout.View) string {
-	switch {
-	case v.OriginHash != "":
+	if v.OriginHash != "" {
 		return v.OriginHash
-	case strings.Contains(v.Revision, "@sha1:"), strings.HasPrefix(v.Source, "GitRepository/"):
+	}
+	rev, err := flux.ParseRevision(v.Revision)
+	if err == nil && rev.Algo == "sha1" || strings.HasPrefix(v.Source, flux.KindGitRepository+"/") {
 		return v.Hash
 	}
 	return ""

@@ -251,11 +251,8 @@ func (f *Forge) classify(err error) error {
 		return fe
 	case errors.As(err, &rl):
 		resp, msg = rl.Response, rl.Message
-	case errors.As(err, &ab):
+	case errors.As(err, &ab): // its RetryAfter is the headers' Classify reads
 		resp, msg = ab.Response, ab.Message
-		if ab.RetryAfter != nil && resp != nil && resp.Header.Get("Retry-After") == "" {
-			return &forge.Error{Status: resp.StatusCode, Retry: true, Limited: true, After: *ab.RetryAfter, Message: msg}
-		}
 	case errors.As(err, &er):
 		resp, msg = er.Response, er.Message
 		for _, e := range er.Errors {

@@ -15,6 +15,7 @@ import (
 
 	gl "gitlab.com/gitlab-org/api/client-go/v2"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 )
 
@@ -136,8 +137,9 @@ func (f *Forge) Ensure(ctx context.Context, u forge.Update) (string, error) {
 // refOf is the branch or tag a Flux revision names ("main@sha1:…",
 // "refs/tags/v1@sha1:…"), else the commit itself.
 func refOf(u forge.Update) (string, bool) {
-	ref, _, ok := strings.Cut(u.Revision, "@")
-	if !ok || ref == "" || strings.HasPrefix(ref, "sha") {
+	rev, err := flux.ParseRevision(u.Revision)
+	ref := rev.Ref
+	if err != nil || ref == "" {
 		return u.Commit, false
 	}
 	if t, ok := strings.CutPrefix(ref, "refs/tags/"); ok {
