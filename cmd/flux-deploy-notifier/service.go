@@ -23,7 +23,6 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
@@ -130,15 +129,6 @@ func (s *service) openForge(context.Context) error {
 	return nil
 }
 
-// forgeRecord is the forge outbox's record of a rollout, for its page;
-// none without a forge.
-func (s *service) forgeRecord(k rollout.Key) (rollout.Publication, bool, error) {
-	if s.forger == nil {
-		return rollout.Publication{}, false, nil
-	}
-	return s.db.Publication(k)
-}
-
 func (s *service) watchCluster(ctx context.Context) error {
 	statusMoved := func() {
 		if s.watchdog != nil {
@@ -194,11 +184,14 @@ func (s *service) listen(context.Context) error {
 	if err != nil {
 		return err
 	}
-	pages, err := ui.New(s.eng, uiFS, ui.Options{
+	opts := ui.Options{
 		Token: s.verdictToken, TrustHeader: s.c.trustHeader, Warnings: s.warnings, Draining: draining, Log: s.log,
 		Outbox: func() (int, int, error) { return outboxCounts(s.db) }, Mails: s.db.MailLog,
-		Forge: s.forgeRecord, ForgeName: s.c.forge.chosen(),
-	})
+	}
+	if s.forger != nil {
+		opts.Forge, opts.ForgeName = s.db.Publication, s.c.forge.chosen()
+	}
+	pages, err := ui.New(s.eng, uiFS, opts)
 	if err != nil {
 		return err
 	}
@@ -244,13 +237,11 @@ func (s *service) run(ctx context.Context) error {
 	mailDone := make(chan error, 1)
 	go func() { mailDone <- s.mailer.Run(mailCtx) }()
 	forgeDone := make(chan error, 1)
-	go func() {
-		if s.forger == nil {
-			forgeDone <- nil
-			return
-		}
-		forgeDone <- s.forger.Run(mailCtx)
-	}()
+	if s.forger == nil {
+		forgeDone <- nil
+	} else {
+		go func() { forgeDone <- s.forger.Run(mailCtx) }()
+	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- s.srv.Serve(s.ln) }()
 
