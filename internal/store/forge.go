@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,7 +11,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
-// The forge outbox: one record a rollout (cluster NUL hash), the latest
+// The forge outbox: one record a rollout (hash NUL cluster), the latest
 // verdict decided for it and what the forge took last (rollout.Publication).
 // A binary without it ignores the bucket; no schema change.
 var (
@@ -31,9 +30,9 @@ const publicationVersion = 1
 // rollout was purged while its delivery was under way.
 var ErrNoPublication = errors.New("no such publication")
 
-func publicationKey(k rollout.Key) []byte {
-	return []byte(k.Cluster + "\x00" + k.Hash)
-}
+// publicationKey is the rollout's key, as the archive's (settledKey): its
+// hash first, which is hex, so that any cluster name reads back.
+func publicationKey(k rollout.Key) []byte { return settledKey(k) }
 
 func encodePublication(p rollout.Publication) []byte {
 	w := &recordWriter{}
@@ -54,11 +53,11 @@ func encodePublication(p rollout.Publication) []byte {
 
 func decodePublication(k, v []byte) (rollout.Publication, error) {
 	var p rollout.Publication
-	cluster, hash, ok := bytes.Cut(k, []byte{0})
-	if !ok {
-		return p, fmt.Errorf("malformed forge outbox key %q", k)
+	key, err := parseSettledKey(k)
+	if err != nil {
+		return p, err
 	}
-	p.Key = rollout.Key{Cluster: string(cluster), Hash: string(hash)}
+	p.Key = key
 	r := &recordReader{b: string(v), own: true}
 	if ver := r.byte(); ver != publicationVersion && r.err == nil {
 		return p, fmt.Errorf("forge outbox record %q of version %d, this binary reads %d", k, ver, publicationVersion)

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"compress/flate"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -73,6 +74,17 @@ func TestRecordsRoundTripEveryField(t *testing.T) {
 		}
 		if !reflect.DeepEqual(gotSt, st) {
 			t.Fatalf("seed %d: the mail log record does not round-trip:\n got %+v\nwant %+v", seed, gotSt, st)
+		}
+
+		var pub rollout.Publication
+		f.fill(reflect.ValueOf(&pub).Elem())
+		pub.Key.Hash = fmt.Sprintf("%040x", seed) // a key's hash is hex (ingest); the cluster may be anything
+		gotPub, err := decodePublication(publicationKey(pub.Key), encodePublication(pub))
+		if err != nil {
+			t.Fatalf("seed %d: decode publication: %v", seed, err)
+		}
+		if !reflect.DeepEqual(gotPub, pub) {
+			t.Fatalf("seed %d: the forge outbox record does not round-trip:\n got %+v\nwant %+v", seed, gotPub, pub)
 		}
 	}
 }
