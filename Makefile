@@ -35,6 +35,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzDecodePlain \
 	./internal/flux:FuzzParseRevision \
 	./internal/flux:FuzzParsePruneMessage \
+	./internal/flux:FuzzParseRemediation \
 	./internal/store:FuzzDecodeEvidence \
 	./internal/webhook:FuzzSignature
 

@@ -78,7 +78,7 @@ func TestWait(t *testing.T) {
 			[]string{": failed", "failure: flux-system/apps PruneFailed", "ConfigMap apps/old-config: configmaps \"old-config\" is forbidden"}},
 		{"a release failed", []string{"--rev", helm[0].Metadata["revision"], "--token-file", verdictToken}, 1,
 			[]string{": failed (flux-system/apps failed: HelmRelease/apps/web UpgradeFailed)", "failure: flux-system/apps HelmRelease/apps/web UpgradeFailed",
-				"Helm upgrade failed for release apps/web", "then: Helm rollback to previous release apps/web.v4"}},
+				"Helm upgrade failed for release apps/web", "then: rolled back to v4: the cluster runs the previous release"}},
 		{"never seen: timeout", []string{"--rev", strings.Repeat("ab", 20), "--token-file", verdictToken, "--timeout", "1s"}, 2,
 			[]string{"unknown", "timed out"}},
 		{"no token", []string{"--rev", hash(clean[0].Metadata["revision"])}, 3, []string{"verdict token"}},

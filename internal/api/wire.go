@@ -270,6 +270,10 @@ func (w *jsonWriter) failures(fs []rollout.FailureView) {
 		list(w, f.Objects, w.object)
 		w.optStr("release", f.Release)
 		w.optStr("remediation", f.Remediation)
+		if f.Stalled {
+			w.field("stalled")
+			w.boolean(true)
+		}
 		w.timeField("at", f.At)
 		w.timeField("last_at", f.LastAt)
 		if f.AfterApplied {

@@ -466,7 +466,7 @@ func TestReaderHelmRelease(t *testing.T) {
 			if tt.want == rollout.VerdictFailed {
 				f := v.Failures[0]
 				if f.Release != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" || !strings.Contains(f.Message, "boom") ||
-					!strings.Contains(f.Remediation, "rollback") || f.Class != rollout.FailureRelease {
+					f.Remediation != "rolled back to v1: the cluster runs the previous release" || f.Class != rollout.FailureRelease {
 					t.Fatalf("failure %+v", f)
 				}
 			}

@@ -90,7 +90,8 @@ func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 		md["annotations"] = map[string]any{flux.CommitAnnotation: c}
 	}
 	status, _ := u.Object["status"].(map[string]any)
-	st := pick(status, "observedGeneration", "lastAttemptedGeneration", "lastAttemptedRevision", "lastAttemptedRevisionDigest")
+	st := pick(status, "observedGeneration", "lastAttemptedGeneration", "lastAttemptedRevision", "lastAttemptedRevisionDigest",
+		"lastAttemptedReleaseAction", "installFailures", "upgradeFailures")
 	if conds, ok := status["conditions"].([]any); ok {
 		var kept []any
 		for _, c := range conds {

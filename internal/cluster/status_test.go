@@ -19,6 +19,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // kustomization is a Kustomization as kustomize-controller v1.9 writes it,
@@ -256,13 +257,13 @@ func helmRelease(ready, readyReason string, attempted int64) *unstructured.Unstr
 			"values": map[string]any{"replicas": int64(3), "image": map[string]any{"tag": "v1.4.2"}}},
 		"status": map[string]any{
 			"observedGeneration": int64(4), "lastAttemptedGeneration": attempted, "lastAttemptedReleaseAction": "upgrade",
-			"lastAttemptedRevision": "1.0.0", "failures": int64(1), "storageNamespace": "apps", "helmChart": "apps/apps-web",
+			"lastAttemptedRevision": "1.0.0", "failures": int64(1), "upgradeFailures": int64(1), "storageNamespace": "apps", "helmChart": "apps/apps-web",
 			"history":   []any{entry(5, 11), entry(4, 5), entry(3, 1)},
 			"inventory": map[string]any{"entries": []any{map[string]any{"id": "apps_web-settings__ConfigMap", "v": "v1"}}},
 			"conditions": []any{
 				cond("Ready", ready, readyReason, "Helm "+readyReason, 11),
 				cond("Released", ready, readyReason, "Helm upgrade for release apps/web: "+readyReason, 11),
-				cond("Remediated", "True", "RollbackSucceeded", "Helm rollback to previous release apps/web.v4 succeeded", 12),
+				cond("Remediated", "True", "RollbackSucceeded", "Helm rollback to previous release apps/web.v4 with chart web@1.0.0 succeeded", 12),
 				cond("Stalled", "True", "RetriesExceeded", "Failed to upgrade after 1 attempt(s)", 12),
 				cond("TestSuccess", "True", "TestSucceeded", "tests passed", 11),
 				cond("Reconciling", "False", "Succeeded", "done", 12),
@@ -341,6 +342,9 @@ func TestSlimReleaseKeepsWhatIsRead(t *testing.T) {
 		}
 		if want[0].Commit != tt.commit || tt.commit != "" && want[0].Layer != ingest.Layer("flux-system", "apps") {
 			t.Errorf("the whole object names commit %q on %v, want %q", want[0].Commit, want[0].Layer, tt.commit)
+		}
+		if rm := want[0].Remedy; want[0].Signal == rollout.SignalFailed && (rm == nil || rm.Attempts != 1 || rm.Remedied != 1 || len(rm.Steps) != 1 || rm.Stalled == nil) {
+			t.Errorf("the whole object's failure tells no remediation, counter and stall: %+v", rm)
 		}
 		if got := ingest.ReleaseStatus(s, "prod", slimChart); !reflect.DeepEqual(got, want) {
 			t.Errorf("ingest.ReleaseStatus of the slim object\n got %+v\nwant %+v", got, want)

@@ -69,6 +69,8 @@ func TestFlux(t *testing.T) {
 		{"helm-wait", helmWait},
 		{"helm-chart", helmChartFromCommit},
 		{"helm-silent", helmSilent},
+		{"helm-rollback", helmRollbackStalls},
+		{"helm-uninstall", helmUninstallStalls},
 		{"forge", forgeDeployments},
 	}
 	for _, sc := range scenarios {
@@ -410,17 +412,7 @@ const githubToken = "ghs_e2e-token"
 // environment, whose last status is the verdict: success, then the
 // earlier one inactive, and failure. Events only, the same.
 func forgeDeployments(t *testing.T, w *world) {
-	w.github = forgetest.StartGitHub(t, githubToken, time.Now, "acme/cluster", "acme/events")
-	// The repository is on the contract server's host: the instance that
-	// reads the cluster shows its rollouts there, from the URL alone.
-	w.c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
-kind: GitRepository
-metadata: {name: %s, namespace: %s}
-spec:
-  interval: 1h
-  url: ssh://git@127.0.0.1/acme/cluster.git
-  ref: {branch: main}
-`, w.repo.Name, w.ns))
+	w.showInGitHub(t)
 	f0 := w.base("0")
 	r0 := w.start(t, f0, map[string]tier{"platform": {wait: true, timeout: "30s"}})
 	r1 := w.repo.Publish(t, w.base("1"))
@@ -473,6 +465,22 @@ spec:
 			t.Fatalf("%s: statuses %v", repo, got)
 		}
 	}
+}
+
+// showInGitHub makes both instances show their verdicts in GitHub (the
+// contract server): the GitRepository names acme/cluster on its host, so
+// the instance that reads the cluster shows its rollouts there from the
+// URL alone; the events-only one in acme/events.
+func (w *world) showInGitHub(t *testing.T) {
+	w.github = forgetest.StartGitHub(t, githubToken, time.Now, "acme/cluster", "acme/events")
+	w.c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
+kind: GitRepository
+metadata: {name: %s, namespace: %s}
+spec:
+  interval: 1h
+  url: ssh://git@127.0.0.1/acme/cluster.git
+  ref: {branch: main}
+`, w.repo.Name, w.ns))
 }
 
 // 2. A ValidatingAdmissionPolicy denies the deletion of a protected
@@ -1410,5 +1418,168 @@ func (w *world) awaitHelmRelease(t *testing.T, namespace, name string, version i
 			t.Fatalf("Helm release %s/%s not deployed at version %d within 2m", namespace, name, version)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// 14f. What helm-controller did after a failed upgrade, told right: the
+// HelmRelease's upgrade remediation rolls back and retries once
+// (retries: 1); the commit's upgrade is refused by the kube-apiserver
+// after Helm stored it, so helm-controller rolls back to v1, retries,
+// fails again, rolls back to v3 and stalls. The verdict is failed from
+// the first failure; /verdict tells the remediation in order at every
+// poll (each answer one of the story's stages, never "has not acted"),
+// ending with the stall where the status is read; the one failure mail
+// tells what was known when it was due; the stall, later, reaches the
+// forge's description without a second mail; wait exits 1 saying it all.
+func helmRollbackStalls(t *testing.T, w *world) {
+	w.showInGitHub(t)
+	h := w.helmWorld(t)
+	r0 := w.start(t, h.files, nil)
+	w.awaitHelmRelease(t, h.ns, "web", 1)
+	r1 := w.repo.Publish(t, h.files.with("apps/release.yaml", h.release("v1", true)))
+	const (
+		rb1   = "rolled back to v1: the cluster runs the previous release"
+		rb3   = "rolled back to v3: the cluster runs the previous release"
+		again = "retried: failed again"
+		stall = "stalled (Failed to upgrade after 2 attempt(s)): a new commit is needed"
+	)
+	stages := []string{"", rb1, rb1 + "; " + again, rb1 + "; " + again + "; " + rb3, rb1 + "; " + again + "; " + rb3 + "; " + stall}
+	w.awaitStory(t, r1, h.name, "UpgradeFailed", stages, stages[3])
+	w.expectWaitSays(t, r1, 1, "then: "+stages[4])
+	w.expectStalledInGitHub(t, r1)
+	failed := "failed: " + w.ns + "/apps " + h.name + " UpgradeFailed (" + r1.Hash[:7] + ")"
+	w.expectRemediationMailed(t, failed, stages)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), failed)
+	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictApplied}, {r1, rollout.VerdictFailed}}, applying(r0), applied(r0), applying(r1), failed)
+}
+
+// 14g. The same for a new HelmRelease whose install fails, with install
+// remediation (retries: 1): helm-controller uninstalls the failed release
+// (v1), retries, fails, uninstalls v1 again and stalls. The second
+// uninstall's event, word for word the first, is dropped by
+// notification-controller as a duplicate: events alone tell one; the
+// status counts both.
+func helmUninstallStalls(t *testing.T, w *world) {
+	h := w.helmWorld(t)
+	r0 := w.start(t, w.base("0"), nil)
+	release := strings.Replace(h.release("v1", true), "upgrade: {remediation: {retries: 1}}", "install: {remediation: {retries: 1}}", 1)
+	r1 := w.repo.Publish(t, w.base("0").with("apps/release.yaml", release))
+	const (
+		un    = "uninstalled the failed release v1: it is gone from the cluster"
+		again = "retried: failed again"
+		stall = "stalled (Failed to install after 2 attempt(s)): a new commit is needed"
+	)
+	stages := []string{"", un, un + "; " + again, un + "; " + again + "; uninstalled again", un + "; " + again + "; uninstalled again; " + stall}
+	w.awaitStory(t, r1, h.name, "InstallFailed", stages, un)
+	w.expectWaitSays(t, r1, 1, "then: "+stages[4])
+	failed := "failed: " + w.ns + "/apps " + h.name + " InstallFailed (" + r1.Hash[:7] + ")"
+	w.expectRemediationMailed(t, failed, stages)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), failed)
+	w.expectEventsOnly(t, []verdict{{r0, rollout.VerdictApplied}, {r1, rollout.VerdictFailed}}, applying(r0), applied(r0), applying(r1), failed)
+}
+
+// awaitStory polls both instances' /verdict of c until helm-controller
+// stalled and each tells the whole story: the one that reads the cluster
+// the last of stages, the events-only one eventsOnly. Every answer on the
+// way must be failed from the release's failure on (reason), naming it,
+// and tell one of the stages: what helm-controller did so far, in order.
+func (w *world) awaitStory(t *testing.T, c Commit, release, reason string, stages []string, eventsOnly string) {
+	t.Helper()
+	check := func(who string, v *rollout.View) string {
+		if v == nil || v.Verdict != rollout.VerdictFailed {
+			return "\x00" // not failed yet
+		}
+		var f *rollout.FailureView
+		for i := range v.Failures {
+			if v.Failures[i].Release != "" && f == nil {
+				f = &v.Failures[i]
+			}
+		}
+		if f == nil || f.Release != release || f.Reason != reason || v.Verdict != rollout.VerdictFailed {
+			t.Fatalf("%s: the failure of %s does not name %s's %s\n%s", who, c.Hash[:7], release, reason, dump(v))
+		}
+		if !slices.Contains(stages, f.Remediation) || strings.Contains(f.Remediation, "has not acted") {
+			t.Fatalf("%s: %s tells %q, which is none of helm-controller's stages %q\n%s", who, c.Hash[:7], f.Remediation, stages, dump(v))
+		}
+		if f.Stalled != (f.Remediation == stages[len(stages)-1]) || f.Stalled != strings.Contains(v.Summary, "stalled, a new commit is needed") {
+			t.Fatalf("%s: stalled %v with %q, summary %q", who, f.Stalled, f.Remediation, v.Summary)
+		}
+		return f.Remediation
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	var svc, evt string
+	for svc != stages[len(stages)-1] || evt != eventsOnly {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 3m, %s tells %q with cluster access, %q from events; want %q and %q", c.Hash[:7], svc, evt, stages[len(stages)-1], eventsOnly)
+		}
+		for _, x := range []struct {
+			s    *Service
+			into *string
+		}{{w.svc, &svc}, {w.evt, &evt}} {
+			v, err := x.s.Verdict(c.Hash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*x.into = check(x.s.MailTo, v)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := w.helmRevision(t, w.ns+"-apps", "web"); reason == "UpgradeFailed" && got < 5 {
+		t.Fatalf("stalled with Helm's release deployed at version %d, want the second rollback's (5)", got)
+	}
+}
+
+// expectWaitSays runs the pipeline's `wait` and checks its exit code and
+// that its output says want.
+func (w *world) expectWaitSays(t *testing.T, c Commit, code int, want string) {
+	t.Helper()
+	got, out, err := w.svc.Wait(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != code || !strings.Contains(out, want) {
+		t.Fatalf("wait %s: exit %d, want %d, saying %q\n%s", c.Hash[:7], got, code, want, out)
+	}
+}
+
+// expectRemediationMailed: the failure mail tells what helm-controller had
+// done when the failure was known: one of the stages, or none yet.
+func (w *world) expectRemediationMailed(t *testing.T, label string, stages []string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !slices.Contains(w.mails(w.svc), label) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no mail %q within 1m: %q", label, w.mails(w.svc))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	text := w.mailText(t, label)
+	_, told, _ := strings.Cut(text, "Remediation: ")
+	told, _, _ = strings.Cut(told, "\n")
+	if !slices.Contains(append(stages[1:], "none reported yet (the rollout page shows what helm-controller did next)"), told) {
+		t.Fatalf("the failure mail tells %q, none of helm-controller's stages\n%s", told, text)
+	}
+	t.Logf("the failure mail tells: %s", told)
+}
+
+// expectStalledInGitHub: the forge's last status of c, failure, says that
+// helm-controller stalled, a stall told after the failure.
+func (w *world) expectStalledInGitHub(t *testing.T, c Commit) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var last forgetest.Status
+		for _, d := range w.github.Deployments("acme/cluster") {
+			if d.SHA == c.Hash && len(d.Statuses) > 0 {
+				last = d.Statuses[len(d.Statuses)-1]
+			}
+		}
+		if last.State == "failure" && strings.Contains(last.Description, "stalled, a new commit is needed") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GitHub's last status of %s: %+v, want a failure saying it stalled", c.Hash[:7], last)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

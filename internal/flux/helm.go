@@ -1,6 +1,7 @@
 package flux
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -139,4 +140,59 @@ func hexCommit(s string) string {
 		return s
 	}
 	return ""
+}
+
+// What helm-controller's remediation reports, in its events and its
+// Remediated condition alike (the formats of its reconcile package,
+// v1.6: fmtRollbackRemediation*, fmtUninstallRemediation*): the release
+// they name is "<namespace>/<name>.v<version>", a rollback's target or
+// the uninstalled release. A plain uninstall (the HelmRelease deleted)
+// reports UninstallSucceeded too, in other words: no remediation.
+const (
+	rollbackPrefix  = "Helm rollback to previous release "
+	uninstallPrefix = "Helm uninstall remediation for release "
+	withChart       = " with chart "
+	failedSep       = " failed: "
+)
+
+// Remediation is one remediation helm-controller reported.
+type Remediation struct {
+	Rollback bool   // a rollback; else an uninstall
+	Failed   bool   // it failed
+	Version  int    // the Helm release version it names; 0 when unreadable
+	Error    string // a failed one's error, its first line
+}
+
+// ParseRemediation reads a remediation from a HelmRelease's reason and
+// message; false when they report none.
+func ParseRemediation(reason, msg string) (Remediation, bool) {
+	var r Remediation
+	prefix := uninstallPrefix
+	switch reason {
+	case ReasonRollbackSucceeded:
+		r.Rollback, prefix = true, rollbackPrefix
+	case ReasonRollbackFailed:
+		r.Rollback, r.Failed, prefix = true, true, rollbackPrefix
+	case ReasonUninstallSucceeded:
+	case ReasonUninstallFailed:
+		r.Failed = true
+	default:
+		return Remediation{}, false
+	}
+	rest, ok := strings.CutPrefix(strings.TrimSpace(msg), prefix)
+	if !ok {
+		return Remediation{}, false
+	}
+	release, rest, _ := strings.Cut(rest, withChart)
+	if i := strings.LastIndex(release, ".v"); i >= 0 {
+		if v, err := strconv.Atoi(release[i+2:]); err == nil && v > 0 {
+			r.Version = v
+		}
+	}
+	if r.Failed {
+		_, e, _ := strings.Cut(rest, failedSep)
+		r.Error, _, _ = strings.Cut(e, "\n")
+		r.Error = strings.TrimSpace(r.Error)
+	}
+	return r, true
 }

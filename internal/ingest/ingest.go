@@ -88,6 +88,9 @@ func Event(d flux.Decoded) (rollout.Observation, bool) {
 	}
 	if release {
 		o.Commit = d.Commit
+		if s, ok := RemediationStep(d.Reason, d.Message, d.At); ok {
+			o.Remedy = &rollout.Remedy{Steps: []rollout.Step{s}}
+		}
 	} else {
 		o.Revision, o.Hash = d.Rev.String(), d.Rev.Hash
 	}

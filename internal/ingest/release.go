@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"strings"
 	"time"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
@@ -83,7 +82,7 @@ func ReleaseStatus(hr *helmv2.HelmRelease, cluster string, chart sourcev1.Source
 		return o
 	}
 	if !attempted {
-		return []rollout.Observation{obs(rollout.SignalProgressing, applied, meta.ProgressingReason, "helm-controller has not acted on this spec yet")}
+		return []rollout.Observation{obs(rollout.SignalPending, applied, meta.ProgressingReason, "helm-controller has not acted on this spec yet")}
 	}
 	at := ready.LastTransitionTime.Time
 	released := apimeta.FindStatusCondition(st.Conditions, helmv2.ReleasedCondition)
@@ -104,27 +103,8 @@ func ReleaseStatus(hr *helmv2.HelmRelease, cluster string, chart sourcev1.Source
 		}
 		o := obs(rollout.SignalFailed, at, reason, msg)
 		o.Class = FailureClass(reason) // as its event's: one class a reason
-		out := []rollout.Observation{o}
-		// What helm-controller did after the failure, in one mark: the
-		// page shows the latest.
-		var then []string
-		reason, at = "", time.Time{}
-		for _, c := range []struct{ typ, note string }{
-			{helmv2.RemediatedCondition, ""},
-			{meta.StalledCondition, "stalled, a new commit is needed: "},
-		} {
-			if cond := apimeta.FindStatusCondition(st.Conditions, c.typ); cond != nil && cond.Status == metav1.ConditionTrue {
-				then = append(then, c.note+cond.Message)
-				reason = cond.Reason
-				if cond.LastTransitionTime.After(at) {
-					at = cond.LastTransitionTime.Time
-				}
-			}
-		}
-		if len(then) > 0 {
-			out = append(out, obs(rollout.SignalProgressing, at, reason, strings.Join(then, "; ")))
-		}
-		return out
+		o.Remedy = statusRemedy(hr)
+		return []rollout.Observation{o}
 	case sig == rollout.SignalWaiting:
 		return []rollout.Observation{obs(rollout.SignalWaiting, at, ready.Reason, ready.Message)}
 	}
@@ -218,4 +198,52 @@ func Follows(hr *helmv2.HelmRelease, k *kustomizev1.Kustomization) bool {
 		ref.Namespace = hr.Namespace
 	}
 	return SourceOf(k) == Emitter(ref.Kind, ref.Namespace, ref.Name)
+}
+
+// statusRemedy is what a HelmRelease's status says helm-controller did
+// after its last attempt of the current spec failed: the remediation its
+// Remediated condition reports (there only after the failed attempt its
+// failure counter counts: helm-controller deletes it before each
+// attempt), how many attempts failed, and Stalled, its word that it
+// stopped. Nil when it says none of these.
+func statusRemedy(hr *helmv2.HelmRelease) *rollout.Remedy {
+	st := &hr.Status
+	r := &rollout.Remedy{}
+	switch st.LastAttemptedReleaseAction {
+	case helmv2.ReleaseActionInstall:
+		r.Attempts = int(st.InstallFailures)
+	case helmv2.ReleaseActionUpgrade:
+		r.Attempts = int(st.UpgradeFailures)
+	}
+	if c := apimeta.FindStatusCondition(st.Conditions, helmv2.RemediatedCondition); c != nil {
+		if s, ok := RemediationStep(c.Reason, c.Message, c.LastTransitionTime.Time); ok {
+			r.Steps, r.Remedied = []rollout.Step{s}, r.Attempts
+		}
+	}
+	if c := apimeta.FindStatusCondition(st.Conditions, meta.StalledCondition); c != nil && c.Status == metav1.ConditionTrue {
+		r.Stalled = &rollout.Mark{At: c.LastTransitionTime.UTC().Truncate(time.Second), Signal: rollout.SignalFailed, Reason: c.Reason, Message: c.Message}
+	}
+	if r.Attempts == 0 && len(r.Steps) == 0 && r.Stalled == nil {
+		return nil
+	}
+	return r
+}
+
+// RemediationStep is the remediation a HelmRelease's report (an event, or
+// its Remediated condition: the same words) tells of, if any.
+func RemediationStep(reason, msg string, at time.Time) (rollout.Step, bool) {
+	rm, ok := flux.ParseRemediation(reason, msg)
+	if !ok {
+		return rollout.Step{}, false
+	}
+	kind := rollout.StepUninstalled
+	switch {
+	case rm.Rollback && rm.Failed:
+		kind = rollout.StepRollbackFailed
+	case rm.Rollback:
+		kind = rollout.StepRolledBack
+	case rm.Failed:
+		kind = rollout.StepUninstallFailed
+	}
+	return rollout.Step{Kind: kind, Version: rm.Version, Reason: reason, Error: rm.Error, At: at.UTC().Truncate(time.Second)}, true
 }

@@ -26,9 +26,13 @@ const (
 	// artifact, the layer was expected to apply it, or was suspended.
 	SignalExpected
 	SignalSuspended
+	// SignalPending is a release's status read before helm-controller
+	// acted on the spec its layer applied: it never follows a report of
+	// that action, whatever the seconds say.
+	SignalPending
 )
 
-var signalNames = [...]string{"", "progressing", "waiting", "canceled", "failed", "succeeded", "artifact", "expected", "suspended"}
+var signalNames = [...]string{"", "progressing", "waiting", "canceled", "failed", "succeeded", "artifact", "expected", "suspended", "pending"}
 
 func (s Signal) String() string {
 	if int(s) < len(signalNames) {
@@ -176,6 +180,10 @@ type Observation struct {
 	// that applies it (its owner labels); from events it is the layer that
 	// held the release last.
 	Layer Emitter
+	// Remedy, with a release's report, is what helm-controller did after
+	// its failed action, as far as this report tells (a remediation, the
+	// failure counter, a stall).
+	Remedy *Remedy
 }
 
 // maxMessage bounds what is kept of a Flux message (up to 39,000 characters
@@ -192,8 +200,13 @@ type Mark struct {
 }
 
 // after orders marks by Flux time, then by what they say, then by text, so
-// that the latest mark does not depend on arrival order.
+// that the latest mark does not depend on arrival order. A pending mark
+// (nothing done yet) comes before every other: Flux's times are whole
+// seconds, and a release often acts in the second its spec was applied.
 func (m Mark) after(o Mark) bool {
+	if p, q := m.Signal == SignalPending, o.Signal == SignalPending; p != q {
+		return q
+	}
 	if !m.At.Equal(o.At) {
 		return m.At.After(o.At)
 	}
@@ -280,6 +293,9 @@ type Inside struct {
 	// cannot say which spec the action it reports was for.
 	Watched   time.Time `json:"watched,omitzero"`
 	Confirmed *Mark     `json:"confirmed,omitempty"`
+	// Remedy, of a release, is what helm-controller did after its failed
+	// action: remediations, retries, a stall.
+	Remedy *Remedy `json:"remedy,omitempty"`
 }
 
 // holds are the releases a layer's evidence holds.
@@ -338,6 +354,7 @@ func (ev *Evidence) clone() *Evidence {
 			m := *in.Confirmed
 			in.Confirmed = &m
 		}
+		in.Remedy = in.Remedy.clone()
 		c.Inside = &in
 	}
 	if ev.Member != nil {
@@ -399,6 +416,13 @@ func (ev *Evidence) merge(o Observation) bool {
 		ev.Last, changed = o.At, true
 	}
 	m := Mark{At: o.At, Signal: o.Signal, Reason: o.Reason, Message: o.Message}
+	if o.Remedy != nil {
+		in := ev.inside()
+		if in.Remedy == nil {
+			in.Remedy, changed = &Remedy{}, true
+		}
+		changed = in.Remedy.merge(o.Remedy) || changed
+	}
 	if o.Status {
 		in := ev.inside()
 		if in.Watched.IsZero() || o.At.Before(in.Watched) {
@@ -420,7 +444,7 @@ func (ev *Evidence) merge(o Observation) bool {
 		}
 	case SignalFailed:
 		changed = ev.mergeFailure(o) || changed
-	case SignalProgressing, SignalWaiting, SignalCanceled:
+	case SignalProgressing, SignalWaiting, SignalCanceled, SignalPending:
 		if ev.Progress == nil || m.after(*ev.Progress) {
 			ev.Progress, changed = &m, true
 		}

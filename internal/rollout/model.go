@@ -191,8 +191,28 @@ func (m *Model) Normalise(o *Observation) error {
 		return fmt.Errorf("%w: %s holds releases but is no layer", ErrInvalid, o.Emitter)
 	case o.At.IsZero():
 		return fmt.Errorf("%w: no time", ErrInvalid)
-	case o.Signal == 0 || o.Signal > SignalSuspended:
+	case o.Signal == 0 || o.Signal > SignalPending:
 		return fmt.Errorf("%w: signal %d", ErrInvalid, o.Signal)
+	case (o.Signal == SignalPending || o.Remedy != nil) && !o.Emitter.IsRelease():
+		return fmt.Errorf("%w: %s says what helm-controller did but is no release", ErrInvalid, o.Emitter)
+	}
+	if r := o.Remedy; r != nil {
+		if len(r.Steps) > maxSteps || r.Attempts < 0 || r.Remedied < 0 {
+			return fmt.Errorf("%w: remediation of %s out of bounds", ErrInvalid, o.Emitter)
+		}
+		for i := range r.Steps {
+			s := &r.Steps[i]
+			if s.Kind < StepRolledBack || s.Kind > StepUninstallFailed || s.Version < 0 || s.At.IsZero() {
+				return fmt.Errorf("%w: remediation step %+v of %s", ErrInvalid, *s, o.Emitter)
+			}
+			s.At, s.Error = s.At.UTC(), truncate(s.Error, maxMessage/4)
+		}
+		if m := r.Stalled; m != nil {
+			if m.At.IsZero() {
+				return fmt.Errorf("%w: stall of %s without a time", ErrInvalid, o.Emitter)
+			}
+			m.At, m.Message = m.At.UTC(), truncate(m.Message, maxMessage/4)
+		}
 	}
 	o.At = o.At.UTC()
 	if y := o.At.Year(); y < minYear || y > maxYear {
@@ -483,6 +503,10 @@ func (m *Model) recompute(c *Change, dirty dirtySet, now time.Time) {
 		// has, and takes one the clock changed while no commit could.
 		if m.cfg.Publish && (m.loading || old == nil || old.Verdict != v.Verdict) {
 			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now})
+		} else if m.cfg.Publish && v.Verdict == VerdictFailed && old.Summary != v.Summary {
+			// What the failure says changed (helm-controller stalled): the
+			// forge's description is told again, the verdict is not new.
+			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Restate: true})
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -139,5 +140,68 @@ func TestDueMails(t *testing.T) {
 				t.Fatalf("due mails\n%q\nwant\n%q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestRemedyIsAFold: what helm-controller did after a failure folds to one
+// story in any order, with repeats, also past the steps kept (unlimited
+// retries); a pending mark never follows a report of an action; and the
+// story is told in Flux's order.
+func TestRemedyIsAFold(t *testing.T) {
+	rel := func(sec int, sig Signal, reason, msg string, rm *Remedy) Observation {
+		o := obsAt(sec, sig, reason, msg)
+		o.Emitter, o.Revision, o.Hash, o.Remedy = Emitter{Role: RoleRelease, Kind: "HelmRelease", Namespace: "apps", Name: "web"}, "", "", rm
+		return o
+	}
+	step := func(sec, version int) *Remedy {
+		return &Remedy{Steps: []Step{{Kind: StepRolledBack, Version: version, Reason: "RollbackSucceeded", At: mt0.Add(time.Duration(sec) * time.Second)}}}
+	}
+	all := []Observation{
+		rel(9, SignalPending, "Progressing", "helm-controller has not acted on this spec yet", nil),
+		rel(9, SignalFailed, "UpgradeFailed", "Helm upgrade failed", &Remedy{Attempts: 1}),
+	}
+	// Ten retries, each rolled back (v1, v3, ..., v19), all in one second
+	// and again in the next.
+	for i := range 10 {
+		all = append(all, rel(9+i%2, SignalProgressing, "RollbackSucceeded", "Helm rollback", step(9+i%2, 2*i+1)))
+	}
+	all = append(all,
+		rel(10, SignalFailed, "UpgradeFailed", "Helm upgrade failed", &Remedy{Attempts: 10, Remedied: 10, Steps: step(10, 19).Steps,
+			Stalled: &Mark{At: mt0.Add(10 * time.Second), Signal: SignalFailed, Reason: "RetriesExceeded", Message: "Failed to upgrade after 10 attempt(s)"}}))
+	want := &Evidence{}
+	for _, o := range all {
+		want.merge(o)
+	}
+	rm := want.Inside.Remedy
+	if len(rm.Steps) != maxSteps || !rm.Earlier || rm.Steps[0].Version != 9 || rm.Steps[maxSteps-1].Version != 19 || rm.Attempts != 10 || rm.Stalled == nil ||
+		want.Progress.Signal == SignalPending {
+		t.Fatalf("fold of every observation: %+v, remedy %+v", want, rm)
+	}
+	story := rm.Story(time.Time{})
+	if !strings.HasPrefix(story, "…; retried: failed again; rolled back to v9: ") ||
+		!strings.HasSuffix(story, "; rolled back to v19: the cluster runs the previous release; stalled (Failed to upgrade after 10 attempt(s)): a new commit is needed") {
+		t.Fatalf("story %q", story)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range 300 {
+		order := slices.Clone(all)
+		for _, o := range all {
+			if r.IntN(2) == 0 {
+				order = append(order, o)
+			}
+		}
+		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		got := &Evidence{}
+		for _, o := range order {
+			got.merge(o)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("order %d folds to\n%+v %+v\nwant\n%+v %+v", i, got, got.Inside.Remedy, want, want.Inside.Remedy)
+		}
+		for _, o := range all {
+			if got.merge(o) {
+				t.Fatalf("merging %+v again learned something", o)
+			}
+		}
 	}
 }

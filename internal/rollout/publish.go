@@ -10,6 +10,10 @@ type Published struct {
 	Key     Key
 	Verdict Verdict
 	At      time.Time
+	// Restate: the verdict is the one before, but what it says changed
+	// (a failed release that helm-controller gave up on since): deliver
+	// it again.
+	Restate bool
 }
 
 // Publication is what the forge outbox holds of one rollout: the latest

@@ -49,11 +49,21 @@ import (
 // (Commit: 12 hex digits); commit=HEX names any; layer=L is the layer the
 // cluster says applies the release. "hrs:NAME - EVENT@SECOND
 // applied=SECOND" is the release's state read from the cluster's status
-// (ok, prog, fail(Reason)), applied the time of the apply it follows.
+// (ok, prog, pending: helm-controller has not acted on the spec,
+// fail(Reason)), applied the time of the apply it follows.
+// What helm-controller did after a failure: "hr:NAME - rollback@S v=N"
+// and "uninstall@S v=N" are its remediation's events (v=1 unless told);
+// a status's fail takes attempts=N (its failure counter), step=rollback:V
+// or step=uninstall:V with remedied=N (its Remediated condition, after
+// attempt N) and stalled=S (Stalled, retries exhausted).
 //
 // Keys after the verdict (or "none": no rollout, no mail): behind L,L; root L; by LABEL; late; from
 // events|config|cluster; completed SECOND|none; layers N; state L=STATE,...; pending L=LABEL;
 // failures L[>release]:Reason[:remedied][:after],...; releases L>release=STATE,...; subject words; source kind/ns/name;
+// story TEXT (what helm-controller did after the first release failure,
+// "; " written " / "); summary TEXT (likewise); said TEXT (the first
+// release's last message); published V, V again, ... (the verdicts
+// given to the forge outbox, "again" when restated);
 // terminal; mails a, b, ... where a mail is "kind [layer] [object]
 // [reason] to" as the outbox keys it, the layer's namespace and the
 // recipients' @example.com left out. Layers are named without
@@ -115,7 +125,7 @@ func runRule(t *testing.T, line string) {
 	if o, rest, found := strings.Cut(input, "|"); found {
 		opts, input = o, rest
 	}
-	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"ops@example.com"}, Verify: true}
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"ops@example.com"}, Verify: true, Publish: true}
 	now, repeat, fresh := 600, 1, false
 	for _, o := range strings.Fields(opts) {
 		k, v, _ := strings.Cut(o, "=")
@@ -155,6 +165,7 @@ func runRule(t *testing.T, line string) {
 	views := map[string]*rollout.View{}
 	mailed := map[string]bool{}
 	var mails []rollout.Mail
+	published := map[string][]string{}
 	for _, o := range obs {
 		if err := m.Normalise(&o); err != nil {
 			t.Fatalf("%+v: %v", o, err)
@@ -164,6 +175,13 @@ func runRule(t *testing.T, line string) {
 		m.Verify()
 		for _, v := range c.Views {
 			views[v.Hash] = v
+		}
+		for _, p := range c.Published {
+			s := p.Verdict.String()
+			if p.Restate {
+				s += " again"
+			}
+			published[p.Key.Hash] = append(published[p.Key.Hash], s)
 		}
 		// The outbox takes a mail once per key.
 		for _, ml := range c.Mails {
@@ -203,7 +221,13 @@ func runRule(t *testing.T, line string) {
 	for _, a := range asserts[1:] {
 		key, arg, _ := strings.Cut(strings.TrimSpace(a), " ")
 		arg = strings.TrimSpace(arg)
-		if got := saying(t, key, arg, v, mails); got != arg {
+		got := ""
+		if key == "published" {
+			got = strings.Join(published[v.Hash], ", ")
+		} else {
+			got = saying(t, key, arg, v, mails)
+		}
+		if got != arg {
 			t.Errorf("%s: got %q, want %q\nview: %+v", key, got, arg, v)
 		}
 	}
@@ -280,6 +304,28 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 			}
 		}
 		return strings.Join(out, ",")
+	case "story", "summary":
+		// What helm-controller did after the first release's failure, or
+		// the summary, with "; " written " / ".
+		s := v.Summary
+		if key == "story" {
+			s = ""
+			for _, f := range v.Failures {
+				if f.Release != "" {
+					s = f.Remediation
+					break
+				}
+			}
+		}
+		return strings.ReplaceAll(s, "; ", " / ")
+	case "said":
+		// What the first release of a layer said last.
+		for _, l := range v.Layers.All() {
+			for _, rv := range l.Releases {
+				return rv.Message
+			}
+		}
+		return ""
 	case "subject":
 		return strings.ReplaceAll(v.Subject, " ", "_")
 	case "source":
@@ -338,6 +384,9 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 		case event == "prog":
 			event, reason, msg = "", "Progressing", "Running 'upgrade' action with timeout of 5m0s"
 			o.Signal = rollout.SignalProgressing
+		case event == "pending":
+			event, reason, msg = "", "Progressing", "helm-controller has not acted on this spec yet"
+			o.Signal = rollout.SignalPending
 		}
 	} else if name, ok := strings.CutPrefix(f[0], "hr:"); ok {
 		// A release's event names no revision: the model attributes it.
@@ -346,9 +395,15 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 		case event == "ok":
 			event, reason, msg = "", "UpgradeSucceeded", "Helm upgrade succeeded for release apps/"+name+".v2 with chart "+name+"@1.0.0"
 			o.Signal = rollout.SignalSucceeded
-		case event == "rollback":
-			event, reason, msg = "", "RollbackSucceeded", "Helm rollback to previous release apps/"+name+".v1 with chart "+name+"@1.0.0 succeeded"
-			o.Signal = rollout.SignalProgressing
+		case event == "rollback", event == "uninstall":
+			// A remediation's event: the version it names is v=N (1).
+			step := rollout.Step{Kind: rollout.StepRolledBack, Version: 1, Reason: "RollbackSucceeded", At: o.At}
+			reason, msg = step.Reason, "Helm rollback to previous release apps/"+name+".v1 with chart "+name+"@1.0.0 succeeded"
+			if event == "uninstall" {
+				step.Kind, step.Reason = rollout.StepUninstalled, "UninstallSucceeded"
+				reason, msg = step.Reason, "Helm uninstall remediation for release apps/"+name+".v1 with chart "+name+"@1.0.0 succeeded"
+			}
+			event, o.Signal, o.Remedy = "", rollout.SignalProgressing, &rollout.Remedy{Steps: []rollout.Step{step}}
 		}
 	} else {
 		o.Emitter = layerOf(f[0])
@@ -403,6 +458,38 @@ func parseObservation(t *testing.T, s string) rollout.Observation {
 		case "holds":
 			for _, name := range strings.Split(v, "+") {
 				o.Holds = append(o.Holds, releaseOf(name))
+			}
+		case "v": // the version a remediation's event names
+			o.Remedy.Steps[0].Version = atoi(t, v)
+			o.Message = strings.Replace(o.Message, ".v1 ", ".v"+v+" ", 1)
+		case "attempts", "remedied", "step", "stalled":
+			// What a release's status says helm-controller did after a
+			// failure: its failure counter, how many of those attempts the
+			// remediation of its Remediated condition (step=rollback:V or
+			// uninstall:V) followed, and Stalled's second.
+			if o.Remedy == nil {
+				o.Remedy = &rollout.Remedy{}
+			}
+			rm := o.Remedy
+			switch k {
+			case "attempts":
+				rm.Attempts = atoi(t, v)
+			case "remedied":
+				rm.Remedied = atoi(t, v)
+			case "step":
+				kind, ver, _ := strings.Cut(v, ":")
+				st := rollout.Step{Kind: rollout.StepRolledBack, Version: atoi(t, ver), Reason: "RollbackSucceeded", At: o.At}
+				if kind == "uninstall" {
+					st.Kind, st.Reason = rollout.StepUninstalled, "UninstallSucceeded"
+				}
+				rm.Steps = append(rm.Steps, st)
+			case "stalled":
+				action := "upgrade"
+				if o.Reason == "InstallFailed" {
+					action = "install"
+				}
+				rm.Stalled = &rollout.Mark{At: scriptT0.Add(time.Duration(atoi(t, v)) * time.Second), Signal: rollout.SignalFailed,
+					Reason: "RetriesExceeded", Message: "Failed to " + action + " after " + strconv.Itoa(rm.Attempts) + " attempt(s)"}
 			}
 		default:
 			t.Fatalf("observation %q: unknown %q", s, kv)

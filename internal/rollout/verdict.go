@@ -120,10 +120,12 @@ type FailureView struct {
 	Message string       `json:"message"`
 	Objects []Object     `json:"objects"`
 	// Release is the release whose failure it is (Kind/namespace/name),
-	// on the layer whose apply changed it; Remediation what the release
-	// reported after the failure (a rollback, say).
+	// on the layer whose apply changed it; Remediation what helm-controller
+	// did after the failure, in order (Remedy.Story), and Stalled whether
+	// it stopped trying: a new commit is needed.
 	Release      string    `json:"release,omitempty"`
 	Remediation  string    `json:"remediation,omitempty"`
+	Stalled      bool      `json:"stalled,omitempty"`
 	At           time.Time `json:"at"`
 	LastAt       time.Time `json:"last_at"`
 	AfterApplied bool      `json:"after_applied,omitempty"` // a later degradation, not the deploy's failure
@@ -443,8 +445,9 @@ func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress
 					Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
 					AfterApplied: p.completed && f.First.After(p.completedAt),
 				}
-				if m := rev.Progress; m != nil && !m.At.Before(f.Last) {
-					fv.Remediation = m.Message
+				if rm := rev.remedy(); !rm.stepOf(f.Reason) {
+					recovered := rev.recoveredAt()
+					fv.Remediation, fv.Stalled = rm.Story(recovered), rm.stalled(recovered)
 				}
 				out = append(out, fv)
 			}
@@ -617,7 +620,11 @@ func summary(v *View, expected, behind int) string {
 			switch {
 			case f.AfterApplied:
 			case f.Release != "":
-				return fmt.Sprintf("%s failed: %s %s", f.Layer, f.Release, f.Reason)
+				s := fmt.Sprintf("%s failed: %s %s", f.Layer, f.Release, f.Reason)
+				if f.Stalled {
+					s += "; stalled, a new commit is needed"
+				}
+				return s
 			default:
 				return fmt.Sprintf("%s failed: %s", f.Layer, f.Reason)
 			}

@@ -81,7 +81,8 @@ func decodePublication(k, v []byte) (rollout.Publication, error) {
 
 // publish records the verdicts of a batch: a new one starts a delivery,
 // and replaces the one before when that was not delivered yet; the same
-// verdict again changes nothing (a reload publishes every live rollout's).
+// verdict again changes nothing (a reload publishes every live rollout's)
+// unless it is restated (what it says changed).
 func publish(tx *bolt.Tx, ps []rollout.Published) error {
 	b := tx.Bucket(bucketForge)
 	for _, pub := range ps {
@@ -92,7 +93,7 @@ func publish(tx *bolt.Tx, ps []rollout.Published) error {
 			if p, err = decodePublication(k, v); err != nil {
 				return err
 			}
-			if p.Verdict == pub.Verdict && p.Seq > 0 {
+			if p.Verdict == pub.Verdict && p.Seq > 0 && !pub.Restate {
 				continue
 			}
 		}

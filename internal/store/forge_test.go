@@ -55,6 +55,16 @@ func TestForgeOutbox(t *testing.T) {
 	if got, n := due(); !slices.Equal(got, []string{"c"}) || n != 1 {
 		t.Fatalf("due %v (%d indexed), want c alone", got, n)
 	}
+	// The same verdict restated (what it says changed): due again.
+	if err := d.Commit(&rollout.Batch{Published: []rollout.Published{{Key: key("a"), Verdict: rollout.VerdictApplying, At: at.Add(time.Hour), Restate: true}}, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := d.Publication(key("a")); p.Seq != 2 || !p.Due() {
+		t.Fatalf("a restated verdict is not due again: %+v", p)
+	}
+	if err := d.UpdatePublication(key("a"), func(p *rollout.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
+		t.Fatal(err)
+	}
 	publish("b", rollout.VerdictFailed, at.Add(2*time.Hour))  // a later verdict: due again
 	publish("c", rollout.VerdictApplied, at.Add(3*time.Hour)) // replaces one not taken
 	if got, n := due(); !slices.Equal(got, []string{"b", "c"}) || n != 2 {

@@ -29,8 +29,9 @@ import (
 // without them. 3 added each failure's class; records before have none
 // (FailureOther: the status page marks a failed health check as a failure).
 // 4 added the releases each layer holds, and on each failure the release
-// whose it is and what remediation did; records before have none.
-const settledVersion = 4
+// whose it is and what remediation did; records before have none. 5 added
+// whether helm-controller stalled after a release's failure.
+const settledVersion = 5
 
 func encodeSettled(v *rollout.View) ([]byte, error) { return (&codec{}).encodeSettled(v) }
 
@@ -200,6 +201,7 @@ func (w *recordWriter) view(v *rollout.View) {
 		w.bool(f.AfterApplied)
 		w.string(f.Release)
 		w.string(f.Remediation)
+		w.bool(f.Stalled)
 	}
 }
 
@@ -255,6 +257,9 @@ func (r *recordReader) view(ver byte) *rollout.View {
 			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
 			if ver >= 4 {
 				f.Release, f.Remediation = r.string(), r.string()
+			}
+			if ver >= 5 {
+				f.Stalled = r.bool()
 			}
 		}
 	}
@@ -508,7 +513,8 @@ func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) 
 // the model gives a role to the emitters of records before
 // (Config.RoleOf). 4 added, when there is any, what is known of releases
 // inside layers (Inside: a layer's holds, what a release's status said).
-const evidenceVersion = 4
+// 5 added what helm-controller did after a release's failure (Remedy).
+const evidenceVersion = 5
 
 // encodeEvidence is the record of ev, evidence of an emitter of role.
 func encodeEvidence(role rollout.Role, ev *rollout.Evidence) []byte {
@@ -559,6 +565,23 @@ func (w *recordWriter) releases(in *rollout.Inside) {
 	}
 	w.time(in.Watched)
 	w.mark(in.Confirmed)
+	rm := in.Remedy
+	w.bool(rm != nil)
+	if rm == nil {
+		return
+	}
+	w.count(len(rm.Steps), rm.Steps == nil)
+	for _, s := range rm.Steps {
+		w.byte(byte(s.Kind))
+		w.uint(uint64(s.Version))
+		w.string(s.Reason)
+		w.string(s.Error)
+		w.time(s.At)
+	}
+	w.bool(rm.Earlier)
+	w.uint(uint64(rm.Attempts))
+	w.uint(uint64(rm.Remedied))
+	w.mark(rm.Stalled)
 }
 
 // list writes ss with an empty list as nil: evidence was JSON with its
@@ -585,6 +608,15 @@ func evidenceSize(ev *rollout.Evidence) int {
 	}
 	if ev.Inside != nil {
 		n += 24 + len(ev.Inside.Holds)*64
+		if rm := ev.Inside.Remedy; rm != nil {
+			n += 32 + len(rm.Steps)*48
+			for _, s := range rm.Steps {
+				n += len(s.Error)
+			}
+			if rm.Stalled != nil {
+				n += len(rm.Stalled.Reason) + len(rm.Stalled.Message)
+			}
+		}
 	}
 	return n
 }
@@ -680,12 +712,32 @@ func decodeEvidence(b []byte) (*rollout.Evidence, rollout.Role, error) {
 		if r.bool() {
 			ev.Inside = &rollout.Inside{Holds: r.holds()}
 			ev.Inside.Watched, ev.Inside.Confirmed = r.time(), r.mark()
+			if ver >= 5 && r.bool() {
+				ev.Inside.Remedy = r.remedy()
+			}
 		}
 	}
 	if err := r.done(); err != nil {
 		return nil, 0, fmt.Errorf("decode evidence: %w", err)
 	}
 	return ev, role, nil
+}
+
+// remedy reads what recordWriter.releases wrote of a Remedy.
+func (r *recordReader) remedy() *rollout.Remedy {
+	rm := &rollout.Remedy{}
+	if n, isNil := r.count(); !isNil {
+		rm.Steps = make([]rollout.Step, n)
+		for i := range rm.Steps {
+			s := &rm.Steps[i]
+			s.Kind, s.Version = rollout.StepKind(r.byte()), int(r.uvarint())
+			s.Reason, s.Error, s.At = r.string(), r.string(), r.time()
+		}
+	}
+	rm.Earlier = r.bool()
+	rm.Attempts, rm.Remedied = int(r.uvarint()), int(r.uvarint())
+	rm.Stalled = r.mark()
+	return rm
 }
 
 func (r *recordReader) holds() []rollout.Hold {

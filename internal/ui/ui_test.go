@@ -218,7 +218,7 @@ func TestRolloutPage(t *testing.T) {
 	// A release's failure: named, with what helm-controller did next, and
 	// the release a row of its own under its layer.
 	_, helm, _ := v.get(nil, "/ui/prod/"+example(t, "Set web's log level"))
-	for _, want := range []string{"HelmRelease/apps/web", "then: Helm rollback to previous release apps/web.v4", "↳ apps/web", "logLevel must be one of"} {
+	for _, want := range []string{"HelmRelease/apps/web", "then: rolled back to v4: the cluster runs the previous release", "↳ apps/web", "logLevel must be one of"} {
 		if !strings.Contains(helm, want) {
 			t.Errorf("the page of a release's failure does not show %q", want)
 		}

@@ -440,7 +440,7 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 			fmt.Fprintf(out, "  %s %s: %s\n", o.Kind, name, o.Error)
 		}
 		if len(f.Objects) == 0 {
-			msg := f.Message
+			msg := failureMessage(f)
 			if len(msg) > 400 {
 				msg = msg[:400] + "…"
 			}
@@ -453,6 +453,16 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 	if v.RootCause != "" && v.Verdict == rollout.VerdictStuck {
 		fmt.Fprintf(out, "root cause: %s\n", v.RootCause)
 	}
+}
+
+// failureMessage is what a failure says: a release's is Helm's error
+// line, without the logs helm-controller adds (the page has them).
+func failureMessage(f rollout.FailureView) string {
+	if f.Release == "" {
+		return f.Message
+	}
+	line, _, _ := strings.Cut(f.Message, "\n")
+	return line
 }
 
 // failureTitle names a failure: its layer, the release inside it whose
@@ -531,7 +541,7 @@ func annotate(out io.Writer, waiters []*waiter) {
 			if f.AfterApplied {
 				continue
 			}
-			msg := f.Message
+			msg := failureMessage(f)
 			for _, o := range f.Objects {
 				msg += "\n" + o.Kind + " " + o.Namespace + "/" + o.Name + ": " + o.Error
 			}

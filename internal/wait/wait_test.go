@@ -42,3 +42,26 @@ func TestReportPrintsChangesOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintVerdictTellsWhatHelmControllerDid: a release's failure prints
+// Helm's error line (not its logs) and what helm-controller did next, in
+// the log and in GitHub's annotation.
+func TestPrintVerdictTellsWhatHelmControllerDid(t *testing.T) {
+	const story = "rolled back to v1: the cluster runs the previous release; stalled (Failed to upgrade after 1 attempt(s)): a new commit is needed"
+	v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{Cluster: "prod", Revision: "main@sha1:" + strings.Repeat("e5", 20),
+		Hash: strings.Repeat("e5", 20), Verdict: rollout.VerdictFailed, Terminal: true, Summary: "s",
+		Failures: []rollout.FailureView{{Layer: "flux-system/apps", Release: "HelmRelease/apps/web", Reason: "UpgradeFailed",
+			Message:     "Helm upgrade failed for release apps/web with chart web@1.0.0: boom\n\nLast Helm logs:\n\nsecret log line",
+			Remediation: story, Stalled: true}}}}}
+	var out bytes.Buffer
+	printVerdict(&out, v, "e5e5e5e")
+	got := out.String()
+	if !strings.Contains(got, "  Helm upgrade failed for release apps/web with chart web@1.0.0: boom\n  then: "+story+"\n") || strings.Contains(got, "secret log line") {
+		t.Errorf("printed\n%s", got)
+	}
+	out.Reset()
+	annotate(&out, []*waiter{{last: v}})
+	if !strings.Contains(out.String(), "then: "+story) || strings.Contains(out.String(), "secret log line") {
+		t.Errorf("annotation\n%s", out.String())
+	}
+}

@@ -116,6 +116,9 @@ func ExampleObservations(t0 time.Time) []rollout.Observation {
 		if sig == rollout.SignalFailed {
 			o.Class = ingest.FailureClass(reason)
 		}
+		if s, ok := ingest.RemediationStep(reason, msg, o.At); ok {
+			o.Remedy = &rollout.Remedy{Steps: []rollout.Step{s}}
+		}
 		out = append(out, o)
 	}
 	release(1070, rollout.SignalFailed, flux.ReasonUpgradeFailed,
