@@ -1053,8 +1053,8 @@ func stuckBehindHealthCheck(t *testing.T, w *world) {
 // OCIRepository through chartRef, released by helm-controller: a commit
 // that changes it is applied only once helm-controller released it; one
 // whose upgrade fails is failed, naming the release and saying that it
-// was rolled back, and never applied; a commit that does not change the
-// release is not held by its failure.
+// was rolled back, retried and stalled, and never applied; a commit that
+// does not change the release is not held by its failure.
 func helmReleases(t *testing.T, w *world) {
 	h := w.helmWorld(t)
 	f0, release, name := h.files, h.release, h.name
@@ -1077,10 +1077,14 @@ func helmReleases(t *testing.T, w *world) {
 		!strings.Contains(v.Failures[0].Message, "Invalid_Name") || v.Failures[0].Layer != w.ns+"/apps" {
 		t.Fatalf("failures of %s do not name the release's failed upgrade\n%s", r2.Hash[:7], dump(v))
 	}
+	// v1 installed, v2 r1's upgrade, v3 and v5 the failed upgrades, v4
+	// and v6 their rollbacks (remediation retries: 1).
+	const story = "rolled back to v2: the cluster runs the previous release; retried: failed again; " +
+		"rolled back to v4: the cluster runs the previous release; stalled (Failed to upgrade after 2 attempt(s)): a new commit is needed"
 	deadline := time.Now().Add(90 * time.Second)
-	for !strings.Contains(v.Failures[0].Remediation, "rollback") {
+	for v.Failures[0].Remediation != story {
 		if time.Now().After(deadline) {
-			t.Fatalf("no remediation shown for %s after 90s\n%s", r2.Hash[:7], dump(v))
+			t.Fatalf("what helm-controller did is not told for %s after 90s\n%s", r2.Hash[:7], dump(v))
 		}
 		time.Sleep(250 * time.Millisecond)
 		v = w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, time.Minute)
@@ -1454,15 +1458,16 @@ func helmRollbackStalls(t *testing.T, w *world) {
 }
 
 // 14g. The same for a new HelmRelease whose install fails, with install
-// remediation (retries: 1): helm-controller uninstalls the failed release
-// (v1), retries, fails, uninstalls v1 again and stalls. The second
+// remediation (retries: 1, remediateLastFailure: true, which install
+// remediation does not default to): helm-controller uninstalls the failed
+// release (v1), retries, fails, uninstalls v1 again and stalls. The second
 // uninstall's event, word for word the first, is dropped by
 // notification-controller as a duplicate: events alone tell one; the
 // status counts both.
 func helmUninstallStalls(t *testing.T, w *world) {
 	h := w.helmWorld(t)
 	r0 := w.start(t, w.base("0"), nil)
-	release := strings.Replace(h.release("v1", true), "upgrade: {remediation: {retries: 1}}", "install: {remediation: {retries: 1}}", 1)
+	release := strings.Replace(h.release("v1", true), "upgrade: {remediation: {retries: 1}}", "install: {remediation: {retries: 1, remediateLastFailure: true}}", 1)
 	r1 := w.repo.Publish(t, w.base("0").with("apps/release.yaml", release))
 	const (
 		un    = "uninstalled the failed release v1: it is gone from the cluster"
@@ -1556,6 +1561,7 @@ func (w *world) expectRemediationMailed(t *testing.T, label string, stages []str
 	text := w.mailText(t, label)
 	_, told, _ := strings.Cut(text, "Remediation: ")
 	told, _, _ = strings.Cut(told, "\n")
+	told = strings.TrimSuffix(told, "\r") // the text part's lines end in CRLF
 	if !slices.Contains(append(stages[1:], "none reported yet (the rollout page shows what helm-controller did next)"), told) {
 		t.Fatalf("the failure mail tells %q, none of helm-controller's stages\n%s", told, text)
 	}
