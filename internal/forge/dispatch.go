@@ -155,7 +155,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 			wait(p, p.NextAttempt)
 			continue
 		}
-		at, limited := d.deliver(ctx, p, now)
+		at, limited := d.deliver(ctx, p)
 		if !at.IsZero() {
 			wait(p, at)
 		}
@@ -172,12 +172,12 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 // deliver sends one verdict and records the outcome; it returns when p
 // is to be tried again (zero: delivered, skipped or dead), and whether the
 // forge's rate limit stopped it.
-func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now time.Time) (time.Time, bool) {
+func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication) (time.Time, bool) {
 	log := d.log.With("cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
 	u, why, err := d.update(p)
 	if err != nil {
 		d.warner.Warn("read the rollout's view", err)
-		return d.retry(p, now, &Error{Retry: true, Message: err.Error()}, log)
+		return d.retry(p, &Error{Retry: true, Message: err.Error()}, log)
 	}
 	if why != "" {
 		d.record(p, func(q *rollout.Publication) { q.SentSeq, q.LastError = max(q.SentSeq, p.Seq), "not shown: "+why }, log)
@@ -188,7 +188,7 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 	ref := p.Ref
 	if ref == "" {
 		if ref, err = d.forge.Ensure(ctx, u); err != nil {
-			return d.retry(p, now, AsError(err), log)
+			return d.retry(p, AsError(err), log)
 		}
 		// Recorded before the status: after a crash in between, the next
 		// delivery posts to this one (and Ensure finds it again anyway).
@@ -204,10 +204,10 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication, now tim
 			d.record(p, func(q *rollout.Publication) { q.Ref = "" }, log)
 			fe = &Error{Status: fe.Status, Retry: true, Message: "the deployment recorded is gone: " + fe.Message}
 		}
-		return d.retry(p, now, fe, log)
+		return d.retry(p, fe, log)
 	}
 	if err := d.inside(ctx, u, log); err != nil {
-		return d.retry(p, now, AsError(err), log)
+		return d.retry(p, AsError(err), log)
 	}
 	d.record(p, func(q *rollout.Publication) {
 		q.SentSeq, q.Sent = max(q.SentSeq, p.Seq), p.Verdict
@@ -313,8 +313,11 @@ func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err er
 }
 
 // retry records a failed delivery: again after the forge's Retry-After or
-// with backoff when transient, dead-lettered when not.
-func (d *Dispatcher) retry(p rollout.Publication, now time.Time, fe *Error, log *slog.Logger) (time.Time, bool) {
+// with backoff when transient, dead-lettered when not. The wait counts
+// from now, when the answer arrived: a Retry-After is the forge's word
+// from then, and a rate limit's reset was read against it (Classify).
+func (d *Dispatcher) retry(p rollout.Publication, fe *Error, log *slog.Logger) (time.Time, bool) {
+	now := d.now()
 	d.mu.Lock()
 	d.refusal = fe.Error()
 	if !fe.Retry && d.dead.IsZero() {

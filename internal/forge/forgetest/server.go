@@ -23,6 +23,9 @@ type Fault struct {
 	Header http.Header
 	Body   string
 	Drop   bool
+	// Taking, when set, runs before the answer is written: a test moves
+	// its clock on, as an answer that takes time to arrive would.
+	Taking func()
 }
 
 // server is what every contract server shares: its lock, the requests it
@@ -80,6 +83,9 @@ func (s *server) fault(w http.ResponseWriter, rec *Request) bool {
 	}
 	f := s.faults[0]
 	s.faults = s.faults[1:]
+	if f.Taking != nil {
+		f.Taking()
+	}
 	rec.Answered = raw(w, f.Status, f.Header, f.Body)
 	return true
 }
