@@ -38,10 +38,11 @@ func manifests(_ context.Context, args []string, getenv func(string) string, std
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	sources := []notifyv1.CrossNamespaceObjectReference{
-		{Kind: flux.KindKustomization, Name: "*"},
-		{Kind: flux.KindGitRepository, Name: "*"},
-		{Kind: flux.KindOCIRepository, Name: "*"},
+	// Every source kind of flux's table: a source's event is the earliest
+	// sign of its revision.
+	sources := []notifyv1.CrossNamespaceObjectReference{{Kind: flux.KindKustomization, Name: "*"}}
+	for _, sk := range flux.SourceKinds() {
+		sources = append(sources, notifyv1.CrossNamespaceObjectReference{Kind: sk.Kind, Name: "*"})
 	}
 	releaseNS := rollout.ParseRecipients(*releases) // a comma list, blanks dropped
 	if len(releaseNS) == 0 {

@@ -106,10 +106,11 @@ func TestManifestsNameTheReleaseNamespaces(t *testing.T) {
 		}
 		return got
 	}
-	if got := sources(); !slices.Equal(got, []string{"Kustomization ", "GitRepository ", "OCIRepository ", "HelmRelease "}) {
+	// Every source kind, Bucket included.
+	if got := sources(); !slices.Equal(got, []string{"Kustomization ", "GitRepository ", "OCIRepository ", "Bucket ", "HelmRelease "}) {
 		t.Errorf("default event sources %q", got)
 	}
-	if got := sources("--helmrelease-namespaces", "apps, web,"); !slices.Equal(got[3:], []string{"HelmRelease apps", "HelmRelease web"}) {
+	if got := sources("--helmrelease-namespaces", "apps, web,"); !slices.Equal(got[4:], []string{"HelmRelease apps", "HelmRelease web"}) {
 		t.Errorf("event sources with two release namespaces %q", got)
 	}
 }
