@@ -25,6 +25,9 @@ import (
 // Data is what the templates see. Everything in it came from Flux events:
 // it is data, escaped in HTML and stripped of line breaks in headers.
 type Data struct {
+	// Title is the subject without its "[flux] " tag, for the HTML part:
+	// the subject is written once, in mail.txt.tmpl.
+	Title         string
 	Kind          string
 	Cluster       string
 	Revision      string
@@ -104,6 +107,10 @@ func NewRenderer(fsys fs.FS, externalURL string) (*Renderer, error) {
 	return &Renderer{text: t, html: h, externalURL: strings.TrimRight(externalURL, "/")}, nil
 }
 
+// subjectTag begins every subject (mail.txt.tmpl), so that mail filters
+// can sort them; the HTML part's title goes without it.
+const subjectTag = "[flux] "
+
 // Render renders one queued mail. Its date is when it became due and its
 // Message-ID derives from its de-duplication key, so a resend after a crash
 // is recognisably the same mail.
@@ -112,6 +119,10 @@ func (r *Renderer) Render(q rollout.Queued) (Rendered, error) {
 	var subj, text, html bytes.Buffer
 	if err := r.text.ExecuteTemplate(&subj, "subject", d); err != nil {
 		return Rendered{}, fmt.Errorf("render subject: %w", err)
+	}
+	d.Title = strings.TrimPrefix(headerSafe(subj.String()), subjectTag)
+	if r, n := utf8.DecodeRuneInString(d.Title); n > 0 {
+		d.Title = string(unicode.ToUpper(r)) + d.Title[n:] // a heading
 	}
 	if err := r.text.ExecuteTemplate(&text, "body", d); err != nil {
 		return Rendered{}, fmt.Errorf("render text: %w", err)
