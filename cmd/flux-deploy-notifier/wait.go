@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/wait"
 )
 
@@ -28,7 +27,7 @@ const (
 func waitCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("wait", getenv, stderr)
 	base := f.String("url", "FDN_URL", "", "base URL of flux-deploy-notifier")
-	rev := f.String("rev", "FDN_REV", "", fmt.Sprintf("the commit: a full revision, a hash or a prefix of %d+ hex digits", rollout.MinPrefix))
+	rev := f.String("rev", "FDN_REV", "", fmt.Sprintf("the commit: a full revision, a hash or a prefix of %d+ hex digits", flux.MinPrefix))
 	tokenFile := f.String("token-file", "FDN_VERDICT_TOKEN_FILE", "", "file holding the verdict token, when the service requires one")
 	timeout := f.Duration("timeout", "FDN_TIMEOUT", 15*time.Minute, "how long to wait for a terminal verdict")
 	cluster := f.String("cluster", "FDN_WAIT_CLUSTER", "", "the cluster, when the commit deploys to several; a comma list waits on each")

@@ -120,7 +120,7 @@ func (s *Server) Verdict(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
 	rev := qs.Get("rev")
 	if rev == "" {
-		edge.Refuse(w, http.StatusBadRequest, "rev", fmt.Sprintf("rev is required: a revision, a 40/64 hex hash or a prefix of %d+ hex digits", rollout.MinPrefix))
+		edge.Refuse(w, http.StatusBadRequest, "rev", fmt.Sprintf("rev is required: a revision, a 40/64 hex hash or a prefix of %d+ hex digits", flux.MinPrefix))
 		return
 	}
 	hash, prefix, err := flux.ParseQuery(rev)

@@ -1,8 +1,11 @@
-// Package cluster reads Flux's own state with client-go informers and feeds
-// the engine the observations the webhook would: progress from each
-// Kustomization's status, turned into observations by internal/ingest (so
-// rollouts whose webhooks were lost still reach their verdict), and which
-// layers must apply the current revision of each source (membership marks).
+// Package cluster reads Flux's own state with client-go informers (slim
+// caches of Kustomizations, sources and HelmReleases) and feeds the engine
+// the observations the webhook would, turned into observations by
+// internal/ingest: progress from each Kustomization's status and history
+// (so rollouts whose webhooks were lost still reach their verdict), which
+// layers must apply the current revision of each source (membership
+// marks), the releases a layer's apply changed and what their status says
+// of them, and the repository a source names (for the forge).
 package cluster
 
 import (

@@ -55,12 +55,15 @@ func newSnapshot() *snapshot {
 		watch: map[rollout.Key]chan struct{}{}, created: make(chan struct{})}
 }
 
-// hashIndex finds keys by the first digits of a hash. A query names at
-// least rollout.MinPrefix of them, so the keys sharing its first digits
-// are all it can match, usually one.
+// hashIndex finds keys by the first indexDigits digits of a hash. A query
+// names at least as many (the API takes no fewer, flux.MinPrefix), so the
+// keys sharing its first digits are all it can match, usually one; a
+// shorter one is answered by a scan.
 type hashIndex map[string][]rollout.Key
 
-func indexed(hash string) string { return hash[:min(len(hash), rollout.MinPrefix)] }
+const indexDigits = 7
+
+func indexed(hash string) string { return hash[:min(len(hash), indexDigits)] }
 
 func (x hashIndex) add(hash string, k rollout.Key) {
 	p := indexed(hash)
@@ -293,7 +296,7 @@ func compareKeys(a, b rollout.Key) int {
 // their origin revision's.
 func (s *snapshot) candidates(q Query) (own, origin []*rollout.View) {
 	p := indexed(q.Hash)
-	if q.Prefix && len(p) < rollout.MinPrefix {
+	if q.Prefix && len(p) < indexDigits {
 		return s.scan(q) // shorter than any query the API takes
 	}
 	for _, k := range s.byHash[p] {

@@ -38,7 +38,7 @@ func TestCandidatesIndex(t *testing.T) {
 		s.publish(views, removed, r.IntN(50) == 0)
 
 		for _, h := range hashes {
-			for _, n := range []int{len(h), min(len(h), rollout.MinPrefix), 3} {
+			for _, n := range []int{len(h), min(len(h), indexDigits), 3} {
 				for _, c := range clusters {
 					q := Query{Cluster: c, Hash: h[:n], Prefix: n < len(h)}
 					own, origin := s.candidates(q)

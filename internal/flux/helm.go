@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	eventv1beta1 "github.com/fluxcd/pkg/apis/event/v1beta1"
@@ -133,10 +132,10 @@ func NamedCommit(v string) string {
 	return hexCommit(v)
 }
 
-// hexCommit is s in lowercase when it can name a commit (rollout.IsCommit),
+// hexCommit is s in lowercase when it can name a commit (IsCommit),
 // or "".
 func hexCommit(s string) string {
-	if s = strings.ToLower(s); rollout.IsCommit(s) {
+	if s = strings.ToLower(s); IsCommit(s) {
 		return s
 	}
 	return ""

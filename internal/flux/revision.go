@@ -1,14 +1,18 @@
-// Package flux holds Flux's wire format and vocabulary: event decoding,
-// revision strings, event reasons and PruneFailed messages. It knows nothing
-// of rollouts; adapters translate what it parses into the domain.
+// Package flux holds Flux's wire format and vocabulary: event decoding
+// (with what an event's metadata names: its revision and origin, the
+// cluster, the recipients, the commit a release names), revision strings
+// and the one rule of how a commit is named (commit.go), the reasons
+// kustomize-, source- and helm-controller give, PruneFailed messages and
+// change sets, helm-controller's remediation reports, what
+// kustomize-controller's apply leaves on objects, and the one table of
+// kinds. It imports nothing of this service's: adapters translate what it
+// parses into the domain.
 package flux
 
 import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // Revision is a parsed Flux revision string. Hash is the identity of the
@@ -113,17 +117,17 @@ func IsHex(s string) bool {
 }
 
 // ParseQuery parses what a pipeline asks about: a full revision, a full
-// 40/64 hex hash, or a hex prefix of at least rollout.MinPrefix digits. prefix is true when
+// 40/64 hex hash, or a hex prefix of at least MinPrefix digits. prefix is true when
 // the answer must be looked up as a prefix.
 func ParseQuery(s string) (hash string, prefix bool, err error) {
 	if IsHex(s) {
 		switch {
 		case len(s) == 40 || len(s) == 64:
 			return strings.ToLower(s), false, nil
-		case len(s) >= rollout.MinPrefix && len(s) < 64:
+		case len(s) >= MinPrefix && len(s) < 64:
 			return strings.ToLower(s), true, nil
 		default:
-			return "", false, fmt.Errorf("%w: a hash prefix needs %d to 64 hex digits, got %d", ErrRevision, rollout.MinPrefix, len(s))
+			return "", false, fmt.Errorf("%w: a hash prefix needs %d to 64 hex digits, got %d", ErrRevision, MinPrefix, len(s))
 		}
 	}
 	r, err := ParseRevision(s)

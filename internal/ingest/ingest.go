@@ -1,7 +1,10 @@
 // Package ingest is the one place that turns what Flux says into
 // observations: the events notification-controller forwards (webhook) and
-// the status kustomize-controller writes (cluster reader) go through the
-// same classification into rollout signals.
+// the status kustomize- and helm-controller write (cluster reader) go
+// through the same classification into rollout signals and failure
+// classes; it also says which releases a layer's apply holds, which commit
+// a release names, what helm-controller did after a failure, and each
+// emitter's role.
 package ingest
 
 import (

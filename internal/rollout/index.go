@@ -12,14 +12,9 @@ type Key struct {
 	Hash    string
 }
 
-// How people name a rollout's commit: MinPrefix is the fewest hex digits a
-// query may give (a pipeline's shortest prefix, and what the read side
-// indexes by), ShortDigits how many a hash is shown with (git's short hash,
-// in mails, pages and wait's output).
-const (
-	MinPrefix   = 7
-	ShortDigits = 7
-)
+// ShortDigits is how many hex digits a hash is shown with (git's short
+// hash, in mails, pages and wait's output).
+const ShortDigits = 7
 
 // ShortHash is hash as people read it.
 func ShortHash(hash string) string { return hash[:min(len(hash), ShortDigits)] }

@@ -183,8 +183,10 @@ func (m *Model) Normalise(o *Observation) error {
 		return fmt.Errorf("%w: no emitter", ErrInvalid)
 	case !KnownRole(o.Emitter.Role):
 		return fmt.Errorf("%w: emitter %s has no role", ErrInvalid, o.Emitter)
-	case o.Commit != "" && (!o.Emitter.IsRelease() || !IsCommit(o.Commit)):
-		return fmt.Errorf("%w: commit %q: only a release names one, in at least %d lowercase hex digits", ErrInvalid, o.Commit, minCommit)
+	case o.Commit != "" && !o.Emitter.IsRelease():
+		// Its syntax is the edge's (flux.IsCommit); the model matches it as
+		// a prefix of its rollouts' hashes.
+		return fmt.Errorf("%w: commit %q: only a release names one", ErrInvalid, o.Commit)
 	case o.Layer != (Emitter{}) && (!o.Emitter.IsRelease() || !o.Layer.IsLayer() || o.Layer.Namespace == "" || o.Layer.Name == ""):
 		return fmt.Errorf("%w: %s names layer %s", ErrInvalid, o.Emitter, o.Layer)
 	case len(o.Holds) > 0 && !o.Emitter.IsLayer():

@@ -103,24 +103,6 @@ func (c *cluster) attribute(o *Observation) (holdEntry, bool) {
 	return list[i-1], true
 }
 
-// minCommit is the shortest commit a release's report may name: git's
-// own shortest abbreviation.
-const minCommit = 7
-
-// IsCommit reports whether s can name a commit to a release's observation:
-// 7 to 64 lowercase hex digits, a prefix of a hash.
-func IsCommit(s string) bool {
-	if len(s) < minCommit || len(s) > 64 {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // named finds the rollout a release's report names by commit (Commit): the
 // one live rollout whose hash begins with it, read by layers (not a
 // chart's own source: an OCI chart's version ends in its digest, which

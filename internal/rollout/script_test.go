@@ -640,9 +640,8 @@ func TestNormaliseReleases(t *testing.T) {
 		{"a layer holding a release", parseObservation(t, "apps R1 prog@1 holds=web"), true},
 		{"a release's naming its commit and layer", parseObservation(t, "hrs:web R1 ok@1 layer=apps"), true},
 		{"a release's naming a full commit", parseObservation(t, "hr:web - ok@1 commit="+scriptHash("R1")), true},
-		{"a release's naming a commit too short", parseObservation(t, "hr:web - ok@1 commit=abc12"), false},
-		{"a release's naming no hex", parseObservation(t, "hr:web - ok@1 commit=1.0.0+ab"), false},
-		{"a release's naming a capital hex", parseObservation(t, "hr:web - ok@1 commit=ABCDEF12"), false},
+		// How a commit is spelled is the edge's to check (flux.IsCommit):
+		// the model matches what it is given as a prefix of its hashes.
 		{"a layer's naming a commit", parseObservation(t, "apps R1 ok@1 commit=abcdef12"), false},
 		{"a release's naming a release as its layer", layerRelease, false},
 	} {

@@ -1,7 +1,10 @@
-// Package store keeps the rollout evidence in bbolt. Every Commit is
-// durable when it returns, so what the engine acknowledged survives a
-// crash: most through a write-ahead log (wal.go), the rest as one fsynced
-// bbolt transaction.
+// Package store keeps the service's state in bbolt: the evidence of the
+// live rollouts, the archive of settled ones (and its retention), the mail
+// outbox with its sent keys, dead letters and mail log, and the forge
+// outbox with the commits last shown applied. Every Commit is durable when
+// it returns, so what the engine acknowledged survives a crash: most
+// through a write-ahead log (wal.go), the rest as one fsynced bbolt
+// transaction.
 package store
 
 import (
