@@ -461,3 +461,51 @@ func TestIdleEvaluationsAreDroppedSafely(t *testing.T) {
 		t.Fatalf("A superseded by %v, want B", v.SupersededBy)
 	}
 }
+
+// TestRebuiltCommitIsOneVerdict: one commit pushed again under a new
+// digest (a CI re-run) is one verdict on its cluster, the newest
+// artifact's, whether the older is settled or live, by the whole hash or a
+// prefix, in Lookup, LookupAll and Wait; on two clusters it is two, and a
+// lookup without a cluster is ambiguous as for any commit on two.
+func TestRebuiltCommitIsOneVerdict(t *testing.T) {
+	cfg := settleConfig(time.Minute)
+	h := start(t, t.TempDir(), cfg, fixedClock(t0.Add(10*time.Hour)))
+	oci := func(cluster, label, origin string, sec int) rollout.Observation {
+		o := succ("apps", label, sec)
+		o.Cluster = cluster
+		o.Revision, o.Hash = "latest@sha256:"+hashOf(label)+hashOf(label)[:24], hashOf(label)+hashOf(label)[:24]
+		o.Origin, o.OriginHash = revOf(origin), hashOf(origin)
+		return o
+	}
+	first, again, latest := oci("default", "D1", "commit", 0), oci("default", "D2", "commit", 3600), oci("default", "D3", "commit", 7200)
+	h.submit(first, again)
+	settle(t, h.engine) // first is settled, again live
+	h.submit(latest)
+	for _, q := range []engine.Query{{Hash: hashOf("commit")}, {Hash: hashOf("commit")[:9], Prefix: true}, {Hash: hashOf("commit"), Cluster: "default"}} {
+		v, err := h.engine.Lookup(q)
+		if err != nil || v.Hash != latest.Hash {
+			t.Fatalf("Lookup %+v: %v, %v; want the newest artifact's rollout", q, v, err)
+		}
+		all, err := h.engine.LookupAll(q)
+		if err != nil || len(all) != 1 || all[0].Hash != latest.Hash {
+			t.Fatalf("LookupAll %+v: %v, %v; want one verdict, the newest's", q, all, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if v, err := h.engine.Wait(ctx, engine.Query{Hash: hashOf("commit")}); err != nil || v.Hash != latest.Hash || ctx.Err() != nil {
+		t.Fatalf("Wait: %v, %v (context: %v)", v, err, ctx.Err())
+	}
+	// Each artifact stays findable by its own digest.
+	if v, err := h.engine.Lookup(engine.Query{Hash: first.Hash}); err != nil || v.Hash != first.Hash {
+		t.Fatalf("the first artifact by its digest: %v, %v", v, err)
+	}
+	h.submit(oci("staging", "S1", "commit", 7300))
+	var amb *engine.AmbiguousError
+	if _, err := h.engine.Lookup(engine.Query{Hash: hashOf("commit")}); !errors.As(err, &amb) {
+		t.Fatalf("one commit on two clusters: %v, want ambiguous", err)
+	}
+	if all, err := h.engine.LookupAll(engine.Query{Hash: hashOf("commit")}); err != nil || len(all) != 2 || all[0].Hash != latest.Hash {
+		t.Fatalf("LookupAll on two clusters: %v, %v", all, err)
+	}
+}

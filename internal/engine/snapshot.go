@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,21 +171,27 @@ func (e *Engine) Get(k rollout.Key) *rollout.View {
 // maxMatches bounds the rollouts an ambiguous query lists.
 const maxMatches = 16
 
-// Lookup finds the one rollout a query names, live or settled.
+// Lookup finds the one rollout a query names, live or settled. A commit
+// rebuilt into several artifacts on one cluster is one verdict there: the
+// newest artifact's rollout (perCommit).
 func (e *Engine) Lookup(q Query) (*rollout.View, error) {
 	found, err := e.matching(q, false)
 	if err != nil {
 		return nil, err
 	}
-	if len(found) > 1 {
+	views, commits := e.perCommit(found, q)
+	switch {
+	case len(views) > 1 || commits > 1:
 		return nil, ambiguous(found)
+	case len(views) == 0:
+		return nil, ErrNotFound
 	}
-	return e.one(found)
+	return views[0], nil
 }
 
 // LookupAll finds the rollouts of the one commit a query names, on every
-// cluster that has it (the query's cluster is ignored), sorted by
-// cluster. A prefix that names several commits is ambiguous.
+// cluster that has it (the query's cluster is ignored), one per cluster,
+// sorted by cluster. A prefix that names several commits is ambiguous.
 func (e *Engine) LookupAll(q Query) ([]*rollout.View, error) {
 	q.Cluster = ""
 	// On one cluster the commit may be a git rollout, on another an OCI
@@ -193,37 +200,54 @@ func (e *Engine) LookupAll(q Query) ([]*rollout.View, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One commit: one rollout hash per cluster, or the OCI rollouts whose
-	// origin revision is the commit.
+	views, commits := e.perCommit(found, q)
+	if commits > 1 {
+		return nil, ambiguous(found)
+	}
+	if len(views) == 0 {
+		return nil, ErrNotFound
+	}
+	return views, nil
+}
+
+// perCommit reads the views of found (a settled one from the archive) and
+// keeps one per cluster and commit: the rollout whose own hash the query
+// names, or, of the OCI rollouts whose origin revision it names (a commit
+// pushed again under a new digest: a CI re-run, a re-tag), the newest,
+// which is what the cluster runs of that commit now; the older ones were
+// superseded by it. It returns them sorted by cluster, and how many
+// commits they are of.
+func (e *Engine) perCommit(found map[rollout.Key]*rollout.View, q Query) ([]*rollout.View, int) {
+	type group struct{ cluster, commit string }
+	best := map[group]*rollout.View{}
 	commits := map[string]bool{}
 	for k, v := range found {
 		if v == nil {
-			v = e.Get(k)
+			if v = e.Get(k); v == nil {
+				continue
+			}
 		}
-		if v == nil {
-			continue
+		g := group{k.Cluster, v.Hash}
+		if !matches(v.Hash, q) {
+			g.commit = v.OriginHash // matched by its origin revision
 		}
-		found[k] = v
-		c := v.Hash
-		if !strings.HasPrefix(c, q.Hash) {
-			c = v.OriginHash // matched by its origin revision
-		}
-		commits[c] = true
-	}
-	if len(commits) > 1 {
-		return nil, ambiguous(found)
-	}
-	var out []*rollout.View
-	for _, v := range found {
-		if v != nil {
-			out = append(out, v)
+		commits[g.commit] = true
+		if b := best[g]; b == nil || newerRollout(v, b) {
+			best[g] = v
 		}
 	}
-	if len(out) == 0 {
-		return nil, ErrNotFound
-	}
+	out := slices.Collect(maps.Values(best))
 	slices.SortFunc(out, func(a, b *rollout.View) int { return compareKeys(a.Key(), b.Key()) })
-	return out, nil
+	return out, len(commits)
+}
+
+// newerRollout orders the rollouts of one commit on one cluster: by first
+// evidence, then by hash.
+func newerRollout(a, b *rollout.View) bool {
+	if !a.FirstSeen.Equal(b.FirstSeen) {
+		return a.FirstSeen.After(b.FirstSeen)
+	}
+	return a.Hash > b.Hash
 }
 
 // matching are the rollouts a query names, live (with their view) or
@@ -261,19 +285,6 @@ func (e *Engine) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.Vi
 		}
 	}
 	return found, nil
-}
-
-// one is the view of the single match, or ErrNotFound.
-func (e *Engine) one(found map[rollout.Key]*rollout.View) (*rollout.View, error) {
-	for k, v := range found {
-		if v == nil {
-			if v = e.Get(k); v == nil {
-				return nil, ErrNotFound
-			}
-		}
-		return v, nil
-	}
-	return nil, ErrNotFound
 }
 
 func ambiguous(found map[rollout.Key]*rollout.View) error {

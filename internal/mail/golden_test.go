@@ -97,3 +97,25 @@ func TestRenderStuckWithoutLayers(t *testing.T) {
 		t.Fatal("a link without --external-url")
 	}
 }
+
+// TestArtifactNamedByItsCommit: an OCI rollout's mails name the commit its
+// artifact was built from, with the artifact beside it.
+func TestArtifactNamedByItsCommit(t *testing.T) {
+	r, err := mail.NewRenderer(templates.FS, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := hashOf("A") + hashOf("A")[:24]
+	v := &rollout.View{Cluster: "prod", Hash: digest, Revision: "latest@sha256:" + digest, Origin: "main@sha1:" + hashOf("C"), OriginHash: hashOf("C"),
+		Verdict: rollout.VerdictApplied}
+	m, err := r.Render(rollout.Queued{Mail: rollout.Mail{Key: "k", Kind: rollout.MailApplied, To: "a@example.com", View: v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "[flux] applied " + hashOf("C")[:7] + " on prod"; m.Subject != want {
+		t.Fatalf("subject %q, want %q", m.Subject, want)
+	}
+	if want := "main@sha1:" + hashOf("C") + " (artifact latest@sha256:" + digest + ")"; !strings.Contains(m.Text, want) || !strings.Contains(m.HTML, want) {
+		t.Fatalf("the body does not name the commit and the artifact %q\n%s", want, m.Text)
+	}
+}

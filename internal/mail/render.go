@@ -160,7 +160,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 	}
 	v := m.View
 	d := Data{
-		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Revision, Short: rollout.ShortHash(v.Hash),
+		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Named(), Short: rollout.ShortHash(v.CommitHash()),
 		CommitSubject: oneLine(v.Subject), Verdict: v.Verdict.String(), Summary: v.Summary,
 		ExpectedFrom: v.ExpectedFrom, Layer: m.Layer, Reason: m.Reason, Object: m.Object,
 		Deadline: v.Deadline.UTC().Format(time.RFC3339), Late: v.Late, Behind: v.Behind, RootCause: v.RootCause,

@@ -95,6 +95,25 @@ type View struct {
 // Key names the rollout v is the view of.
 func (v *View) Key() Key { return Key{v.Cluster, v.Hash} }
 
+// CommitHash is the hash people know the rollout by: the commit its
+// artifact was built from when it names one (an OCI artifact's origin
+// revision), else its own.
+func (v *View) CommitHash() string {
+	if v.OriginHash != "" {
+		return v.OriginHash
+	}
+	return v.Hash
+}
+
+// Named is the rollout's revision as people read it: an artifact built
+// from a commit is named by the commit, with the artifact beside it.
+func (v *View) Named() string {
+	if v.Origin != "" {
+		return v.Origin + " (artifact " + v.Revision + ")"
+	}
+	return v.Revision
+}
+
 // LayerView is one expected layer of a rollout.
 type LayerView struct {
 	Name     string     `json:"name"`

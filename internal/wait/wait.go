@@ -203,7 +203,7 @@ func (l *lines) printf(format string, a ...any) {
 func (w *waiter) report(v *verdictBody) {
 	where := v.Revision
 	if v.Hash != "" {
-		where = rollout.ShortHash(v.Hash)
+		where = rollout.ShortHash(v.CommitHash())
 	}
 	where += " on " + v.Cluster
 	prev := w.last
@@ -419,7 +419,7 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 		fmt.Fprintf(out, "%s: unknown (no evidence of this revision yet)\n", query)
 		return
 	}
-	fmt.Fprintf(out, "%s on %s: %s (%s)\n", v.Revision, v.Cluster, v.Verdict, v.Summary)
+	fmt.Fprintf(out, "%s on %s: %s (%s)\n", v.Named(), v.Cluster, v.Verdict, v.Summary)
 	for _, l := range v.Layers.All() {
 		line := fmt.Sprintf("  %-32s %-12s", l.Name, string(l.State))
 		if l.Reason != "" {
