@@ -543,6 +543,16 @@ func (r *Reader) mark(k *kustomizev1.Kustomization, gone bool, obs []rollout.Obs
 		id := o.Emitter.Layer()
 		if mark := o.Hash + " " + o.Signal.String() + " " + strings.Join(o.DependsOn, ","); r.marked[id] != mark {
 			obs = append(obs, o)
+			// An artifact built from a commit: its source's word goes with
+			// the mark, so that the rollout is named by the commit from its
+			// first evidence on (its applying mail), whichever watch
+			// reported first.
+			ref := ingest.SourceOf(k)
+			if src := r.source(ref.Kind, ref.Namespace, ref.Name); src != nil {
+				if a, ok := ingest.Artifact(src, r.cfg.Cluster, ref); ok && a.OriginHash != "" && a.Hash == o.Hash {
+					obs = append(obs, a)
+				}
+			}
 			if marks == nil {
 				marks = map[string]string{}
 			}

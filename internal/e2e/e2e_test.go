@@ -72,6 +72,7 @@ func TestFlux(t *testing.T) {
 		{"helm-rollback", helmRollbackStalls},
 		{"helm-uninstall", helmUninstallStalls},
 		{"forge", forgeDeployments},
+		{"oci", ociArtifacts},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -173,8 +174,8 @@ spec:
   prune: true
   wait: %v
   suspend: %v
-  sourceRef: {kind: GitRepository, name: fleet}%s
-`, name, w.ns, labels, o.timeout, name, o.wait, o.suspend, deps))
+  sourceRef: {kind: %s, name: %s}%s
+`, name, w.ns, labels, o.timeout, name, o.wait, o.suspend, w.repo.Kind, w.repo.Name, deps))
 }
 
 // files are the manifests of a commit, by path in the repository.
@@ -488,29 +489,7 @@ spec:
 // removed from another tier is deleted. The verdict is failed, naming the
 // protected object and the policy's message, and not the ordinary one.
 func pruneFailure(t *testing.T, w *world) {
-	policy := w.ns + "-protect-configmaps"
-	w.c.ApplyYAML(t, fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: %[1]s}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - {apiGroups: [""], apiVersions: ["v1"], operations: ["DELETE"], resources: ["configmaps"]}
-  validations:
-  - expression: "!has(oldObject.metadata.labels) || !('protect' in oldObject.metadata.labels) || oldObject.metadata.labels['protect'] != 'true'"
-    message: ConfigMaps labelled protect=true may not be deleted
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: %[1]s}
-spec:
-  policyName: %[1]s
-  validationActions: [Deny]
-  matchResources:
-    namespaceSelector:
-      matchLabels: {kubernetes.io/metadata.name: %[2]s-apps}
-`, policy, w.ns))
+	policy := w.protectConfigMaps(t)
 	protected := w.configMap("apps", "protected", "  labels: {protect: \"true\"}\n", "0")
 	f0 := w.base("0").with("apps/protected.yaml", protected).with("platform/ordinary.yaml", w.configMap("platform", "ordinary", "", "0"))
 	r0 := w.start(t, f0, nil)
@@ -556,6 +535,36 @@ spec:
 			t.Fatalf("the prune-failed mail does not say %q:\n%s", want, body)
 		}
 	}
+}
+
+// protectConfigMaps makes a ValidatingAdmissionPolicy that denies deleting
+// a ConfigMap labelled protect=true in the apps tier's namespace, and
+// returns its name.
+func (w *world) protectConfigMaps(t *testing.T) string {
+	policy := w.ns + "-protect-configmaps"
+	w.c.ApplyYAML(t, fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: %[1]s}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: ["v1"], operations: ["DELETE"], resources: ["configmaps"]}
+  validations:
+  - expression: "!has(oldObject.metadata.labels) || !('protect' in oldObject.metadata.labels) || oldObject.metadata.labels['protect'] != 'true'"
+    message: ConfigMaps labelled protect=true may not be deleted
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: %[1]s}
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {kubernetes.io/metadata.name: %[2]s-apps}
+`, policy, w.ns))
+	return policy
 }
 
 // mailText is the text part of the scenario's mail with label.
@@ -1588,4 +1597,57 @@ func (w *world) expectStalledInGitHub(t *testing.T, c Commit) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// 16. Flux's gitless setup: the tiers read an OCIRepository whose
+// artifacts CI pushed from commits (origin revision main@sha1:<commit>):
+// a clean commit, the same commit pushed again (a CI re-run: a new digest,
+// which Flux applies with nothing to change), and a commit whose prune
+// fails. Each is asked for by its git commit: one verdict per commit on
+// the cluster (the newest artifact's for the rebuilt one), never 409; the
+// mails name the commit, the artifact beside it. A rebuild is a new
+// deploy of the commit, mailed as one (README, "Limits known today").
+func ociArtifacts(t *testing.T, w *world) {
+	w.repo = NewOCIRepo(t, w.c, w.arts, w.ns, "fleet-oci")
+	w.protectConfigMaps(t)
+	protected := w.configMap("apps", "protected", "  labels: {protect: \"true\"}\n", "0")
+	r0 := w.start(t, w.base("0").with("apps/protected.yaml", protected), nil)
+	w.awaitPolicy(t)
+	r1 := w.repo.Publish(t, w.base("1").with("apps/protected.yaml", protected))
+	v := w.awaitApplied(t, r1, tiers...)
+	if v.Origin != "main@sha1:"+r1.Hash || v.Revision != r1.Revision {
+		t.Fatalf("%s is not the rollout of artifact %s\n%s", r1.Hash[:7], r1.Revision, dump(v))
+	}
+	rebuilt := w.repo.Rebuild(t, r1)
+	w.awaitCluster(t, rebuilt, tiers...)
+	for _, s := range []*Service{w.svc, w.evt} {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			v, err := s.Verdict(r1.Hash) // by the git commit: no 409 on one cluster
+			if err != nil {
+				t.Fatalf("%s: %s after its rebuild: %v", s.MailTo, r1.Hash[:7], err)
+			}
+			if v != nil && v.Revision == rebuilt.Revision && v.Verdict == rollout.VerdictApplied && v.Origin == "main@sha1:"+r1.Hash {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s is not the rebuilt artifact's applied rollout within 1m\n%s", s.MailTo, r1.Hash[:7], dump(v))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	w.expectWait(t, r1, 0)
+	r2 := w.repo.Publish(t, w.base("2"))
+	v = w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, 2*time.Minute)
+	if len(v.Failures) != 1 || v.Failures[0].Reason != "PruneFailed" || v.Origin != "main@sha1:"+r2.Hash {
+		t.Fatalf("%s: want its prune failure\n%s", r2.Hash[:7], dump(v))
+	}
+	w.expectWait(t, r2, 1)
+	prune := fmt.Sprintf("prune failed: ConfigMap %s-apps/protected (%s)", w.ns, r2.Hash[:7])
+	mails := []string{applying(r0), applied(r0), applying(r1), applied(r1), applying(r1), applied(r1), applying(r2), prune}
+	w.expectMails(t, mails...)
+	if body := w.mailText(t, prune); !strings.Contains(body, "main@sha1:"+r2.Hash+" (artifact "+r2.Revision+")") {
+		t.Fatalf("the prune-failed mail does not name the commit and its artifact:\n%s", body)
+	}
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplied}, {r2, rollout.VerdictFailed}}, mails...)
 }

@@ -67,9 +67,12 @@ func (a *Artifacts) put(p string, b []byte) string {
 }
 
 // Repo is a GitRepository whose commits the test publishes by writing its
-// status, as source-controller would after fetching them.
+// status, as source-controller would after fetching them; or, made by
+// NewOCIRepo, an OCIRepository whose artifacts CI pushed from those
+// commits (flux push artifact --revision main@sha1:<commit>).
 type Repo struct {
 	Namespace, Name string
+	Kind            string // GitRepository or OCIRepository
 	c               *clustertest.Cluster
 	a               *Artifacts
 	n               int
@@ -87,13 +90,28 @@ spec:
   url: https://git.example.invalid/fleet.git
   ref: {branch: main}
 `, name, namespace))
-	return &Repo{Namespace: namespace, Name: name, c: c, a: a, published: map[string]map[string]string{}}
+	return &Repo{Namespace: namespace, Name: name, Kind: "GitRepository", c: c, a: a, published: map[string]map[string]string{}}
+}
+
+// NewOCIRepo creates an OCIRepository following tag latest, without an
+// artifact yet: each commit published is an artifact pushed from it.
+func NewOCIRepo(t testing.TB, c *clustertest.Cluster, a *Artifacts, namespace, name string) *Repo {
+	t.Helper()
+	c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
+kind: OCIRepository
+metadata: {name: %s, namespace: %s}
+spec:
+  interval: 1h
+  url: oci://registry.example.invalid/fleet
+  ref: {tag: latest}
+`, name, namespace))
+	return &Repo{Namespace: namespace, Name: name, Kind: "OCIRepository", c: c, a: a, published: map[string]map[string]string{}}
 }
 
 // Commit is a published commit.
 type Commit struct {
-	Hash     string // 40 hex digits
-	Revision string // main@sha1:<hash>
+	Hash     string // the git commit: 40 hex digits
+	Revision string // what Flux applies: main@sha1:<hash>, or an OCI artifact's latest@sha256:<manifest digest>
 }
 
 // Publish makes files (path: content) the repository's new commit: a
@@ -106,13 +124,42 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 	tgz := tarball(t, files)
 	sum := sha1.Sum(fmt.Appendf(nil, "%s/%s/%d/%x", r.Namespace, r.Name, r.n, sha256.Sum256(tgz)))
 	c := Commit{Hash: hex.EncodeToString(sum[:])}
-	c.Revision = "main@sha1:" + c.Hash
 	r.published[c.Hash] = maps.Clone(files)
+	return r.push(t, c.Hash, tgz)
+}
+
+// Rebuild pushes commit c again as a new artifact (a CI re-run: the same
+// files and origin revision under a new manifest digest), which Flux
+// applies as a new revision; OCI only.
+func (r *Repo) Rebuild(t testing.TB, c Commit) Commit {
+	t.Helper()
+	if r.Kind != "OCIRepository" {
+		t.Fatal("only an OCI artifact is rebuilt")
+	}
+	r.n++
+	return r.push(t, c.Hash, tarball(t, r.published[c.Hash]))
+}
+
+// push serves tgz as the source's artifact of commit hash and writes the
+// source's status: a GitRepository's revision is the commit's, an
+// OCIRepository's the manifest's digest, with the commit as its origin
+// revision (the annotation flux push artifact writes).
+func (r *Repo) push(t testing.TB, hash string, tgz []byte) Commit {
+	t.Helper()
+	c := Commit{Hash: hash, Revision: "main@sha1:" + hash}
 	digest := sha256.Sum256(tgz)
-	artifactPath := path.Join("gitrepository", r.Namespace, r.Name, c.Hash+".tar.gz")
-	url := r.a.put("/"+artifactPath, tgz)
+	artifact := map[string]any{"digest": "sha256:" + hex.EncodeToString(digest[:]), "size": int64(len(tgz))}
+	artifactPath := path.Join(strings.ToLower(r.Kind), r.Namespace, r.Name, hash+".tar.gz")
+	if r.Kind == "OCIRepository" {
+		manifest := sha256.Sum256(fmt.Appendf(nil, "%s/%d/%x", hash, r.n, digest))
+		c.Revision = "latest@sha256:" + hex.EncodeToString(manifest[:])
+		artifactPath = path.Join(strings.ToLower(r.Kind), r.Namespace, r.Name, hex.EncodeToString(manifest[:])+".tar.gz")
+		artifact["metadata"] = map[string]any{"org.opencontainers.image.revision": "main@sha1:" + hash}
+	}
+	artifact["path"], artifact["url"], artifact["revision"] = artifactPath, r.a.put("/"+artifactPath, tgz), c.Revision
 	now := time.Now().UTC().Format(time.RFC3339)
-	writeStatus(t, r.c, "GitRepository", r.Namespace, r.Name, c.Revision, func(u map[string]any, gen int64) {
+	artifact["lastUpdateTime"] = now
+	writeStatus(t, r.c, r.Kind, r.Namespace, r.Name, c.Revision, func(u map[string]any, gen int64) {
 		ready := map[string]any{
 			"type": "Ready", "status": "True", "reason": "Succeeded", "observedGeneration": gen,
 			"message": "stored artifact for revision '" + c.Revision + "'", "lastTransitionTime": now,
@@ -122,11 +169,7 @@ func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 		u["status"] = map[string]any{
 			"observedGeneration": gen,
 			"conditions":         []any{ready, stored},
-			"artifact": map[string]any{
-				"path": artifactPath, "url": url, "revision": c.Revision,
-				"digest": "sha256:" + hex.EncodeToString(digest[:]), "size": int64(len(tgz)),
-				"lastUpdateTime": now,
-			},
+			"artifact":           artifact,
 		}
 	})
 	return c

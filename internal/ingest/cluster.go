@@ -95,13 +95,19 @@ func ArtifactRevision(src sourcev1.Source) (string, time.Time) {
 }
 
 // Artifact is what a source's status says, as its artifact event would:
-// the revision em has had since the artifact's time; false before its first
-// artifact.
+// the revision em has had since the artifact's time, and the commit an OCI
+// artifact was built from (its org.opencontainers.image.revision, which
+// kustomize-controller's events carry as originRevision); false before
+// its first artifact.
 func Artifact(src sourcev1.Source, cluster string, em rollout.Emitter) (rollout.Observation, bool) {
 	rev, at := ArtifactRevision(src)
 	h, err := flux.ParseRevision(rev)
 	if err != nil || at.IsZero() {
 		return rollout.Observation{}, false
 	}
-	return rollout.Observation{Cluster: cluster, Emitter: em, Revision: h.String(), Hash: h.Hash, At: at, Signal: rollout.SignalArtifact}, true
+	o := rollout.Observation{Cluster: cluster, Emitter: em, Revision: h.String(), Hash: h.Hash, At: at, Signal: rollout.SignalArtifact}
+	if origin, err := flux.ParseRevision(src.GetArtifact().Metadata[flux.OCIRevisionMetadata]); err == nil {
+		o.Origin, o.OriginHash = origin.String(), origin.Hash
+	}
+	return o, true
 }

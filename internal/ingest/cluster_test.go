@@ -2,12 +2,16 @@ package ingest
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	"github.com/fluxcd/pkg/apis/meta"
+	sourcev1 "github.com/fluxcd/source-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -46,5 +50,26 @@ func TestMembership(t *testing.T) {
 	}
 	if src := SourceOf(k); src != (rollout.Emitter{Role: rollout.RoleSource, Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"}) {
 		t.Errorf("SourceOf = %+v", src)
+	}
+}
+
+// TestArtifactNamesItsCommit: an OCI artifact built from a commit says so
+// (org.opencontainers.image.revision), as kustomize-controller's events
+// do in originRevision; one without the annotation names none.
+func TestArtifactNamesItsCommit(t *testing.T) {
+	digest := "latest@sha256:" + strings.Repeat("d", 64)
+	for _, tt := range []struct {
+		metadata map[string]string
+		origin   string
+	}{
+		{map[string]string{flux.OCIRevisionMetadata: "main@sha1:" + strings.Repeat("c", 40)}, strings.Repeat("c", 40)},
+		{nil, ""},
+	} {
+		src := &sourcev1.OCIRepository{}
+		src.Status.Artifact = &meta.Artifact{Revision: digest, Metadata: tt.metadata, LastUpdateTime: metav1.NewTime(at)}
+		o, ok := Artifact(src, "prod", Emitter("OCIRepository", "flux-system", "fleet"))
+		if !ok || o.Hash != strings.Repeat("d", 64) || o.OriginHash != tt.origin || tt.origin != "" && o.Origin != "main@sha1:"+tt.origin {
+			t.Errorf("Artifact of %v: %+v, %v; want origin %q", tt.metadata, o, ok, tt.origin)
+		}
 	}
 }
