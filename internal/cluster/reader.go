@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -488,6 +489,7 @@ func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, m
 	from := len(obs)
 	obs, marks = r.mark(k, false, obs, marks)
 	obs = append(obs, ingest.Status(k, r.cfg.Cluster, r.current(k))...)
+	obs = r.originAhead(k, obs, from)
 	var owned []*helmv2.HelmRelease
 	for _, idx := range r.releases {
 		objs, _ := idx.ByIndex(ownerIndex, k.Namespace+"/"+k.Name) // the index is registered before the informers start
@@ -560,6 +562,42 @@ func (r *Reader) mark(k *kustomizev1.Kustomization, gone bool, obs []rollout.Obs
 		}
 	}
 	return obs, marks
+}
+
+// originAhead appends, when the layer's status (obs from from on) names a
+// revision the cache of its OCI source has not reached yet (two watches:
+// kustomize-controller read the source first), the source's artifact as
+// the kube-apiserver has it, with the commit it was built from: the
+// rollout is named by its commit from its first evidence (its applying
+// mail), whichever watch reports first. Only for an OCI source, and only
+// while the layer attempts a revision the cache does not have (a layer
+// still on an older one while the source moved on costs a read too).
+func (r *Reader) originAhead(k *kustomizev1.Kustomization, obs []rollout.Observation, from int) []rollout.Observation {
+	ref := ingest.SourceOf(k)
+	sk, ok := flux.Source(ref.Kind)
+	if !ok || ref.Kind != flux.KindOCIRepository {
+		return obs
+	}
+	cached, _ := flux.ParseRevision(r.current(k))
+	attempted, err := flux.ParseRevision(k.Status.LastAttemptedRevision)
+	if err != nil || attempted.Hash == cached.Hash || !slices.ContainsFunc(obs[from:], func(o rollout.Observation) bool { return o.Hash == attempted.Hash }) {
+		return obs
+	}
+	ahead := attempted.Hash
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	u, err := r.dyn.Resource(sk.Resource).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return obs // the source's own watch brings it
+	}
+	src, err := slimSource(ref.Kind, u)
+	if err != nil {
+		return obs
+	}
+	if a, ok := ingest.Artifact(src, r.cfg.Cluster, ref); ok && a.Hash == ahead && a.OriginHash != "" {
+		obs = append(obs, a)
+	}
+	return obs
 }
 
 // layer is the cached Kustomization ns/name, or nil.

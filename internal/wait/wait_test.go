@@ -65,3 +65,23 @@ func TestPrintVerdictTellsWhatHelmControllerDid(t *testing.T) {
 		t.Errorf("annotation\n%s", out.String())
 	}
 }
+
+// TestArtifactNamedByItsCommit: an OCI rollout's progress and verdict
+// lines name the commit its artifact was built from, the artifact beside
+// it in the verdict.
+func TestArtifactNamedByItsCommit(t *testing.T) {
+	digest := strings.Repeat("d", 64)
+	v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{Cluster: "prod", Revision: "latest@sha256:" + digest, Hash: digest,
+		Origin: "main@sha1:" + strings.Repeat("c", 40), Verdict: rollout.VerdictApplied, Terminal: true, Summary: "s"}}}
+	var out bytes.Buffer
+	w := &waiter{progress: &lines{w: &out}}
+	w.report(v)
+	if got := out.String(); !strings.HasPrefix(got, "ccccccc on prod: applied") {
+		t.Errorf("progress %q, want it named by the commit", got)
+	}
+	out.Reset()
+	printVerdict(&out, v, "ccccccc")
+	if want := "main@sha1:" + strings.Repeat("c", 40) + " (artifact latest@sha256:" + digest + ") on prod: applied (s)\n"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+}
