@@ -179,6 +179,16 @@ func (e *Engine) Lookup(q Query) (*rollout.View, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(found) == 1 { // nearly every query: one rollout, nothing to group
+		for k, v := range found {
+			if v == nil {
+				if v = e.Get(k); v == nil {
+					return nil, ErrNotFound
+				}
+			}
+			return v, nil
+		}
+	}
 	views, commits := e.perCommit(found, q)
 	switch {
 	case len(views) > 1 || commits > 1:
