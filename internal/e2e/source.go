@@ -82,30 +82,21 @@ type Repo struct {
 // NewRepo creates the GitRepository, without an artifact yet.
 func NewRepo(t testing.TB, c *clustertest.Cluster, a *Artifacts, namespace, name string) *Repo {
 	t.Helper()
-	c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
-kind: GitRepository
-metadata: {name: %s, namespace: %s}
-spec:
-  interval: 1h
-  url: https://git.example.invalid/fleet.git
-  ref: {branch: main}
-`, name, namespace))
-	return &Repo{Namespace: namespace, Name: name, Kind: "GitRepository", c: c, a: a, published: map[string]map[string]string{}}
+	return newRepo(t, c, a, namespace, name, "GitRepository", "url: https://git.example.invalid/fleet.git\n  ref: {branch: main}")
 }
 
 // NewOCIRepo creates an OCIRepository following tag latest, without an
 // artifact yet: each commit published is an artifact pushed from it.
 func NewOCIRepo(t testing.TB, c *clustertest.Cluster, a *Artifacts, namespace, name string) *Repo {
 	t.Helper()
-	c.ApplyYAML(t, fmt.Sprintf(`apiVersion: source.toolkit.fluxcd.io/v1
-kind: OCIRepository
-metadata: {name: %s, namespace: %s}
-spec:
-  interval: 1h
-  url: oci://registry.example.invalid/fleet
-  ref: {tag: latest}
-`, name, namespace))
-	return &Repo{Namespace: namespace, Name: name, Kind: "OCIRepository", c: c, a: a, published: map[string]map[string]string{}}
+	return newRepo(t, c, a, namespace, name, "OCIRepository", "url: oci://registry.example.invalid/fleet\n  ref: {tag: latest}")
+}
+
+func newRepo(t testing.TB, c *clustertest.Cluster, a *Artifacts, namespace, name, kind, spec string) *Repo {
+	t.Helper()
+	c.ApplyYAML(t, fmt.Sprintf("apiVersion: source.toolkit.fluxcd.io/v1\nkind: %s\nmetadata: {name: %s, namespace: %s}\nspec:\n  interval: 1h\n  %s\n",
+		kind, name, namespace, spec))
+	return &Repo{Namespace: namespace, Name: name, Kind: kind, c: c, a: a, published: map[string]map[string]string{}}
 }
 
 // Commit is a published commit.
