@@ -263,3 +263,49 @@ func listProxy(t *testing.T, url string, onList func(*http.Request)) *httptest.S
 	t.Cleanup(front.Close)
 	return front
 }
+
+// TestWaitSkippedCommitSHA256: the same in a repository of git's sha256
+// object format, whose GitRepository names revisions main@sha256:<64 hex>:
+// the rollout's revision is a git commit (its source says so), not an
+// artifact's digest, and wait's ancestry finds the commit inside it.
+func TestWaitSkippedCommitSHA256(t *testing.T) {
+	origin := gittest.NewSHA256(t)
+	origin.Commit("base")
+	a := origin.Commit("a: merged, then b within one source interval")
+	checkout := origin.Clone(1)
+	b := origin.Commit("b")
+	if len(a) != 64 || len(b) != 64 {
+		t.Fatalf("commits %s and %s: not sha256", a, b)
+	}
+	dir := t.TempDir()
+	token := []byte("hmac-token")
+	if err := os.WriteFile(filepath.Join(dir, "token"), token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token"))
+	now := time.Now().UTC().Add(-time.Minute)
+	rev := "main@sha256:" + b
+	events := []flux.Event{{
+		InvolvedObject: flux.ObjectRef{Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"},
+		Severity:       "info", Timestamp: now.Format(time.RFC3339), Reason: "NewArtifact",
+		Message: "stored artifact for commit 'b'", Metadata: map[string]string{"revision": rev, "cluster": "staging"},
+	}}
+	for i, layer := range []string{"infra", "platform"} {
+		events = append(events, flux.Event{
+			InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: layer},
+			Severity:       "info", Timestamp: now.Add(time.Duration(1+i) * time.Second).Format(time.RFC3339),
+			Reason: "ReconciliationSucceeded", Message: "Reconciliation finished", Metadata: map[string]string{"revision": rev, "cluster": "staging"},
+		})
+	}
+	if err := postEvents(context.Background(), &http.Client{Timeout: 10 * time.Second}, url, token, events); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{"PATH": os.Getenv("PATH")}
+	err := run(context.Background(), []string{"wait", "--url", url, "--timeout", "10s", "--rev", a, "--cluster", "staging", "--git-dir", checkout},
+		func(k string) string { return env[k] }, &stdout, &stderr)
+	out := stdout.String() + stderr.String()
+	if exitOf(err) != 0 || !strings.Contains(out, rollout.ShortHash(a)+" was not deployed on its own: it went out in "+rollout.ShortHash(b)+", applied") {
+		t.Fatalf("exit %d (%v)\n%s", exitOf(err), err, out)
+	}
+}

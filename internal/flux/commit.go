@@ -22,3 +22,20 @@ func IsCommit(s string) bool {
 	}
 	return true
 }
+
+// GitCommit is the git commit a rollout deployed, as far as Flux's words
+// tell: an artifact's origin revision (the commit it was built from),
+// else its own revision when a GitRepository produced it (sha1 or sha256
+// object format) or when it is a sha1 one (git's: no artifact digest is);
+// "" for an artifact's digest (an OCIRepository or a Bucket without
+// origin), which no repository holds. sourceKind is the kind of the
+// rollout's source, "" when unknown.
+func GitCommit(revision, origin, sourceKind string) string {
+	if o, err := ParseRevision(origin); err == nil {
+		return o.Hash
+	}
+	if r, err := ParseRevision(revision); err == nil && (r.Algo == "sha1" || sourceKind == KindGitRepository) {
+		return r.Hash
+	}
+	return ""
+}

@@ -20,3 +20,21 @@ func TestIsCommit(t *testing.T) {
 		t.Errorf("a query shorter than MinPrefix is taken")
 	}
 }
+
+// TestGitCommit: which git commit a rollout deployed, one rule for the
+// forge and wait's ancestry.
+func TestGitCommit(t *testing.T) {
+	sha1, sha256 := strings.Repeat("a", 40), strings.Repeat("b", 64)
+	for _, tt := range []struct{ revision, origin, kind, want string }{
+		{"main@sha1:" + sha1, "", "", sha1},
+		{"main@sha256:" + sha256, "", KindGitRepository, sha256}, // a repository in sha256 object format
+		{"latest@sha256:" + sha256, "main@sha1:" + sha1, KindOCIRepository, sha1},
+		{"latest@sha256:" + sha256, "", KindOCIRepository, ""},
+		{"sha256:" + sha256, "", KindBucket, ""},
+		{"sha256:" + sha256, "", "", ""}, // unknown source: a digest, not a commit
+	} {
+		if got := GitCommit(tt.revision, tt.origin, tt.kind); got != tt.want {
+			t.Errorf("GitCommit(%s, %s, %s) = %q, want %q", tt.revision, tt.origin, tt.kind, got, tt.want)
+		}
+	}
+}

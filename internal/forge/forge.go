@@ -224,18 +224,6 @@ func Clean(s string, n int) string {
 	return strings.TrimRight(string(runes[:n-1]), " ") + "…"
 }
 
-// Commit is the git commit a rollout deployed: its origin revision's hash
-// for an artifact built from git (OCI), else its own hash when a
-// GitRepository produced it or its revision is a sha1 one (a git commit's;
-// OCI digests are sha256); "" when it names none (a Bucket, an OCI
-// artifact without origin).
-func Commit(v *rollout.View) string {
-	if v.OriginHash != "" {
-		return v.OriginHash
-	}
-	rev, err := flux.ParseRevision(v.Revision)
-	if err == nil && rev.Algo == "sha1" || strings.HasPrefix(v.Source, flux.KindGitRepository+"/") {
-		return v.Hash
-	}
-	return ""
-}
+// Commit is the git commit a rollout deployed, "" when it names none
+// (flux.GitCommit: the one rule, which wait's ancestry follows too).
+func Commit(v *rollout.View) string { return flux.GitCommit(v.Revision, v.Origin, v.SourceKind()) }

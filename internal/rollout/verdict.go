@@ -105,6 +105,13 @@ func (v *View) CommitHash() string {
 	return v.Hash
 }
 
+// SourceKind is the kind of the rollout's source (Source's first part),
+// "" when unknown.
+func (v *View) SourceKind() string {
+	kind, _, _ := strings.Cut(v.Source, "/")
+	return kind
+}
+
 // Named is the rollout's revision as people read it: an artifact built
 // from a commit is named by the commit, with the artifact beside it.
 func (v *View) Named() string {

@@ -113,20 +113,9 @@ func (d *descendants) find(ctx context.Context) (*rollout.View, error) {
 	return nil, nil
 }
 
-// gitHash is the git commit a rollout deploys: its own revision's hash, or
-// for an OCI artifact the commit it was built from (originRevision); ""
-// for an artifact's digest (an OCIRepository or Bucket without one), which
-// no repository holds.
-func gitHash(v *rollout.View) string {
-	rev := v.Revision
-	if v.Origin != "" {
-		rev = v.Origin
-	}
-	if r, err := flux.ParseRevision(rev); err == nil && r.Algo == "sha1" {
-		return r.Hash
-	}
-	return ""
-}
+// gitHash is the git commit a rollout deploys, "" for an artifact's digest
+// (flux.GitCommit: the one rule, which the forge follows too).
+func gitHash(v *rollout.View) string { return flux.GitCommit(v.Revision, v.Origin, v.SourceKind()) }
 
 // why says why the commit is still unknown on the cluster after the looks;
 // "" before any (and with --no-ancestry: d is nil).

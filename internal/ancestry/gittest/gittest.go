@@ -21,6 +21,18 @@ type Repo struct {
 // New makes an empty repository with main checked out.
 func New(t testing.TB) *Repo {
 	t.Helper()
+	return newRepo(t, "sha1")
+}
+
+// NewSHA256 makes an empty repository in git's sha256 object format
+// (64-hex commits), with main checked out.
+func NewSHA256(t testing.TB) *Repo {
+	t.Helper()
+	return newRepo(t, "sha256")
+}
+
+func newRepo(t testing.TB, format string) *Repo {
+	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("these tests need git: apt-get install git")
 	}
@@ -28,7 +40,7 @@ func New(t testing.TB) *Repo {
 	if err := os.Mkdir(r.Dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r.Git("init", "-q", "-b", "main")
+	r.Git("init", "-q", "-b", "main", "--object-format="+format)
 	return r
 }
 
