@@ -45,29 +45,14 @@ func TestWaitSkippedCommit(t *testing.T) {
 	otherCheckout := origin.Clone(1)
 	origin.Checkout("main")
 
-	dir := t.TempDir()
-	token := []byte("hmac-token")
-	if err := os.WriteFile(filepath.Join(dir, "token"), token, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token"))
+	url, token := serveEvents(t)
 	// What the clusters deployed: b and m; never a, f or other.
 	//   staging: b applied, then m applied
 	//   prod:    b failed (the earliest to contain a), then m applied
 	now := time.Now().UTC().Add(-time.Minute)
 	var events []flux.Event
 	deploy := func(cluster, hash string, sec int, platform string) {
-		severity := "info"
-		if platform != "ReconciliationSucceeded" {
-			severity = "error"
-		}
-		for i, l := range []struct{ layer, reason, severity string }{{"infra", "ReconciliationSucceeded", "info"}, {"platform", platform, severity}} {
-			events = append(events, flux.Event{
-				InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: l.layer},
-				Severity:       l.severity, Timestamp: now.Add(time.Duration(sec+i) * time.Second).Format(time.RFC3339),
-				Reason: l.reason, Message: l.reason + " in " + l.layer, Metadata: map[string]string{"revision": "main@sha1:" + hash, "cluster": cluster},
-			})
-		}
+		events = append(events, deployed(cluster, "main@sha1:"+hash, now.Add(time.Duration(sec)*time.Second), platform)...)
 	}
 	deploy("staging", b, 0, "ReconciliationSucceeded")
 	deploy("staging", m, 10, "ReconciliationSucceeded")
@@ -277,26 +262,15 @@ func TestWaitSkippedCommitSHA256(t *testing.T) {
 	if len(a) != 64 || len(b) != 64 {
 		t.Fatalf("commits %s and %s: not sha256", a, b)
 	}
-	dir := t.TempDir()
-	token := []byte("hmac-token")
-	if err := os.WriteFile(filepath.Join(dir, "token"), token, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	url := startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token"))
+	url, token := serveEvents(t)
 	now := time.Now().UTC().Add(-time.Minute)
 	rev := "main@sha256:" + b
-	events := []flux.Event{{
+	// Its source's event says the revision is a GitRepository's: a commit.
+	events := append([]flux.Event{{
 		InvolvedObject: flux.ObjectRef{Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"},
 		Severity:       "info", Timestamp: now.Format(time.RFC3339), Reason: "NewArtifact",
 		Message: "stored artifact for commit 'b'", Metadata: map[string]string{"revision": rev, "cluster": "staging"},
-	}}
-	for i, layer := range []string{"infra", "platform"} {
-		events = append(events, flux.Event{
-			InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: layer},
-			Severity:       "info", Timestamp: now.Add(time.Duration(1+i) * time.Second).Format(time.RFC3339),
-			Reason: "ReconciliationSucceeded", Message: "Reconciliation finished", Metadata: map[string]string{"revision": rev, "cluster": "staging"},
-		})
-	}
+	}}, deployed("staging", rev, now.Add(time.Second), "ReconciliationSucceeded")...)
 	if err := postEvents(context.Background(), &http.Client{Timeout: 10 * time.Second}, url, token, events); err != nil {
 		t.Fatal(err)
 	}
@@ -308,4 +282,35 @@ func TestWaitSkippedCommitSHA256(t *testing.T) {
 	if exitOf(err) != 0 || !strings.Contains(out, rollout.ShortHash(a)+" was not deployed on its own: it went out in "+rollout.ShortHash(b)+", applied") {
 		t.Fatalf("exit %d (%v)\n%s", exitOf(err), err, out)
 	}
+}
+
+// serveEvents runs the service on events alone, and returns its URL and
+// the HMAC token its webhook takes.
+func serveEvents(t *testing.T) (string, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	token := []byte("hmac-token")
+	if err := os.WriteFile(filepath.Join(dir, "token"), token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startServe(t, nil, "--listen", "127.0.0.1:0", "--data-dir", dir, "--hmac-token-file", filepath.Join(dir, "token")), token
+}
+
+// deployed are the events of layers infra and platform rolling out rev on
+// cluster from at on, one second apart: platform ends with the reason
+// given (an error unless ReconciliationSucceeded).
+func deployed(cluster, rev string, at time.Time, platform string) []flux.Event {
+	severity := "info"
+	if platform != "ReconciliationSucceeded" {
+		severity = "error"
+	}
+	var out []flux.Event
+	for i, l := range []struct{ layer, reason, severity string }{{"infra", "ReconciliationSucceeded", "info"}, {"platform", platform, severity}} {
+		out = append(out, flux.Event{
+			InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: l.layer},
+			Severity:       l.severity, Timestamp: at.Add(time.Duration(i) * time.Second).Format(time.RFC3339),
+			Reason: l.reason, Message: l.reason + " in " + l.layer, Metadata: map[string]string{"revision": rev, "cluster": cluster},
+		})
+	}
+	return out
 }

@@ -489,7 +489,9 @@ func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, m
 	from := len(obs)
 	obs, marks = r.mark(k, false, obs, marks)
 	obs = append(obs, ingest.Status(k, r.cfg.Cluster, r.current(k))...)
-	obs = r.originAhead(k, obs, from)
+	if attempted, err := flux.ParseRevision(k.Status.LastAttemptedRevision); err == nil {
+		obs = r.withOrigin(k, attempted.Hash, obs)
+	}
 	var owned []*helmv2.HelmRelease
 	for _, idx := range r.releases {
 		objs, _ := idx.ByIndex(ownerIndex, k.Namespace+"/"+k.Name) // the index is registered before the informers start
@@ -544,17 +546,7 @@ func (r *Reader) mark(k *kustomizev1.Kustomization, gone bool, obs []rollout.Obs
 	if o, ok := ingest.Membership(k, gone, r.cfg.Cluster, r.current(k), r.now()); ok {
 		id := o.Emitter.Layer()
 		if mark := o.Hash + " " + o.Signal.String() + " " + strings.Join(o.DependsOn, ","); r.marked[id] != mark {
-			obs = append(obs, o)
-			// An artifact built from a commit: its source's word goes with
-			// the mark, so that the rollout is named by the commit from its
-			// first evidence on (its applying mail), whichever watch
-			// reported first.
-			ref := ingest.SourceOf(k)
-			if src := r.source(ref.Kind, ref.Namespace, ref.Name); src != nil {
-				if a, ok := ingest.Artifact(src, r.cfg.Cluster, ref); ok && a.OriginHash != "" && a.Hash == o.Hash {
-					obs = append(obs, a)
-				}
-			}
+			obs = r.withOrigin(k, o.Hash, append(obs, o))
 			if marks == nil {
 				marks = map[string]string{}
 			}
@@ -564,37 +556,40 @@ func (r *Reader) mark(k *kustomizev1.Kustomization, gone bool, obs []rollout.Obs
 	return obs, marks
 }
 
-// originAhead appends, when the layer's status (obs from from on) names a
-// revision the cache of its OCI source has not reached yet (two watches:
-// kustomize-controller read the source first), the source's artifact as
-// the kube-apiserver has it, with the commit it was built from: the
-// rollout is named by its commit from its first evidence (its applying
-// mail), whichever watch reports first. Only for an OCI source, and only
-// while the layer attempts a revision the cache does not have (a layer
-// still on an older one while the source moved on costs a read too).
-func (r *Reader) originAhead(k *kustomizev1.Kustomization, obs []rollout.Observation, from int) []rollout.Observation {
+// withOrigin puts in the batch, once, the word of a layer's OCI source on
+// its artifact of hash with the commit the artifact was built from (its
+// org.opencontainers.image.revision), when the batch has a report of the
+// layer on hash: the rollout is named by its commit from its first
+// evidence on (its applying mail), whichever watch reported first. The
+// source is read from the cache, or, when the cache has not reached hash
+// (kustomize-controller read the source before this reader's watch said
+// so), once from the kube-apiserver. Nothing for other sources, whose
+// artifacts name no commit but their own.
+func (r *Reader) withOrigin(k *kustomizev1.Kustomization, hash string, obs []rollout.Observation) []rollout.Observation {
 	ref := ingest.SourceOf(k)
 	sk, ok := flux.Source(ref.Kind)
-	if !ok || ref.Kind != flux.KindOCIRepository {
+	reported := func(em rollout.Emitter) bool {
+		return slices.ContainsFunc(obs, func(o rollout.Observation) bool { return o.Emitter == em && o.Hash == hash })
+	}
+	if !ok || ref.Kind != flux.KindOCIRepository || !reported(ingest.Layer(k.Namespace, k.Name)) || reported(ref) {
 		return obs
 	}
-	cached, _ := flux.ParseRevision(r.current(k))
-	attempted, err := flux.ParseRevision(k.Status.LastAttemptedRevision)
-	if err != nil || attempted.Hash == cached.Hash || !slices.ContainsFunc(obs[from:], func(o rollout.Observation) bool { return o.Hash == attempted.Hash }) {
+	src := r.source(ref.Kind, ref.Namespace, ref.Name)
+	if rev, _ := flux.ParseRevision(r.current(k)); rev.Hash != hash {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		u, err := r.dyn.Resource(sk.Resource).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			return obs // the source's own watch brings it
+		}
+		if src, err = slimSource(ref.Kind, u); err != nil {
+			return obs
+		}
+	}
+	if src == nil {
 		return obs
 	}
-	ahead := attempted.Hash
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	u, err := r.dyn.Resource(sk.Resource).Namespace(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-	if err != nil {
-		return obs // the source's own watch brings it
-	}
-	src, err := slimSource(ref.Kind, u)
-	if err != nil {
-		return obs
-	}
-	if a, ok := ingest.Artifact(src, r.cfg.Cluster, ref); ok && a.Hash == ahead && a.OriginHash != "" {
+	if a, ok := ingest.Artifact(src, r.cfg.Cluster, ref); ok && a.Hash == hash && a.OriginHash != "" {
 		obs = append(obs, a)
 	}
 	return obs

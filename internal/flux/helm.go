@@ -195,3 +195,11 @@ func ParseRemediation(reason, msg string) (Remediation, bool) {
 	}
 	return r, true
 }
+
+// ReleaseError is what a HelmRelease's failure message says failed: its
+// first line, Helm's error; helm-controller adds "Last Helm logs" after it
+// (eventMessageWithLog), which the rollout page shows whole.
+func ReleaseError(msg string) string {
+	line, _, _ := strings.Cut(msg, "\n")
+	return line
+}

@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -120,9 +121,10 @@ func (r *Renderer) Render(q rollout.Queued) (Rendered, error) {
 	if err := r.text.ExecuteTemplate(&subj, "subject", d); err != nil {
 		return Rendered{}, fmt.Errorf("render subject: %w", err)
 	}
-	d.Title = strings.TrimPrefix(headerSafe(subj.String()), subjectTag)
-	if r, n := utf8.DecodeRuneInString(d.Title); n > 0 {
-		d.Title = string(unicode.ToUpper(r)) + d.Title[n:] // a heading
+	subject := headerSafe(subj.String())
+	d.Title = strings.TrimPrefix(subject, subjectTag)
+	if c, n := utf8.DecodeRuneInString(d.Title); n > 0 {
+		d.Title = string(unicode.ToUpper(c)) + d.Title[n:] // a heading
 	}
 	if err := r.text.ExecuteTemplate(&text, "body", d); err != nil {
 		return Rendered{}, fmt.Errorf("render text: %w", err)
@@ -131,7 +133,7 @@ func (r *Renderer) Render(q rollout.Queued) (Rendered, error) {
 		return Rendered{}, fmt.Errorf("render html: %w", err)
 	}
 	return Rendered{
-		Subject:   headerSafe(subj.String()),
+		Subject:   subject,
 		Text:      text.String(),
 		HTML:      html.String(),
 		MessageID: MessageID(q.Mail.Key),
@@ -192,9 +194,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		if f.Layer == m.Layer && f.Release == m.Release && f.Reason == m.Reason {
 			d.Message, d.Release, d.Remediation = trim(f.Message), f.Release, trim(f.Remediation)
 			if f.Release != "" {
-				// helm-controller's message is Helm's error, then its logs:
-				// the error's line says what failed (the page has the rest).
-				d.Message, _, _ = strings.Cut(d.Message, "\n")
+				d.Message = flux.ReleaseError(d.Message)
 			}
 		}
 	}

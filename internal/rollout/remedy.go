@@ -153,22 +153,20 @@ func (r *Remedy) Story(recoveredAt time.Time) string {
 		}
 		parts = append(parts, s.text())
 	}
-	done := len(r.Steps)
-	if r.Earlier {
-		done = max(done, r.Remedied)
-	}
 	// Remediations the status counted beyond those reported apart: the
 	// same one again after each retry (an uninstall names v1 each time).
-	if extra := r.Remedied - done; extra > 0 && len(r.Steps) > 0 {
+	// With earlier steps left out, which ones they were is not known.
+	remedied := max(len(r.Steps), r.Remedied)
+	if extra := remedied - len(r.Steps); extra > 0 && len(r.Steps) > 0 && !r.Earlier {
 		again := r.Steps[len(r.Steps)-1].again()
 		if extra == 1 {
 			parts = append(parts, "retried: failed again", again)
 		} else {
 			parts = append(parts, fmt.Sprintf("retried %d more times, each time: failed again, %s", extra, again))
 		}
-		done = r.Remedied
 	}
-	if r.Attempts > max(done, 1) && done > 0 {
+	// A failed attempt no remediation followed (yet).
+	if len(r.Steps) > 0 && r.Attempts > remedied {
 		parts = append(parts, "retried: failed again")
 	}
 	if r.stalled(recoveredAt) {

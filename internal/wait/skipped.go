@@ -92,7 +92,7 @@ func (d *descendants) find(ctx context.Context) (*rollout.View, error) {
 	slices.SortStableFunc(views, func(a, b *rollout.View) int { return a.FirstSeen.Compare(b.FirstSeen) })
 	d.checked, d.unfetched, d.lastErr, d.listed = 0, 0, nil, len(views)
 	for _, v := range views[:min(len(views), MaxCandidates)] {
-		hash := gitHash(v)
+		hash := flux.GitCommit(v.Revision, v.Origin, v.SourceKind()) // "" for an artifact's digest: no repository holds it
 		if hash == "" || hash == commit.Hash {
 			continue
 		}
@@ -112,10 +112,6 @@ func (d *descendants) find(ctx context.Context) (*rollout.View, error) {
 	}
 	return nil, nil
 }
-
-// gitHash is the git commit a rollout deploys, "" for an artifact's digest
-// (flux.GitCommit: the one rule, which the forge follows too).
-func gitHash(v *rollout.View) string { return flux.GitCommit(v.Revision, v.Origin, v.SourceKind()) }
 
 // why says why the commit is still unknown on the cluster after the looks;
 // "" before any (and with --no-ancestry: d is nil).

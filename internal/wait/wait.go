@@ -472,8 +472,7 @@ func failureMessage(f rollout.FailureView) string {
 	if f.Release == "" {
 		return f.Message
 	}
-	line, _, _ := strings.Cut(f.Message, "\n")
-	return line
+	return flux.ReleaseError(f.Message)
 }
 
 // failureTitle names a failure: its layer, the release inside it whose
