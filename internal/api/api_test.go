@@ -310,7 +310,8 @@ func TestCommitOnEveryCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, body := get(t, e.url+"/commits/"+hashOf("C")); len(body["clusters"].([]any)) != 3 ||
-		body["clusters"].([]any)[0].(map[string]any)["cluster"] != "edge" {
+		body["clusters"].([]any)[0].(map[string]any)["cluster"] != "edge" ||
+		body["clusters"].([]any)[0].(map[string]any)["origin_hash"] != hashOf("C") { // the commit, for clients to name it by
 		t.Fatalf("with the OCI rollout: %v", body["clusters"])
 	}
 	// A prefix that names two commits is ambiguous.

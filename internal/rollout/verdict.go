@@ -72,7 +72,7 @@ type View struct {
 	Revision     string        `json:"revision"`
 	Hash         string        `json:"hash"`
 	Origin       string        `json:"origin_revision,omitempty"`
-	OriginHash   string        `json:"-"`
+	OriginHash   string        `json:"origin_hash,omitempty"` // the commit an artifact was built from
 	Verdict      Verdict       `json:"verdict"`
 	Terminal     bool          `json:"terminal"`
 	Summary      string        `json:"summary"`

@@ -306,7 +306,7 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 			d.Forge = &forgeRow{Name: s.opts.ForgeName, Publication: pub}
 		}
 	}
-	p := page{Title: rollout.ShortHash(v.Hash) + " on " + v.Cluster, Data: d}
+	p := page{Title: rollout.ShortHash(v.CommitHash()) + " on " + v.Cluster, Data: d}
 	if !v.Terminal {
 		p.LiveWait = r.URL.Path + "/wait"
 	}

@@ -447,3 +447,23 @@ func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
 		}
 	}
 }
+
+// TestArtifactNamedByItsCommit: an OCI rollout is named on the pages by
+// the commit its artifact was built from, not by its digest, which the
+// rollout page shows beside it.
+func TestArtifactNamedByItsCommit(t *testing.T) {
+	digest, commit := strings.Repeat("d1", 32), strings.Repeat("c0", 20)
+	o := rollout.Observation{Cluster: "prod", Emitter: rollout.Emitter{Role: rollout.RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: "apps"},
+		Revision: "latest@sha256:" + digest, Hash: digest, Origin: "main@sha1:" + commit, OriginHash: commit,
+		At: t0, Signal: rollout.SignalSucceeded, Reason: "ReconciliationSucceeded", Message: "Reconciliation finished"}
+	v := start(t, ui.Options{}, o)
+	for _, path := range []string{"/ui/", "/ui/prod/" + digest, "/ui/layers/flux-system/apps"} {
+		_, body, _ := v.get(nil, path)
+		if !strings.Contains(body, ">"+commit[:7]+"<") || strings.Contains(body, ">"+digest[:7]+"<") {
+			t.Errorf("%s does not name the rollout by its commit %s", path, commit[:7])
+		}
+	}
+	if _, body, _ := v.get(nil, "/ui/prod/"+digest); !strings.Contains(body, "latest@sha256:"+digest) {
+		t.Error("the rollout page does not show the artifact")
+	}
+}

@@ -204,7 +204,7 @@ func (l *lines) printf(format string, a ...any) {
 func (w *waiter) report(v *verdictBody) {
 	where := v.Revision
 	if v.Hash != "" {
-		where = rollout.ShortHash(commitOf(v.View))
+		where = rollout.ShortHash(v.CommitHash())
 	}
 	where += " on " + v.Cluster
 	prev := w.last
@@ -454,16 +454,6 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 	if v.RootCause != "" && v.Verdict == rollout.VerdictStuck {
 		fmt.Fprintf(out, "root cause: %s\n", v.RootCause)
 	}
-}
-
-// commitOf is the hash a rollout is known by: the commit its artifact was
-// built from (its origin revision, which the answer names but does not
-// hash), else its own.
-func commitOf(v *rollout.View) string {
-	if r, err := flux.ParseRevision(v.Origin); err == nil {
-		return r.Hash
-	}
-	return v.Hash
 }
 
 // failureMessage is what a failure says: a release's is Helm's error

@@ -72,7 +72,7 @@ func TestPrintVerdictTellsWhatHelmControllerDid(t *testing.T) {
 func TestArtifactNamedByItsCommit(t *testing.T) {
 	digest := strings.Repeat("d", 64)
 	v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{Cluster: "prod", Revision: "latest@sha256:" + digest, Hash: digest,
-		Origin: "main@sha1:" + strings.Repeat("c", 40), Verdict: rollout.VerdictApplied, Terminal: true, Summary: "s"}}}
+		Origin: "main@sha1:" + strings.Repeat("c", 40), OriginHash: strings.Repeat("c", 40), Verdict: rollout.VerdictApplied, Terminal: true, Summary: "s"}}}
 	var out bytes.Buffer
 	w := &waiter{progress: &lines{w: &out}}
 	w.report(v)
