@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 )
 
@@ -354,50 +353,7 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 	dirty := dirtySet{}
 	visible := map[*rolloutState]bool{}
 	m.install(c.Puts, dirty, visible)
-	if len(releases) > 0 {
-		// Reports that name their commit first: the hold they make may
-		// be the one a report of the same batch that names none belongs
-		// to.
-		named := make([]holdEntry, len(releases))
-		held := map[EvidenceKey]*Evidence{}
-		for i, o := range releases {
-			if h, ok := m.cluster(o.Cluster).named(o); ok {
-				named[i] = h
-				m.holdNamed(held, o, h, inBatch, settled)
-			}
-		}
-		m.install(held, dirty, visible)
-		maps.Copy(c.Puts, held)
-		late := map[EvidenceKey]*Evidence{}
-		for i, o := range releases {
-			cl := m.cluster(o.Cluster)
-			h, ok := named[i], named[i].hash != ""
-			if !ok {
-				h, ok = cl.attribute(o)
-			}
-			if f, settled := cl.floors[o.Emitter]; !ok || settled && h.at.Before(f.first) {
-				// No live revision's apply changed it, or the one that
-				// did is older than one whose rollout with it settled:
-				// about settled history, or nothing this service follows.
-				ignored++
-				continue
-			}
-			ev := cl.rollouts[h.hash].ev[*h.layer]
-			if ev == nil {
-				// The hold a named report made was refused (about
-				// settled history).
-				ignored++
-				continue
-			}
-			a := *o
-			a.Hash, a.Revision = h.hash, ev.Revision
-			if !m.merge(late, &a, inBatch, settled) {
-				ignored++
-			}
-		}
-		m.install(late, dirty, visible)
-		maps.Copy(c.Puts, late)
-	}
+	ignored += m.applyReleases(c.Puts, releases, inBatch, settled, dirty, visible)
 	if len(c.Puts) == 0 {
 		return 0, ignored
 	}

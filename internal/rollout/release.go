@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -13,7 +14,7 @@ import (
 // revision whose apply last changed it before the report: the layer's
 // hold (docs/verdicts.md, "Releases inside a layer"). A layer has applied
 // a revision only once every release its apply of that revision changed
-// is released, and a release's failure is the layer's.
+// is released, and a release's failure is the layer's (applied.go).
 
 // holdEntry is one layer's hold of a release at one revision.
 type holdEntry struct {
@@ -171,6 +172,58 @@ func (c *cluster) sameSource(layer Emitter, r *rolloutState) bool {
 	return false
 }
 
+// applyReleases merges the reports of releases in a batch, after the
+// layers' reports of it are installed: each belongs to the rollout whose
+// layer's apply last changed the release before it (hold). It adds what
+// it merges to puts and installs it; it returns how many it ignored.
+func (m *Model) applyReleases(puts map[EvidenceKey]*Evidence, releases []*Observation, inBatch map[Key]map[Emitter]bool, settled map[Key]bool, dirty dirtySet, visible map[*rolloutState]bool) (ignored int) {
+	if len(releases) == 0 {
+		return 0
+	}
+	// Reports that name their commit first: the hold they make may be the
+	// one a report of the same batch that names none belongs to.
+	named := make([]holdEntry, len(releases))
+	held := map[EvidenceKey]*Evidence{}
+	for i, o := range releases {
+		if h, ok := m.cluster(o.Cluster).named(o); ok {
+			named[i] = h
+			m.holdNamed(held, o, h, inBatch, settled)
+		}
+	}
+	m.install(held, dirty, visible)
+	maps.Copy(puts, held)
+	late := map[EvidenceKey]*Evidence{}
+	for i, o := range releases {
+		cl := m.cluster(o.Cluster)
+		h, ok := named[i], named[i].hash != ""
+		if !ok {
+			h, ok = cl.attribute(o)
+		}
+		if f, floorSettled := cl.floors[o.Emitter]; !ok || floorSettled && h.at.Before(f.first) {
+			// No live revision's apply changed it, or the one that did
+			// is older than one whose rollout with it settled: about
+			// settled history, or nothing this service follows.
+			ignored++
+			continue
+		}
+		ev := cl.rollouts[h.hash].ev[*h.layer]
+		if ev == nil {
+			// The hold a named report made was refused (about settled
+			// history).
+			ignored++
+			continue
+		}
+		a := *o
+		a.Hash, a.Revision = h.hash, ev.Revision
+		if !m.merge(late, &a, inBatch, settled) {
+			ignored++
+		}
+	}
+	m.install(late, dirty, visible)
+	maps.Copy(puts, late)
+	return ignored
+}
+
 // holdNamed makes the layer's evidence on the rollout a release's report
 // named hold the release, from the layer's first report of it, when no
 // change set of the layer said so (the commit changed the chart, not the
@@ -226,75 +279,6 @@ func releaseViews(r *rolloutState, ev *Evidence) []ReleaseView {
 			State: lv.State, Reason: lv.Reason, Message: lv.Message, At: lv.At, Since: h.At}
 	}
 	return out
-}
-
-// withReleases folds the releases a layer holds into its slot: it has
-// applied the revision once they all have, and their failures are its
-// own. The layer's state says so when its own report does not: failed
-// when a release failed, progressing while one is not released yet.
-func withReleases(s *slot, r *rolloutState, ev *Evidence) {
-	holds := ev.holds()
-	if len(holds) == 0 {
-		return
-	}
-	s.lv.Releases = releaseViews(r, ev)
-	var failed, behind *ReleaseView
-	for i, h := range holds {
-		rv := &s.lv.Releases[i]
-		rev := r.ev[h.Release]
-		if at, ok := released(rev); !ok {
-			s.succeeded = false
-			if rv.State == LayerApplied || rv.State == LayerRecovered {
-				// Its event says so; its status, which says which
-				// spec, does not yet.
-				rv.State = LayerProgressing
-			}
-		} else if at.After(s.succAt) {
-			s.succAt = at
-		}
-		if rev != nil {
-			for _, f := range rev.Failures {
-				if s.firstFailure.IsZero() || f.First.Before(s.firstFailure) {
-					s.firstFailure = f.First
-				}
-			}
-		}
-		switch {
-		case rv.State == LayerFailed && failed == nil:
-			failed = rv
-		case rv.State != LayerApplied && rv.State != LayerRecovered && behind == nil:
-			behind = rv
-		}
-	}
-	own := s.lv.State
-	switch {
-	case own == LayerFailed:
-	case failed != nil:
-		s.lv.State, s.lv.Reason, s.lv.Message, s.lv.At = LayerFailed, failed.Reason, releaseNote(failed, failed.Message), failed.At
-	case behind != nil && (own == LayerApplied || own == LayerRecovered):
-		s.lv.State, s.lv.Reason = LayerProgressing, behind.Reason
-		s.lv.Message = releaseNote(behind, "not released yet")
-		if behind.Message != "" {
-			s.lv.Message = releaseNote(behind, behind.Message)
-		}
-		s.lv.At = behind.At
-	}
-}
-
-// released is whether a release's evidence on a revision says it was
-// released, and when: by its status once the cluster's status of it is
-// read, else by its event.
-func released(rev *Evidence) (time.Time, bool) {
-	switch {
-	case rev == nil:
-	case rev.Inside == nil || rev.Inside.Watched.IsZero():
-		if rev.Succeeded != nil {
-			return rev.Succeeded.At, true
-		}
-	case rev.Inside.Confirmed != nil:
-		return rev.Inside.Confirmed.At, true
-	}
-	return time.Time{}, false
 }
 
 // Object names the release as failures do: Kind/namespace/name.

@@ -378,39 +378,6 @@ func newHeader(r *rolloutState, cfg *Config, known bool) *View {
 	return v
 }
 
-// slot is one expected layer's part of a rollout's view: what its own
-// evidence and its emitter's log say.
-type slot struct {
-	lv           LayerView
-	succeeded    bool
-	succAt       time.Time // the success, when succeeded
-	firstFailure time.Time // earliest failure; zero: none
-	working      bool      // still applying this revision: it has not moved on
-	next         logEntry  // the revision the layer moved to next, when hasNext
-	hasNext      bool
-}
-
-// layerSlot reads one expected layer of r; was is the replaced revision a
-// silent layer was at.
-func (c *cluster) layerSlot(r *rolloutState, l Emitter, was string) slot {
-	ev := r.ev[l]
-	s := slot{lv: layerView(l, ev, was)}
-	if ev != nil {
-		if ev.Succeeded != nil {
-			s.succeeded, s.succAt = true, ev.Succeeded.At
-		}
-		for _, f := range ev.Failures {
-			if s.firstFailure.IsZero() || f.First.Before(s.firstFailure) {
-				s.firstFailure = f.First
-			}
-		}
-	}
-	withReleases(&s, r, ev)
-	s.working = s.lv.State == LayerProgressing && !c.movedOn(l, r)
-	s.next, s.hasNext = c.logs[l].after(r.position(l))
-	return s
-}
-
 // progress is where the expected layers stand on a rollout.
 type progress struct {
 	completed    bool      // every expected layer (at least one) succeeded
