@@ -189,7 +189,7 @@ func (s *service) listen(context.Context) error {
 		Outbox: func() (int, int, error) { return outboxCounts(s.db) }, Mails: s.db.MailLog,
 	}
 	if s.forger != nil {
-		opts.Forge, opts.ForgeName = s.db.Publication, s.c.forge.chosen()
+		opts.Forge, opts.ForgeName = s.db.Publication, s.c.forge.name()
 	}
 	pages, err := ui.New(s.eng, uiFS, opts)
 	if err != nil {

@@ -114,7 +114,7 @@ type Forge interface {
 // (a merge queue's), which Flux never saw on their own.
 type Comparer interface {
 	// Compares reports whether the forge posts commit statuses (GitHub
-	// only with --github-commit-status).
+	// only when its options say so).
 	Compares() bool
 	// Between lists up to max commits after base up to head, oldest
 	// first.

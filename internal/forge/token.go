@@ -1,6 +1,7 @@
 package forge
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -23,6 +24,9 @@ type TokenFile struct {
 // NewTokenFile reads the token at path once, to fail at start when it
 // cannot be read.
 func NewTokenFile(path string) (*TokenFile, error) {
+	if path == "" {
+		return nil, errors.New("token: no file given")
+	}
 	t := &TokenFile{path: path}
 	if _, err := t.Get(); err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,10 +41,7 @@ type Forge struct {
 func New(opts Options) (*Forge, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http" {
-		return nil, fmt.Errorf("--gitea-url %q: want an http(s) URL", opts.URL)
-	}
-	if opts.TokenFile == "" {
-		return nil, errors.New("--gitea-token-file is required")
+		return nil, fmt.Errorf("Gitea URL %q: want an http(s) URL", opts.URL)
 	}
 	tok, err := forge.NewTokenFile(opts.TokenFile)
 	if err != nil {

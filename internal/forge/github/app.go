@@ -54,9 +54,6 @@ type appToken struct {
 }
 
 func newAppToken(app App, base *url.URL, hc *http.Client, now func() time.Time) (*appToken, error) {
-	if app.ID <= 0 || app.InstallationID <= 0 {
-		return nil, errors.New("a GitHub App needs --github-app-id and --github-app-installation-id")
-	}
 	b, err := os.ReadFile(app.PrivateKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("github app private key: %w", err)

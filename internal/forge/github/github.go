@@ -37,7 +37,8 @@ type Options struct {
 	// TokenFile holds the token (a Secret's key mounted as a file): read
 	// again when it changes, so that a rotated token is used at once.
 	TokenFile string
-	// App, instead of TokenFile, acts as a GitHub App's installation.
+	// App acts as a GitHub App's installation; TokenFile is not read then
+	// (the caller's flags allow one of them).
 	App *App
 	// EnvironmentURL, when set, is each deployment status's
 	// environment_url; Transient and Production set the deployment's
@@ -68,7 +69,7 @@ func New(opts Options) (*Forge, error) {
 	}
 	base, err := url.Parse(strings.TrimSuffix(opts.APIURL, "/") + "/")
 	if err != nil || base.Host == "" || base.Scheme != "https" && base.Scheme != "http" {
-		return nil, fmt.Errorf("--github-api-url %q: want an http(s) URL", opts.APIURL)
+		return nil, fmt.Errorf("GitHub API URL %q: want an http(s) URL", opts.APIURL)
 	}
 	hc := opts.HTTP
 	if hc == nil {
@@ -79,22 +80,18 @@ func New(opts Options) (*Forge, error) {
 	}
 	var token func(context.Context) (string, error)
 	switch {
-	case opts.App != nil && opts.TokenFile != "":
-		return nil, errors.New("a GitHub token file or a GitHub App, not both")
 	case opts.App != nil:
 		app, err := newAppToken(*opts.App, base, &http.Client{Transport: transport(hc), Timeout: hc.Timeout}, opts.Now)
 		if err != nil {
 			return nil, err
 		}
 		token = app.Get
-	case opts.TokenFile != "":
+	default:
 		tok, err := forge.NewTokenFile(opts.TokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("github %w", err)
 		}
 		token = func(context.Context) (string, error) { return tok.Get() }
-	default:
-		return nil, errors.New("--github-token-file or a GitHub App (--github-app-id) is required")
 	}
 	client := *hc
 	client.Transport = &auth{next: transport(hc), token: token}

@@ -385,9 +385,6 @@ func TestGitHubAppInstallationToken(t *testing.T) {
 	if p := r.Record("dev", sha); !p.Dead || !strings.Contains(p.LastError, "401") || !strings.Contains(p.LastError, "JSON web token") {
 		t.Fatalf("a key GitHub does not know: %+v, want dead-lettered with GitHub's message", p)
 	}
-	if _, err := github.New(github.Options{APIURL: r.server.URL, TokenFile: forgetest.TokenFile(t, token), App: &github.App{ID: 42, InstallationID: 7, PrivateKeyFile: keyFile}}); err == nil {
-		t.Fatal("a token file and an App both: accepted")
-	}
 }
 
 // Commits merged between the source's previously applied commit and the

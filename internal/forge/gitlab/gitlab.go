@@ -50,9 +50,6 @@ func New(opts Options) (*Forge, error) {
 	if opts.URL == "" {
 		opts.URL = DefaultURL
 	}
-	if opts.TokenFile == "" {
-		return nil, errors.New("--gitlab-token-file is required")
-	}
 	tok, err := forge.NewTokenFile(opts.TokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("gitlab %w", err)
@@ -68,7 +65,7 @@ func New(opts Options) (*Forge, error) {
 	c, err := gl.NewAuthSourceClient(&auth{tok}, gl.WithBaseURL(strings.TrimSuffix(opts.URL, "/")+"/api/v4"),
 		gl.WithHTTPClient(opts.HTTP), gl.WithoutRetries())
 	if err != nil {
-		return nil, fmt.Errorf("--gitlab-url %q: %w", opts.URL, err)
+		return nil, fmt.Errorf("GitLab URL %q: %w", opts.URL, err)
 	}
 	return &Forge{c: c, opts: opts}, nil
 }
