@@ -38,22 +38,29 @@ func manifests(_ context.Context, args []string, getenv func(string) string, std
 	if err := f.parse(args); err != nil {
 		return err
 	}
-	// Every source kind of flux's table: a source's event is the earliest
-	// sign of its revision.
-	sources := []notifyv1.CrossNamespaceObjectReference{{Kind: flux.KindKustomization, Name: "*"}}
-	for _, sk := range flux.SourceKinds() {
-		sources = append(sources, notifyv1.CrossNamespaceObjectReference{Kind: sk.Kind, Name: "*"})
-	}
+	// Every kind of flux's table the Alert sends (a source's event is the
+	// earliest sign of its revision), the releases' in the namespaces
+	// named: an Alert has no namespace wildcard, and a HelmRelease lives
+	// in its application's.
 	releaseNS := rollout.ParseRecipients(*releases) // a comma list, blanks dropped
 	if len(releaseNS) == 0 {
 		releaseNS = []string{*fluxNS}
 	}
-	for _, n := range releaseNS {
-		ref := notifyv1.CrossNamespaceObjectReference{Kind: flux.KindHelmRelease, Name: "*"}
-		if n != *fluxNS {
-			ref.Namespace = n
+	var sources []notifyv1.CrossNamespaceObjectReference
+	for _, k := range flux.Kinds() {
+		switch {
+		case !k.Alert:
+		case k.Role == flux.Release:
+			for _, n := range releaseNS {
+				ref := notifyv1.CrossNamespaceObjectReference{Kind: k.Kind, Name: "*"}
+				if n != *fluxNS {
+					ref.Namespace = n
+				}
+				sources = append(sources, ref)
+			}
+		default:
+			sources = append(sources, notifyv1.CrossNamespaceObjectReference{Kind: k.Kind, Name: "*"})
 		}
-		sources = append(sources, ref)
 	}
 	if *url == "" {
 		*url = fmt.Sprintf("http://flux-deploy-notifier.%s.svc.cluster.local:8080/webhook", *ns)

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -31,10 +30,6 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
-
-// The kinds read, and nothing else (flux's table): the ClusterRole grants
-// get, list and watch on exactly these.
-var kustomizations = flux.Kustomizations
 
 // Submitter stores observations that belong together in one batch: the
 // engine.
@@ -140,23 +135,17 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
-	gvrs := []schema.GroupVersionResource{kustomizations}
-	for _, sk := range flux.SourceKinds() {
-		gvrs = append(gvrs, sk.Resource)
-	}
+	kinds := append(flux.KindsOf(flux.Layer), flux.SourceKinds()...)
 	for _, ns := range namespaces {
-		for _, g := range gvrs {
+		for _, k := range kinds {
+			g := k.Resource
 			_, err := r.dyn.Resource(g).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
 			switch {
 			case apierrors.IsForbidden(err):
 				return fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
-			case apierrors.IsNotFound(err) && g != kustomizations:
+			case apierrors.IsNotFound(err) && k.Role == flux.Source:
 				r.log.Warn("source kind not served by this cluster", "resource", g.Resource)
-				for _, sk := range flux.SourceKinds() {
-					if sk.Resource == g {
-						r.served[sk.Kind] = false
-					}
-				}
+				r.served[k.Kind] = false
 			case err != nil:
 				return fmt.Errorf("cluster access: list %s in %s: %w", g.Resource, nsName(ns), err)
 			}
@@ -166,7 +155,7 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 	// grants them; without, their events alone say how they went.
 	r.readReleases = true
 	for _, ns := range namespaces {
-		_, err := r.dyn.Resource(flux.HelmReleases).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		_, err := r.dyn.Resource(flux.HelmReleases()).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
 		switch {
 		case apierrors.IsForbidden(err):
 			r.log.Warn("HelmReleases not read: grant get, list and watch on helmreleases (see manifests/) for their status to count", "namespace", nsName(ns))
@@ -200,6 +189,7 @@ func (r *Reader) Run(ctx context.Context) error {
 		layerF := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, ns, func(o *metav1.ListOptions) {
 			o.LabelSelector = r.cfg.LayerSelector
 		})
+		kustomizations := flux.Kustomizations()
 		ki := layerF.ForResource(kustomizations)
 		if err := ki.Informer().AddIndexers(cache.Indexers{sourceIndex: indexBySource}); err != nil {
 			return fmt.Errorf("index Kustomizations by source: %w", err)
@@ -220,7 +210,7 @@ func (r *Reader) Run(ctx context.Context) error {
 			synced = append(synced, si.Informer().HasSynced)
 		}
 		if r.readReleases {
-			hi := f.ForResource(flux.HelmReleases)
+			hi := f.ForResource(flux.HelmReleases())
 			if err := hi.Informer().AddIndexers(cache.Indexers{ownerIndex: indexByOwner}); err != nil {
 				return fmt.Errorf("index HelmReleases by owner: %w", err)
 			}
@@ -291,10 +281,10 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 		}
 		var slim runtime.Object
 		var err error
-		switch kind {
-		case flux.KindKustomization:
+		switch k, _ := flux.KindOf(kind); k.Role {
+		case flux.Layer:
 			slim, err = slimLayer(u)
-		case flux.KindHelmRelease:
+		case flux.Release:
 			slim, err = slimRelease(u)
 		default:
 			slim, err = slimSource(kind, u)
@@ -567,11 +557,11 @@ func (r *Reader) mark(k *kustomizev1.Kustomization, gone bool, obs []rollout.Obs
 // artifacts name no commit but their own.
 func (r *Reader) withOrigin(k *kustomizev1.Kustomization, hash string, obs []rollout.Observation) []rollout.Observation {
 	ref := ingest.SourceOf(k)
-	sk, ok := flux.Source(ref.Kind)
+	sk, _ := flux.KindOf(ref.Kind)
 	reported := func(em rollout.Emitter) bool {
 		return slices.ContainsFunc(obs, func(o rollout.Observation) bool { return o.Emitter == em && o.Hash == hash })
 	}
-	if !ok || ref.Kind != flux.KindOCIRepository || !reported(ingest.Layer(k.Namespace, k.Name)) || reported(ref) {
+	if !slices.Contains(sk.ArtifactMetadata, flux.OCIRevisionMetadata) || !reported(ingest.Layer(k.Namespace, k.Name)) || reported(ref) {
 		return obs
 	}
 	src := r.source(ref.Kind, ref.Namespace, ref.Name)
@@ -620,16 +610,12 @@ func (r *Reader) SourceURL(kind, ns, name string) (string, bool) {
 	if !r.synced.Load() { // the listers are set up before
 		return "", false
 	}
-	switch src := r.source(kind, ns, name).(type) {
-	case *sourcev1.GitRepository:
-		return src.Spec.URL, src.Spec.URL != ""
-	case *sourcev1.OCIRepository:
-		if a := src.GetArtifact(); a != nil {
-			u, ok := a.Metadata[flux.OCISourceMetadata]
-			return u, ok
-		}
+	k, _ := flux.KindOf(kind)
+	src := r.source(kind, ns, name)
+	if k.Repository == nil || src == nil {
+		return "", false
 	}
-	return "", false
+	return k.Repository(src)
 }
 
 // source is the cached source of kind ns/name, or nil.

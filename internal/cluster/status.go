@@ -132,10 +132,15 @@ func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
 // GitRepository's URL, not the rest of its spec and its conditions, which
 // nothing reads.
 func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, error) {
+	sk, ok := flux.KindOf(kind)
+	if !ok || sk.Role != flux.Source {
+		return nil, fmt.Errorf("%s is not a source kind", kind)
+	}
 	slim := map[string]any{}
-	if spec, ok := u.Object["spec"].(map[string]any); ok && kind == sourcev1.GitRepositoryKind {
-		// The repository a forge shows its rollouts in (forge.Repos).
-		slim["spec"] = pick(spec, "url")
+	if spec, ok := u.Object["spec"].(map[string]any); ok && len(sk.Spec) > 0 {
+		// A GitRepository's url: the repository a forge shows its
+		// rollouts in (forge.Repos).
+		slim["spec"] = pick(spec, sk.Spec...)
 	}
 	status, _ := u.Object["status"].(map[string]any)
 	if artifact, ok := status["artifact"].(map[string]any); ok {
@@ -143,8 +148,8 @@ func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, err
 		// An OCI artifact's: the digest and the revision annotation say
 		// which commit a release's chart was built from
 		// (ingest.ReleaseStatus); the source annotation, the repository.
-		if m, ok := artifact["metadata"].(map[string]any); ok && kind == sourcev1.OCIRepositoryKind {
-			kept := pick(m, flux.OCIRevisionMetadata, flux.OCISourceMetadata)
+		if m, ok := artifact["metadata"].(map[string]any); ok && len(sk.ArtifactMetadata) > 0 {
+			kept := pick(m, sk.ArtifactMetadata...)
 			if _, ok := kept[flux.OCIRevisionMetadata]; ok {
 				maps.Copy(a, pick(artifact, "digest"))
 			}
@@ -154,11 +159,7 @@ func slimSource(kind string, u *unstructured.Unstructured) (sourcev1.Source, err
 		}
 		slim["status"] = map[string]any{"artifact": a}
 	}
-	sk, ok := flux.Source(kind)
-	if !ok {
-		return nil, fmt.Errorf("%s is not a source kind", kind)
-	}
-	src := sk.New()
+	src := sk.New().(sourcev1.Source)
 	return src, fromSlim(u, slim, src)
 }
 

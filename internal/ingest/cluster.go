@@ -24,17 +24,16 @@ func SourceOf(k *kustomizev1.Kustomization) rollout.Emitter {
 	return Emitter(ref.Kind, ref.Namespace, ref.Name)
 }
 
-// RoleOf is what an object of Flux's kind is to rollouts: a Kustomization
-// a layer, a source a source, a HelmRelease a release inside a layer; 0
-// for the kinds this service does not follow.
+// RoleOf is what an object of Flux's kind is to rollouts, by its role in
+// flux's table of kinds; 0 for the kinds this service does not follow.
 func RoleOf(kind string) rollout.Role {
-	switch {
-	case kind == flux.KindKustomization:
+	switch flux.RoleOf(kind) {
+	case flux.Layer:
 		return rollout.RoleLayer
-	case kind == flux.KindHelmRelease:
-		return rollout.RoleRelease
-	case flux.IsSource(kind):
+	case flux.Source:
 		return rollout.RoleSource
+	case flux.Release:
+		return rollout.RoleRelease
 	}
 	return 0
 }

@@ -14,15 +14,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 )
 
 var (
-	ksGVR  = cluster.Resource(flux.KindKustomization)
-	gitGVR = cluster.Resource(flux.KindGitRepository)
+	ksGVR  = flux.Kustomizations()
+	gitGVR = resource(flux.KindGitRepository)
 	nsGVR  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
+
+// resource is what the cluster reader watches for kind.
+func resource(kind string) schema.GroupVersionResource {
+	k, _ := flux.KindOf(kind)
+	return k.Resource
+}
 
 // NewWorld creates namespace ns; times in it are relative to now.
 func (c *Cluster) NewWorld(t testing.TB, ns string, now time.Time) *World {
