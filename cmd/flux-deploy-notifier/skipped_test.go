@@ -18,7 +18,6 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ancestry/gittest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/wait"
 )
 
@@ -85,16 +84,16 @@ func TestWaitSkippedCommit(t *testing.T) {
 		never  []string
 	}{
 		{"skipped, then applied", checkout, path, []string{"--rev", a, "--cluster", "staging"}, 0,
-			[]string{rollout.ShortHash(a) + " on staging: not deployed on its own; " + rollout.ShortHash(b) + " contains it",
-				rollout.ShortHash(a) + " was not deployed on its own: it went out in " + rollout.ShortHash(b) + ", applied", "main@sha1:" + b + " on staging: applied"}, nil},
+			[]string{flux.Short(a) + " on staging: not deployed on its own; " + flux.Short(b) + " contains it",
+				flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", applied", "main@sha1:" + b + " on staging: applied"}, nil},
 		{"skipped, then failed: the earliest descendant decides", checkout, path, []string{"--rev", a, "--cluster", "prod"}, 1,
-			[]string{rollout.ShortHash(a) + " was not deployed on its own: it went out in " + rollout.ShortHash(b) + ", failed", "failure: flux-system/platform HealthCheckFailed"},
-			[]string{"went out in " + rollout.ShortHash(m)}},
+			[]string{flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", failed", "failure: flux-system/platform HealthCheckFailed"},
+			[]string{"went out in " + flux.Short(m)}},
 		{"merged by a merge commit", featureCheckout, path, []string{"--rev", f[:10], "--cluster", "staging"}, 0,
-			[]string{rollout.ShortHash(f) + " was not deployed on its own: it went out in " + rollout.ShortHash(m) + ", applied"}, nil},
+			[]string{flux.Short(f) + " was not deployed on its own: it went out in " + flux.Short(m) + ", applied"}, nil},
 		{"several clusters, mixed", checkout, path, []string{"--rev", a, "--cluster", "staging,prod"}, 1,
-			[]string{"== staging\n" + rollout.ShortHash(a) + " was not deployed on its own: it went out in " + rollout.ShortHash(b) + ", applied",
-				"== prod\n" + rollout.ShortHash(a) + " was not deployed on its own: it went out in " + rollout.ShortHash(b) + ", failed"}, nil},
+			[]string{"== staging\n" + flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", applied",
+				"== prod\n" + flux.Short(a) + " was not deployed on its own: it went out in " + flux.Short(b) + ", failed"}, nil},
 		{"on another branch", otherCheckout, path, []string{"--rev", other, "--cluster", "staging"}, 2,
 			[]string{other + ": unknown", "no deployed revision contains it: 2 rollouts since", "timed out after 3s"},
 			[]string{"went out in"}},
@@ -154,7 +153,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		out := <-done
-		if !strings.HasPrefix(out, "0\n") || !strings.Contains(out, rollout.ShortHash(a2)+" was not deployed on its own: it went out in "+rollout.ShortHash(b2)+", applied") {
+		if !strings.HasPrefix(out, "0\n") || !strings.Contains(out, flux.Short(a2)+" was not deployed on its own: it went out in "+flux.Short(b2)+", applied") {
 			t.Fatalf("exit and output:\n%s", out)
 		}
 	})
@@ -169,7 +168,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 		})
 		env := map[string]string{"PATH": path}
 		stdout, stderr, err := waitAt(front.URL, env, checkout, "--rev", a, "--cluster", "prod")
-		if out := stdout + stderr; exitOf(err) != 1 || !strings.Contains(out, "it went out in "+rollout.ShortHash(b)+", failed") {
+		if out := stdout + stderr; exitOf(err) != 1 || !strings.Contains(out, "it went out in "+flux.Short(b)+", failed") {
 			t.Fatalf("prod, a page a rollout: exit %d\n%s", exitOf(err), out)
 		}
 		events = events[:0]
@@ -204,7 +203,7 @@ func TestWaitSkippedCommit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"| staging | applied | went out in " + rollout.ShortHash(b) + ": all 2 expected layers applied it |",
+		for _, want := range []string{"| staging | applied | went out in " + flux.Short(b) + ": all 2 expected layers applied it |",
 			"| prod | unknown | no evidence of this commit; no deployed revision contains it: 2 rollouts since"} {
 			if !strings.Contains(string(md), want) {
 				t.Errorf("summary lacks %q:\n%s", want, md)
@@ -279,7 +278,7 @@ func TestWaitSkippedCommitSHA256(t *testing.T) {
 	err := run(context.Background(), []string{"wait", "--url", url, "--timeout", "10s", "--rev", a, "--cluster", "staging", "--git-dir", checkout},
 		func(k string) string { return env[k] }, &stdout, &stderr)
 	out := stdout.String() + stderr.String()
-	if exitOf(err) != 0 || !strings.Contains(out, rollout.ShortHash(a)+" was not deployed on its own: it went out in "+rollout.ShortHash(b)+", applied") {
+	if exitOf(err) != 0 || !strings.Contains(out, flux.Short(a)+" was not deployed on its own: it went out in "+flux.Short(b)+", applied") {
 		t.Fatalf("exit %d (%v)\n%s", exitOf(err), err, out)
 	}
 }

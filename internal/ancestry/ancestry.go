@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 )
 
 // Skew is how far before a commit's committer time its descendants'
@@ -101,17 +101,17 @@ func (r *Repo) Commit(ctx context.Context, rev string) (Commit, error) {
 			args = append(args, "--depth=1") // the commit alone: Contains deepens as it needs
 		}
 		if _, err := r.run(ctx, append(args, r.remote, rev)...); err != nil {
-			return Commit{}, fmt.Errorf("fetch %s: %w", rollout.ShortHash(rev), err)
+			return Commit{}, fmt.Errorf("fetch %s: %w", flux.Short(rev), err)
 		}
 	}
 	out, err := r.run(ctx, "show", "-s", "--format=%H %ct", rev+"^{commit}", "--")
 	if err != nil {
-		return Commit{}, fmt.Errorf("%s is not a commit of this repository: %w", rollout.ShortHash(rev), err)
+		return Commit{}, fmt.Errorf("%s is not a commit of this repository: %w", flux.Short(rev), err)
 	}
 	hash, ts, _ := strings.Cut(strings.TrimSpace(out), " ")
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return Commit{}, fmt.Errorf("read the time of %s: %q", rollout.ShortHash(rev), out)
+		return Commit{}, fmt.Errorf("read the time of %s: %q", flux.Short(rev), out)
 	}
 	return Commit{Hash: hash, Time: time.Unix(sec, 0).UTC()}, nil
 }
@@ -148,7 +148,7 @@ func (r *Repo) contains(ctx context.Context, descendant string, ancestor Commit)
 		}
 	}
 	if r.remote == "" {
-		return false, fmt.Errorf("%s is not here and the repository has no remote to fetch it from", rollout.ShortHash(descendant))
+		return false, fmt.Errorf("%s is not here and the repository has no remote to fetch it from", flux.Short(descendant))
 	}
 	args := []string{"fetch", "--no-tags"}
 	if r.shallow(ctx) {
@@ -158,9 +158,9 @@ func (r *Repo) contains(ctx context.Context, descendant string, ancestor Commit)
 	}
 	if _, err := r.run(ctx, append(args, r.remote, descendant)...); err != nil {
 		if present {
-			return false, fmt.Errorf("deepen the history of %s: %w", rollout.ShortHash(descendant), err)
+			return false, fmt.Errorf("deepen the history of %s: %w", flux.Short(descendant), err)
 		}
-		return false, fmt.Errorf("fetch %s: %w", rollout.ShortHash(descendant), err)
+		return false, fmt.Errorf("fetch %s: %w", flux.Short(descendant), err)
 	}
 	return r.isAncestor(ctx, ancestor.Hash, descendant)
 }
@@ -185,7 +185,7 @@ func (r *Repo) isAncestor(ctx context.Context, ancestor, descendant string) (boo
 	case errors.As(err, &exit) && exit.ExitCode() == 1:
 		return false, nil
 	}
-	return false, fmt.Errorf("merge-base %s %s: %w", rollout.ShortHash(ancestor), rollout.ShortHash(descendant), err)
+	return false, fmt.Errorf("merge-base %s %s: %w", flux.Short(ancestor), flux.Short(descendant), err)
 }
 
 // commandTimeout bounds one git command: a fetch from an unreachable

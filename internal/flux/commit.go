@@ -9,6 +9,13 @@ package flux
 // abbreviation, a pipeline's shortest query.
 const MinPrefix = 7
 
+// ShortDigits is how many hex digits a hash is shown with (git's short
+// hash, in mails, pages and wait's output).
+const ShortDigits = 7
+
+// Short is hash as people read it.
+func Short(hash string) string { return hash[:min(len(hash), ShortDigits)] }
+
 // IsCommit reports whether s can name a commit: MinPrefix to 64 lowercase
 // hex digits, a prefix of a sha1 or sha256 hash.
 func IsCommit(s string) bool {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -252,7 +253,7 @@ func (d *Dispatcher) inside(ctx context.Context, u Update, log *slog.Logger) err
 		} else if err != nil {
 			log.Warn("the commits that went out inside it are not shown", "base", base, "err", err)
 		}
-		desc := Clean("went out in "+rollout.ShortHash(u.Commit)+", "+u.Description, MaxDescription)
+		desc := Clean("went out in "+flux.Short(u.Commit)+", "+u.Description, MaxDescription)
 		for _, x := range commits {
 			if x == u.Commit || x == base {
 				continue

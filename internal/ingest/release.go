@@ -39,7 +39,9 @@ func Applied(hr *helmv2.HelmRelease) time.Time {
 			at = mf.Time.UTC()
 		}
 	}
-	return at
+	// At the precision of the events' times, which the holds it is
+	// compared with come from.
+	return at.Truncate(time.Second)
 }
 
 // ReleaseStatus is what a HelmRelease's status says of the spec

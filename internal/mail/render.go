@@ -162,7 +162,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 	}
 	v := m.View
 	d := Data{
-		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Named(), Short: rollout.ShortHash(v.CommitHash()),
+		Kind: string(m.Kind), Cluster: v.Cluster, Revision: v.Named(), Short: flux.Short(v.CommitHash()),
 		CommitSubject: oneLine(v.Subject), Verdict: v.Verdict.String(), Summary: v.Summary,
 		ExpectedFrom: v.ExpectedFrom, Layer: m.Layer, Reason: m.Reason, Object: m.Object,
 		Deadline: v.Deadline.UTC().Format(time.RFC3339), Late: v.Late, Behind: v.Behind, RootCause: v.RootCause,

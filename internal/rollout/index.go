@@ -12,13 +12,6 @@ type Key struct {
 	Hash    string
 }
 
-// ShortDigits is how many hex digits a hash is shown with (git's short
-// hash, in mails, pages and wait's output).
-const ShortDigits = 7
-
-// ShortHash is hash as people read it.
-func ShortHash(hash string) string { return hash[:min(len(hash), ShortDigits)] }
-
 // EvidenceKey identifies one Evidence record. Seq numbers rollouts in the
 // order they were first seen; the store orders records by it, so the
 // records of the rollouts under way, which most writes touch, are adjacent.

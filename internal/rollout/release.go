@@ -67,9 +67,10 @@ func (c *cluster) unhold(r *rolloutState, e *Emitter, ev *Evidence) {
 }
 
 // attribute finds the revision a release's observation belongs to: the
-// live hold of it reported last at or before the observation. Flux's
-// times are whole seconds, and a quick release (a chart of ConfigMaps)
-// reports in the second of the apply: that report is the new revision's.
+// live hold of it reported last at or before the observation. A report
+// at the time of the hold is the hold's: a quick release (a chart of
+// ConfigMaps) reports in the second of the apply, and Flux's times are
+// whole seconds.
 // What events cannot tell apart is a report of an action that was already
 // under way when the apply changed the release (docs/verdicts.md, "Releases
 // inside a layer").
@@ -80,8 +81,7 @@ func (c *cluster) unhold(r *rolloutState, e *Emitter, ev *Evidence) {
 func (c *cluster) attribute(o *Observation) (holdEntry, bool) {
 	list := c.holds[o.Emitter]
 	if !o.Applied.IsZero() {
-		applied := o.Applied.Truncate(time.Second)
-		i, _ := slices.BinarySearchFunc(list, applied, func(h holdEntry, t time.Time) int {
+		i, _ := slices.BinarySearchFunc(list, o.Applied, func(h holdEntry, t time.Time) int {
 			if h.at.Before(t) {
 				return -1
 			}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -87,7 +88,7 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 	funcs := template.FuncMap{
 		"age":   func(t time.Time) string { return since(opts.Now().Sub(t)) },
 		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },
-		"short": rollout.ShortHash,
+		"short": flux.Short,
 		"took": func(v *rollout.View) string {
 			d, soFar := took(v, opts.Now())
 			if soFar {
@@ -306,7 +307,7 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 			d.Forge = &forgeRow{Name: s.opts.ForgeName, Publication: pub}
 		}
 	}
-	p := page{Title: rollout.ShortHash(v.CommitHash()) + " on " + v.Cluster, Data: d}
+	p := page{Title: flux.Short(v.CommitHash()) + " on " + v.Cluster, Data: d}
 	if !v.Terminal {
 		p.LiveWait = r.URL.Path + "/wait"
 	}

@@ -40,7 +40,7 @@ func (g *gitSide) open(ctx context.Context) error {
 			g.commit, g.err = g.repo.Commit(ctx, hash)
 		}
 		if g.err != nil {
-			g.progress.printf("%s: git cannot tell whether a later revision contains it (%v): waiting for %s itself", rollout.ShortHash(hash), g.err, rollout.ShortHash(hash))
+			g.progress.printf("%s: git cannot tell whether a later revision contains it (%v): waiting for %s itself", flux.Short(hash), g.err, flux.Short(hash))
 		}
 	})
 	return g.err
