@@ -265,7 +265,7 @@ func (s *Server) Rollouts(w http.ResponseWriter, r *http.Request) {
 		q.After = &c
 	}
 	if source != "" {
-		q.Keep = func(v *rollout.View) bool { return v.Source == source }
+		q.Keep = func(v *rollout.View) bool { return v.Source.String() == source }
 	}
 	page, err := s.rs.Page(q)
 	if err != nil {

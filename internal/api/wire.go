@@ -180,7 +180,7 @@ func (w *jsonWriter) view(v *rollout.View, sup *rollout.Verdict, layers bool) {
 	w.boolean(v.Terminal)
 	w.strField("summary", v.Summary)
 	w.optStr("subject", v.Subject)
-	w.optStr("source", v.Source)
+	w.optStr("source", v.Source.String())
 	w.strField("expected_from", v.ExpectedFrom)
 	w.timeField("first_seen", v.FirstSeen)
 	w.timeField("last_seen", v.LastSeen)

@@ -21,10 +21,11 @@ type Outbox interface {
 	Publications() ([]rollout.Publication, error)
 	// UpdatePublication applies f to the record of k in one transaction.
 	UpdatePublication(k rollout.Key, f func(*rollout.Publication)) error
-	// Head and SetHead keep the commit the forge last showed applied, by
-	// cluster and source.
-	Head(key string) (string, error)
-	SetHead(key, commit string) error
+	// Head and SetHead keep the commit the forge last showed applied on
+	// a cluster, by the line of commits it is on (a source, else a
+	// repository).
+	Head(cluster, line string) (string, error)
+	SetHead(cluster, line, commit string) error
 }
 
 // Backoff of transient failures without a Retry-After: first retry after
@@ -237,12 +238,11 @@ func (d *Dispatcher) inside(ctx context.Context, u Update, log *slog.Logger) err
 	if !ok || !c.Compares() || u.State != StateSuccess && u.State != StateFailure {
 		return nil
 	}
-	source := u.Source
-	if source == "" {
-		source = u.Repo.String()
+	line := u.Source.String()
+	if line == "" {
+		line = u.Repo.String()
 	}
-	key := u.Cluster + "\x00" + source
-	base, err := d.outbox.Head(key)
+	base, err := d.outbox.Head(u.Cluster, line)
 	if err != nil {
 		return &Error{Retry: true, Message: "read the last commit applied: " + err.Error()}
 	}
@@ -271,7 +271,7 @@ func (d *Dispatcher) inside(ctx context.Context, u Update, log *slog.Logger) err
 	if u.State != StateSuccess {
 		return nil
 	}
-	if err := d.outbox.SetHead(key, u.Commit); err != nil {
+	if err := d.outbox.SetHead(u.Cluster, line, u.Commit); err != nil {
 		return &Error{Retry: true, Message: "record the last commit applied: " + err.Error()}
 	}
 	return nil

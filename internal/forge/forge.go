@@ -72,10 +72,10 @@ type Update struct {
 	Description string // at most MaxDescription characters
 	LogURL      string // the rollout's status page, when the service knows its URL
 	// Cluster and Revision are the rollout's, for the marker that finds
-	// the forge's record of it again; Source its source (Kind/ns/name).
+	// the forge's record of it again; Source its source.
 	Cluster  string
 	Revision string
-	Source   string
+	Source   rollout.Ref
 }
 
 // Repo is a repository on a forge: owner (or group path) and name.
@@ -226,4 +226,4 @@ func Clean(s string, n int) string {
 
 // Commit is the git commit a rollout deployed, "" when it names none
 // (flux.GitCommit: the one rule, which wait's ancestry follows too).
-func Commit(v *rollout.View) string { return flux.GitCommit(v.Revision, v.Origin, v.SourceKind()) }
+func Commit(v *rollout.View) string { return flux.GitCommit(v.Revision, v.Origin, v.Source.Kind) }

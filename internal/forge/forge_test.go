@@ -72,10 +72,10 @@ func TestCommit(t *testing.T) {
 		want string
 	}{
 		{rollout.View{Revision: "main@sha1:" + git, Hash: git}, git},
-		{rollout.View{Revision: "v1.2.3@sha256:" + git + git[:24], Hash: git + git[:24], Source: "GitRepository/flux-system/fleet"}, git + git[:24]},
+		{rollout.View{Revision: "v1.2.3@sha256:" + git + git[:24], Hash: git + git[:24], Source: rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"}}, git + git[:24]},
 		{rollout.View{Revision: "latest@sha256:aa", Hash: "aa", Origin: "main@sha1:" + git, OriginHash: git}, git},
-		{rollout.View{Revision: "latest@sha256:aa", Hash: "aa", Source: "OCIRepository/flux-system/apps"}, ""},
-		{rollout.View{Revision: "sha256:bb", Hash: "bb", Source: "Bucket/flux-system/b"}, ""},
+		{rollout.View{Revision: "latest@sha256:aa", Hash: "aa", Source: rollout.Ref{Kind: "OCIRepository", Namespace: "flux-system", Name: "apps"}}, ""},
+		{rollout.View{Revision: "sha256:bb", Hash: "bb", Source: rollout.Ref{Kind: "Bucket", Namespace: "flux-system", Name: "b"}}, ""},
 	} {
 		if got := forge.Commit(&c.v); got != c.want {
 			t.Errorf("Commit(%s) = %q, want %q", c.v.Revision, got, c.want)

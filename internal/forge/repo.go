@@ -28,12 +28,12 @@ type Repos struct {
 
 // Repo is the repository of v's commits, or why there is none.
 func (rs *Repos) Repo(v *rollout.View) (Repo, error) {
-	kind, rest, _ := strings.Cut(v.Source, "/")
-	if r, ok := rs.Map[rest]; ok && rest != "" {
+	src := v.Source
+	if r, ok := rs.Map[src.Namespace+"/"+src.Name]; ok && src != (rollout.Ref{}) {
 		return r, nil
 	}
-	if ns, name, ok := strings.Cut(rest, "/"); ok && rs.URL != nil {
-		if raw, ok := rs.URL(kind, ns, name); ok && raw != "" {
+	if src != (rollout.Ref{}) && rs.URL != nil {
+		if raw, ok := rs.URL(src.Kind, src.Namespace, src.Name); ok && raw != "" {
 			host, r, err := ParseRepoURL(raw)
 			switch {
 			case err != nil:
@@ -47,7 +47,7 @@ func (rs *Repos) Repo(v *rollout.View) (Repo, error) {
 	if rs.Default != nil {
 		return *rs.Default, nil
 	}
-	if v.Source == "" {
+	if src == (rollout.Ref{}) {
 		return Repo{}, errors.New("no source known for the rollout and no default repository")
 	}
 	return Repo{}, fmt.Errorf("%s names no repository and there is no default one", v.Source)

@@ -59,7 +59,11 @@ func TestReposOfARollout(t *testing.T) {
 		"":                                 "acme/default",
 		"GitRepository/flux-system/other":  "error: is on gitlab.com, not on github.com",
 	} {
-		r, err := rs.Repo(&rollout.View{Source: source})
+		ref, err := rollout.ParseRef(source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := rs.Repo(&rollout.View{Source: ref})
 		got := r.String()
 		if err != nil {
 			got = "error: " + err.Error()
@@ -69,7 +73,7 @@ func TestReposOfARollout(t *testing.T) {
 		}
 	}
 	rs.Default = nil
-	if _, err := rs.Repo(&rollout.View{Source: "GitRepository/flux-system/none"}); err == nil || !strings.Contains(err.Error(), "no default") {
+	if _, err := rs.Repo(&rollout.View{Source: rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "none"}}); err == nil || !strings.Contains(err.Error(), "no default") {
 		t.Errorf("without a default: %v", err)
 	}
 }

@@ -5,6 +5,7 @@
 package rollout
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -101,6 +102,45 @@ func (e Emitter) IsRelease() bool { return e.Role == RoleRelease }
 func (e Emitter) Layer() string { return e.Namespace + "/" + e.Name }
 
 func (e Emitter) String() string { return e.Kind + "/" + e.Namespace + "/" + e.Name }
+
+// Ref is the object it names, without its role.
+func (e Emitter) Ref() Ref { return Ref{e.Kind, e.Namespace, e.Name} }
+
+// Ref names a Flux object by its kind, namespace and name, as a view
+// carries a rollout's source; it reads and writes (JSON, records) as the
+// text Kind/namespace/name, "" for none.
+type Ref struct{ Kind, Namespace, Name string }
+
+func (r Ref) String() string {
+	if r == (Ref{}) {
+		return ""
+	}
+	return r.Kind + "/" + r.Namespace + "/" + r.Name
+}
+
+// MarshalText writes r as Kind/namespace/name.
+func (r Ref) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText reads what MarshalText wrote.
+func (r *Ref) UnmarshalText(b []byte) error {
+	var err error
+	*r, err = ParseRef(string(b))
+	return err
+}
+
+// ParseRef reads Kind/namespace/name ("" is none): the records' and the
+// API's text of a Ref.
+func ParseRef(s string) (Ref, error) {
+	if s == "" {
+		return Ref{}, nil
+	}
+	kind, rest, _ := strings.Cut(s, "/")
+	ns, name, ok := strings.Cut(rest, "/")
+	if !ok || kind == "" || name == "" || strings.Contains(name, "/") {
+		return Ref{}, fmt.Errorf("%q is not Kind/namespace/name", s)
+	}
+	return Ref{kind, ns, name}, nil
+}
 
 // less orders emitters for stable output.
 func (e Emitter) less(o Emitter) bool {

@@ -190,7 +190,8 @@ func sameMember(a, b *Member) bool {
 type folds struct {
 	rev                string  // the revision's display spelling
 	origin, originHash string  // the smallest origin revision
-	source, subject    string  // the smallest source, its subject
+	source             Ref     // the smallest source
+	subject            string  // the smallest subject a source gave
 	known              bool    // the cluster marked a layer's membership
 	layered            bool    // a layer or a release has evidence: the rollout is one (read)
 	routes             routing // who the Alerts route mails to
@@ -210,8 +211,8 @@ func (f *folds) add(e Emitter, ev *Evidence) (revChanged bool) {
 		f.origin, f.originHash = d.Origin, d.OriginHash
 	}
 	if e.IsSource() {
-		if f.source == "" || e.String() < f.source {
-			f.source = e.String()
+		if r := e.Ref(); f.source == (Ref{}) || r != f.source && r.String() < f.source.String() {
+			f.source = r
 		}
 		if d.Subject != "" && (f.subject == "" || d.Subject < f.subject) {
 			f.subject = d.Subject

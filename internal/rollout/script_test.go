@@ -329,7 +329,7 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 	case "subject":
 		return strings.ReplaceAll(v.Subject, " ", "_")
 	case "source":
-		return v.Source
+		return v.Source.String()
 	case "mails":
 		var out []string
 		for _, m := range mails {

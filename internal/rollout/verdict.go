@@ -77,7 +77,7 @@ type View struct {
 	Terminal     bool          `json:"terminal"`
 	Summary      string        `json:"summary"`
 	Subject      string        `json:"subject,omitempty"`
-	Source       string        `json:"source,omitempty"`
+	Source       Ref           `json:"source,omitzero"`
 	ExpectedFrom string        `json:"expected_from"`
 	FirstSeen    time.Time     `json:"first_seen"`
 	LastSeen     time.Time     `json:"last_seen"`
@@ -103,13 +103,6 @@ func (v *View) CommitHash() string {
 		return v.OriginHash
 	}
 	return v.Hash
-}
-
-// SourceKind is the kind of the rollout's source (Source's first part),
-// "" when unknown.
-func (v *View) SourceKind() string {
-	kind, _, _ := strings.Cut(v.Source, "/")
-	return kind
 }
 
 // Named is the rollout's revision as people read it: an artifact built

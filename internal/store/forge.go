@@ -19,8 +19,9 @@ var (
 	// The keys of the records with a verdict to deliver: the dispatcher
 	// reads what is due, not the retention's worth of delivered ones.
 	bucketForgeDue = []byte("forge-due")
-	// cluster NUL source -> the commit the forge last showed applied: the
-	// base of the next one's commits (forge.Comparer).
+	// cluster NUL line (a source, else a repository) -> the commit the
+	// forge last showed applied: the base of the next one's commits
+	// (forge.Comparer).
 	bucketForgeHeads = []byte("forge-heads")
 )
 
@@ -212,20 +213,24 @@ func (d *DB) UpdatePublication(k rollout.Key, f func(*rollout.Publication)) erro
 	})
 }
 
-// Head returns the commit the forge last showed applied for key (a
-// cluster and a source), "" when none.
-func (d *DB) Head(key string) (string, error) {
+// Head returns the commit the forge last showed applied on cluster for
+// line (a source, else a repository), "" when none.
+func (d *DB) Head(cluster, line string) (string, error) {
 	var head string
 	err := d.db.View(func(tx *bolt.Tx) error {
-		head = string(tx.Bucket(bucketForgeHeads).Get([]byte(key)))
+		head = string(tx.Bucket(bucketForgeHeads).Get(headKey(cluster, line)))
 		return nil
 	})
 	return head, err
 }
 
-// SetHead records the commit the forge last showed applied for key.
-func (d *DB) SetHead(key, commit string) error {
+// SetHead records the commit the forge last showed applied on cluster for
+// line.
+func (d *DB) SetHead(cluster, line, commit string) error {
 	return d.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketForgeHeads).Put([]byte(key), []byte(commit))
+		return tx.Bucket(bucketForgeHeads).Put(headKey(cluster, line), []byte(commit))
 	})
 }
+
+// headKey is cluster NUL line: a cluster's name has no NUL.
+func headKey(cluster, line string) []byte { return []byte(cluster + "\x00" + line) }

@@ -150,7 +150,7 @@ func (w *recordWriter) optTime(t *time.Time) {
 // queued mail shows.
 func (w *recordWriter) view(v *rollout.View) {
 	for _, s := range []string{v.Cluster, v.Revision, v.Hash, v.Origin, v.OriginHash, v.Verdict.String(), v.Summary,
-		v.Subject, v.Source, v.ExpectedFrom, v.RootCause} {
+		v.Subject, v.Source.String(), v.ExpectedFrom, v.RootCause} {
 		w.string(s)
 	}
 	w.bool(v.Terminal)
@@ -209,12 +209,15 @@ func (w *recordWriter) view(v *rollout.View) {
 // the settled records' (queued mails write the latest).
 func (r *recordReader) view(ver byte) *rollout.View {
 	v := &rollout.View{}
-	var verdict string
+	var verdict, source string
 	for _, s := range []*string{&v.Cluster, &v.Revision, &v.Hash, &v.Origin, &v.OriginHash, &verdict, &v.Summary,
-		&v.Subject, &v.Source, &v.ExpectedFrom, &v.RootCause} {
+		&v.Subject, &source, &v.ExpectedFrom, &v.RootCause} {
 		*s = r.string()
 	}
 	if err := v.Verdict.UnmarshalText([]byte(verdict)); err != nil && r.err == nil {
+		r.err = err
+	}
+	if err := v.Source.UnmarshalText([]byte(source)); err != nil && r.err == nil {
 		r.err = err
 	}
 	v.Terminal, v.Late = r.bool(), r.bool()

@@ -41,7 +41,7 @@ func sampleBatch() *rollout.Batch {
 	view := &rollout.View{
 		Cluster: key.Cluster, Revision: ev.Revision, Hash: key.Hash, Origin: "v1@sha1:" + strings.Repeat("ef", 20), OriginHash: strings.Repeat("ef", 20),
 		Verdict: rollout.VerdictSuperseded, Terminal: true, Summary: "superseded by " + by + " before every layer applied it",
-		Subject: "Add apps", Source: "GitRepository/flux-system/fleet", ExpectedFrom: rollout.ExpectedFromCluster,
+		Subject: "Add apps", Source: rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"}, ExpectedFrom: rollout.ExpectedFromCluster,
 		FirstSeen: at, LastSeen: done, Deadline: at.Add(30 * time.Minute), SupersededBy: &by,
 		SupersedeKey: &rollout.Key{Cluster: "prod", Hash: strings.Repeat("cd", 20)},
 		Behind:       []string{"flux-system/apps"},

@@ -175,6 +175,13 @@ func (f recordFiller) fill(v reflect.Value) {
 	case *rollout.Verdict:
 		*x = rollout.Verdict(1 + f.r.IntN(len(rollout.Verdicts())))
 		return
+	case *rollout.Ref:
+		// Kubernetes names have no '/': what the Ref's text relies on.
+		if !f.skip() {
+			piece := func() string { return strings.ReplaceAll(fillPieces[f.r.IntN(len(fillPieces))], "/", "-") }
+			*x = rollout.Ref{Kind: "GitRepository", Namespace: piece(), Name: piece() + string(rune('a'+f.r.IntN(26)))}
+		}
+		return
 	case *rollout.Layers:
 		ls := make([]rollout.LayerView, 1+f.r.IntN(40))
 		for i := range ls {

@@ -315,7 +315,7 @@ func TestHostileDescription(t *testing.T) {
 func TestNoCommitNotShown(t *testing.T) {
 	r := newRig(t)
 	k := rollout.Key{Cluster: "prod", Hash: strings.Repeat("9", 64)}
-	r.SetView(&rollout.View{Cluster: "prod", Hash: k.Hash, Revision: "latest@sha256:" + k.Hash, Source: "OCIRepository/flux-system/apps", Verdict: rollout.VerdictApplied})
+	r.SetView(&rollout.View{Cluster: "prod", Hash: k.Hash, Revision: "latest@sha256:" + k.Hash, Source: rollout.Ref{Kind: "OCIRepository", Namespace: "flux-system", Name: "apps"}, Verdict: rollout.VerdictApplied})
 	r.Publish(k, rollout.VerdictApplied)
 	if next := r.D.Flush(context.Background()); !next.IsZero() || len(r.server.Requests()) != 0 {
 		t.Fatalf("next %v, %d requests: want none", next, len(r.server.Requests()))
