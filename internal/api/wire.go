@@ -269,7 +269,7 @@ func (w *jsonWriter) failures(fs []rollout.FailureView) {
 		w.strField("message", f.Message)
 		w.field("objects")
 		list(w, f.Objects, w.object)
-		w.optStr("release", f.Release)
+		w.optStr("release", f.Release.String())
 		w.optStr("remediation", f.Remediation)
 		if f.Stalled {
 			w.field("stalled")

@@ -465,7 +465,7 @@ func TestReaderHelmRelease(t *testing.T) {
 			}
 			if tt.want == rollout.VerdictFailed {
 				f := v.Failures[0]
-				if f.Release != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" || !strings.Contains(f.Message, "boom") ||
+				if f.Release.String() != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" || !strings.Contains(f.Message, "boom") ||
 					f.Remediation != "rolled back to v1: the cluster runs the previous release" || f.Class != rollout.FailureRelease {
 					t.Fatalf("failure %+v", f)
 				}
@@ -547,7 +547,7 @@ func TestReaderReleaseFollowsItsSource(t *testing.T) {
 	}
 	attempt("R3", "False", "UpgradeFailed")
 	v := verdict(t, te, "R3", rollout.VerdictFailed)
-	if f := v.Failures[0]; f.Release != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" {
+	if f := v.Failures[0]; f.Release.String() != "HelmRelease/"+ns+"/web" || f.Reason != "UpgradeFailed" {
 		t.Fatalf("failure %+v", f)
 	}
 	if v := verdict(t, te, "R2", rollout.VerdictApplied); len(v.Failures) > 0 {

@@ -1082,7 +1082,7 @@ func helmReleases(t *testing.T, w *world) {
 	// rolled back.
 	r2 := w.repo.Publish(t, f0.with("apps/release.yaml", release("v2", true)))
 	v := w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, 2*time.Minute)
-	if len(v.Failures) == 0 || v.Failures[0].Release != name || v.Failures[0].Reason != "UpgradeFailed" ||
+	if len(v.Failures) == 0 || v.Failures[0].Release.String() != name || v.Failures[0].Reason != "UpgradeFailed" ||
 		!strings.Contains(v.Failures[0].Message, "Invalid_Name") || v.Failures[0].Layer != w.ns+"/apps" {
 		t.Fatalf("failures of %s do not name the release's failed upgrade\n%s", r2.Hash[:7], dump(v))
 	}
@@ -1176,7 +1176,7 @@ func helmDown(t *testing.T, w *world) {
 	w.evt.Start()
 	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)
 	v := w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, time.Minute)
-	if len(v.Failures) == 0 || v.Failures[0].Release != h.name || v.Failures[0].Class != rollout.FailureRelease {
+	if len(v.Failures) == 0 || v.Failures[0].Release.String() != h.name || v.Failures[0].Class != rollout.FailureRelease {
 		t.Fatalf("r2's failure from status does not name the release\n%s", dump(v))
 	}
 	w.expectNoEvents(t)
@@ -1197,13 +1197,15 @@ func helmWait(t *testing.T, w *world) {
 	r1 := w.repo.Publish(t, h.files.with("apps/release.yaml", h.release("v1", true)))
 	v := w.svc.AwaitVerdict(t, r1, rollout.VerdictFailed, 2*time.Minute)
 	f := v.Failures[0]
-	if f.Release != h.name || f.Reason != "UpgradeFailed" || !strings.Contains(f.Message, "Invalid_Name") ||
+	if f.Release.String() != h.name || f.Reason != "UpgradeFailed" || !strings.Contains(f.Message, "Invalid_Name") ||
 		!strings.Contains(v.Summary, h.name+" UpgradeFailed") {
 		t.Fatalf("the first failure of %s is not the release's own\n%s", r1.Hash[:7], dump(v))
 	}
 	// kustomize-controller's health check of the HelmRelease fails after.
 	deadline := time.Now().Add(90 * time.Second)
-	for !slices.ContainsFunc(v.Failures, func(f rollout.FailureView) bool { return f.Release == "" && f.Reason == "HealthCheckFailed" }) {
+	for !slices.ContainsFunc(v.Failures, func(f rollout.FailureView) bool {
+		return f.Release == (rollout.Ref{}) && f.Reason == "HealthCheckFailed"
+	}) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no failed health check of apps for %s after 90s\n%s", r1.Hash[:7], dump(v))
 		}
@@ -1280,7 +1282,7 @@ spec:
 	r3 := w.repo.Publish(t, chart(f1, "v3", true))
 	w.repo.BuildChart(t, appsNS, "web", "charts/web", r3)
 	v = w.svc.AwaitVerdict(t, r3, rollout.VerdictFailed, 2*time.Minute)
-	if len(v.Failures) == 0 || v.Failures[0].Release != name || v.Failures[0].Reason != "UpgradeFailed" ||
+	if len(v.Failures) == 0 || v.Failures[0].Release.String() != name || v.Failures[0].Reason != "UpgradeFailed" ||
 		!strings.Contains(v.Failures[0].Message, "Invalid_Name") || !strings.Contains(v.Failures[0].Message, "1.0.0+"+r3.Hash[:12]) {
 		t.Fatalf("failures of %s do not name the release's failed upgrade of its chart\n%s", r3.Hash[:7], dump(v))
 	}
@@ -1306,7 +1308,7 @@ spec:
 			t.Fatal(err)
 		}
 		if v != nil && v.Verdict == rollout.VerdictFailed {
-			if len(v.Failures) == 0 || v.Failures[0].Release != name {
+			if len(v.Failures) == 0 || v.Failures[0].Release.String() != name {
 				t.Fatalf("events only: the failure of %s does not name the release\n%s", r3.Hash[:7], dump(v))
 			}
 			break
@@ -1341,7 +1343,7 @@ func helmSilent(t *testing.T, w *world) {
 	}
 	r2 := w.repo.Publish(t, h.files.with("apps/release.yaml", h.release("v2", true)))
 	v := w.svc.AwaitVerdict(t, r2, rollout.VerdictFailed, 2*time.Minute)
-	if len(v.Failures) == 0 || v.Failures[0].Release != h.name || v.Failures[0].Reason != "UpgradeFailed" ||
+	if len(v.Failures) == 0 || v.Failures[0].Release.String() != h.name || v.Failures[0].Reason != "UpgradeFailed" ||
 		!strings.Contains(v.Failures[0].Message, "Invalid_Name") {
 		t.Fatalf("the failure of %s from status does not name the release's failed upgrade\n%s", r2.Hash[:7], dump(v))
 	}
@@ -1505,11 +1507,11 @@ func (w *world) awaitStory(t *testing.T, c Commit, release, reason string, stage
 		}
 		var f *rollout.FailureView
 		for i := range v.Failures {
-			if v.Failures[i].Release != "" && f == nil {
+			if v.Failures[i].Release != (rollout.Ref{}) && f == nil {
 				f = &v.Failures[i]
 			}
 		}
-		if f == nil || f.Release != release || f.Reason != reason || v.Verdict != rollout.VerdictFailed {
+		if f == nil || f.Release.String() != release || f.Reason != reason || v.Verdict != rollout.VerdictFailed {
 			t.Fatalf("%s: the failure of %s does not name %s's %s\n%s", who, c.Hash[:7], release, reason, dump(v))
 		}
 		if !slices.Contains(stages, f.Remediation) || strings.Contains(f.Remediation, "has not acted") {

@@ -117,8 +117,8 @@ func dueMails(v *View, to []string, routes routing) []Mail {
 			}
 			continue
 		}
-		if f.Release != "" {
-			add(Mail{Kind: MailFailed, Layer: f.Layer, Release: f.Release, Reason: f.Reason}, rcpts, f.Layer, f.Release, f.Reason)
+		if rel := f.Release.String(); rel != "" {
+			add(Mail{Kind: MailFailed, Layer: f.Layer, Release: rel, Reason: f.Reason}, rcpts, f.Layer, rel, f.Reason)
 			continue
 		}
 		add(Mail{Kind: MailFailed, Layer: f.Layer, Reason: f.Reason}, rcpts, f.Layer, f.Reason)

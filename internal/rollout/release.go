@@ -281,10 +281,11 @@ func releaseViews(r *rolloutState, ev *Evidence) []ReleaseView {
 	return out
 }
 
-// Object names the release as failures do: Kind/namespace/name.
-func (rv ReleaseView) Object() string {
-	return Emitter{Kind: rv.Kind, Namespace: rv.Namespace, Name: rv.Name}.String()
-}
+// Ref names the release as failures do.
+func (rv ReleaseView) Ref() Ref { return Ref{rv.Kind, rv.Namespace, rv.Name} }
+
+// Object names the release as people read it: Kind/namespace/name.
+func (rv ReleaseView) Object() string { return rv.Ref().String() }
 
 // releaseNote is a message about a release, shown on its layer.
 func releaseNote(rv *ReleaseView, msg string) string { return rv.Object() + ": " + msg }

@@ -281,8 +281,8 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 		var out []string
 		for _, f := range v.Failures {
 			s := short(f.Layer) + ":" + f.Reason
-			if f.Release != "" {
-				s = short(f.Layer) + ">" + f.Release[strings.LastIndexByte(f.Release, '/')+1:] + ":" + f.Reason
+			if f.Release != (rollout.Ref{}) {
+				s = short(f.Layer) + ">" + f.Release.Name + ":" + f.Reason
 			}
 			if f.Remediation != "" {
 				s += ":remedied"
@@ -311,7 +311,7 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 		if key == "story" {
 			s = ""
 			for _, f := range v.Failures {
-				if f.Release != "" {
+				if f.Release != (rollout.Ref{}) {
 					s = f.Remediation
 					break
 				}

@@ -138,11 +138,11 @@ type FailureView struct {
 	Reason  string       `json:"reason"`
 	Message string       `json:"message"`
 	Objects []Object     `json:"objects"`
-	// Release is the release whose failure it is (Kind/namespace/name),
-	// on the layer whose apply changed it; Remediation what helm-controller
+	// Release is the release whose failure it is, on the layer whose
+	// apply changed it (zero: the layer's own failure); Remediation what helm-controller
 	// did after the failure, in order (Remedy.Story), and Stalled whether
 	// it stopped trying: a new commit is needed.
-	Release      string    `json:"release,omitempty"`
+	Release      Ref       `json:"release,omitzero"`
 	Remediation  string    `json:"remediation,omitempty"`
 	Stalled      bool      `json:"stalled,omitempty"`
 	At           time.Time `json:"at"`
@@ -427,7 +427,7 @@ func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress
 			}
 			for _, f := range rev.Failures {
 				fv := FailureView{
-					Layer: l.Layer(), Release: h.Release.String(), Class: f.Class, Reason: f.Reason, Message: f.Message,
+					Layer: l.Layer(), Release: h.Release.Ref(), Class: f.Class, Reason: f.Reason, Message: f.Message,
 					Objects: nonNil(f.Objects), At: f.First, LastAt: f.Last,
 					AfterApplied: p.completed && f.First.After(p.completedAt),
 				}
@@ -446,7 +446,7 @@ func failureViews(r *rolloutState, expected []Emitter, failing []int, p progress
 		if c := strings.Compare(a.Layer, b.Layer); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Release, b.Release)
+		return strings.Compare(a.Release.String(), b.Release.String())
 	})
 	return out
 }
@@ -605,7 +605,7 @@ func summary(v *View, expected, behind int) string {
 		for _, f := range v.Failures {
 			switch {
 			case f.AfterApplied:
-			case f.Release != "":
+			case f.Release != (Ref{}):
 				s := fmt.Sprintf("%s failed: %s %s", f.Layer, f.Release, f.Reason)
 				if f.Stalled {
 					s += "; stalled, a new commit is needed"

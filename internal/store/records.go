@@ -199,10 +199,19 @@ func (w *recordWriter) view(v *rollout.View) {
 		w.time(f.At)
 		w.time(f.LastAt)
 		w.bool(f.AfterApplied)
-		w.string(f.Release)
+		w.string(f.Release.String())
 		w.string(f.Remediation)
 		w.bool(f.Stalled)
 	}
+}
+
+// ref reads a Ref written as its text.
+func (r *recordReader) ref() rollout.Ref {
+	ref, err := rollout.ParseRef(r.string())
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	return ref
 }
 
 // view reads what recordWriter.view wrote, in a record of version ver of
@@ -259,7 +268,7 @@ func (r *recordReader) view(ver byte) *rollout.View {
 			f.Objects = r.objects()
 			f.At, f.LastAt, f.AfterApplied = r.time(), r.time(), r.bool()
 			if ver >= 4 {
-				f.Release, f.Remediation = r.string(), r.string()
+				f.Release, f.Remediation = r.ref(), r.string()
 			}
 			if ver >= 5 {
 				f.Stalled = r.bool()

@@ -117,13 +117,14 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 	}
 	tl := timeline{Width: tlWidth, Left: tlLeft, Height: tlTop + rows*tlRow + 8}
 	// A release's failures are drawn on its own row, under its layer's.
-	failures := map[string][]rollout.FailureView{}
+	type rowKey struct {
+		layer   string
+		release rollout.Ref // zero: the layer's own
+	}
+	failures := map[rowKey][]rollout.FailureView{}
 	for _, f := range v.Failures {
-		key := f.Layer
-		if f.Release != "" {
-			key = f.Layer + ">" + f.Release
-		}
-		failures[key] = append(failures[key], f)
+		k := rowKey{f.Layer, f.Release}
+		failures[k] = append(failures[k], f)
 	}
 	i := 0
 	for _, l := range layers {
@@ -141,7 +142,7 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 		if l.Healthy != nil {
 			row.Marks = append(row.Marks, timelineMark{X: x(*l.Healthy), Y: float64(row.Y) + 8, Kind: "passed", Title: "health checks passed"})
 		}
-		for _, f := range failures[l.Name] {
+		for _, f := range failures[rowKey{l.Name, rollout.Ref{}}] {
 			kind := "failed"
 			if f.Class == rollout.FailureHealth {
 				kind = "health"
@@ -159,7 +160,7 @@ func newTimeline(v *rollout.View, now time.Time) timeline {
 			}
 			rr.X, rr.W = x(rv.Since), max(x(to)-x(rv.Since), tlMinBar)
 			rr.Detail = name + ": " + string(rv.State) + " " + rv.Reason + " " + since(to.Sub(rv.Since))
-			for _, f := range failures[l.Name+">"+name] {
+			for _, f := range failures[rowKey{l.Name, rv.Ref()}] {
 				title := f.Reason + ": " + f.Message
 				if f.Remediation != "" {
 					title += "; then: " + f.Remediation

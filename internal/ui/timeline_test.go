@@ -80,7 +80,7 @@ func TestTimelineReleases(t *testing.T) {
 		{Name: "flux-system/infra", State: rollout.LayerApplied, Since: at(0), At: at(1)},
 	}
 	v := &rollout.View{FirstSeen: tt0, LastSeen: *at(12), Terminal: true, Verdict: rollout.VerdictFailed, Layers: rollout.MakeLayers(layers),
-		Failures: []rollout.FailureView{{Layer: "flux-system/apps", Release: "HelmRelease/apps/web", Reason: "UpgradeFailed", Message: "boom",
+		Failures: []rollout.FailureView{{Layer: "flux-system/apps", Release: rollout.Ref{Kind: "HelmRelease", Namespace: "apps", Name: "web"}, Reason: "UpgradeFailed", Message: "boom",
 			Remediation: "Helm rollback to previous release apps/web.v4 succeeded", At: *at(12)}}}
 	tl := newTimeline(v, tt0.Add(time.Hour))
 	want := []string{"flux-system/infra", "flux-system/apps", "↳ apps/web", "↳ apps/api"}

@@ -459,7 +459,7 @@ func printVerdict(out io.Writer, v *verdictBody, query string) {
 // failureMessage is what a failure says: a release's is Helm's error
 // line, without the logs helm-controller adds (the page has them).
 func failureMessage(f rollout.FailureView) string {
-	if f.Release == "" {
+	if f.Release == (rollout.Ref{}) {
 		return f.Message
 	}
 	return flux.ReleaseError(f.Message)
@@ -468,8 +468,8 @@ func failureMessage(f rollout.FailureView) string {
 // failureTitle names a failure: its layer, the release inside it whose
 // failure it is, and Flux's reason.
 func failureTitle(f rollout.FailureView) string {
-	if f.Release != "" {
-		return f.Layer + " " + f.Release + " " + f.Reason
+	if f.Release != (rollout.Ref{}) {
+		return f.Layer + " " + f.Release.String() + " " + f.Reason
 	}
 	return f.Layer + " " + f.Reason
 }

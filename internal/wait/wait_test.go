@@ -50,7 +50,7 @@ func TestPrintVerdictTellsWhatHelmControllerDid(t *testing.T) {
 	const story = "rolled back to v1: the cluster runs the previous release; stalled (Failed to upgrade after 1 attempt(s)): a new commit is needed"
 	v := &verdictBody{VerdictResponse: api.VerdictResponse{View: &rollout.View{Cluster: "prod", Revision: "main@sha1:" + strings.Repeat("e5", 20),
 		Hash: strings.Repeat("e5", 20), Verdict: rollout.VerdictFailed, Terminal: true, Summary: "s",
-		Failures: []rollout.FailureView{{Layer: "flux-system/apps", Release: "HelmRelease/apps/web", Reason: "UpgradeFailed",
+		Failures: []rollout.FailureView{{Layer: "flux-system/apps", Release: rollout.Ref{Kind: "HelmRelease", Namespace: "apps", Name: "web"}, Reason: "UpgradeFailed",
 			Message:     "Helm upgrade failed for release apps/web with chart web@1.0.0: boom\n\nLast Helm logs:\n\nsecret log line",
 			Remediation: story, Stalled: true}}}}}
 	var out bytes.Buffer
