@@ -41,7 +41,7 @@ type Forge struct {
 func New(opts Options) (*Forge, error) {
 	u, err := url.Parse(opts.URL)
 	if err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http" {
-		return nil, fmt.Errorf("Gitea URL %q: want an http(s) URL", opts.URL)
+		return nil, fmt.Errorf("gitea: URL %q: want an http(s) URL", opts.URL)
 	}
 	tok, err := forge.NewTokenFile(opts.TokenFile)
 	if err != nil {

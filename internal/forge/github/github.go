@@ -69,7 +69,7 @@ func New(opts Options) (*Forge, error) {
 	}
 	base, err := url.Parse(strings.TrimSuffix(opts.APIURL, "/") + "/")
 	if err != nil || base.Host == "" || base.Scheme != "https" && base.Scheme != "http" {
-		return nil, fmt.Errorf("GitHub API URL %q: want an http(s) URL", opts.APIURL)
+		return nil, fmt.Errorf("github: API URL %q: want an http(s) URL", opts.APIURL)
 	}
 	hc := opts.HTTP
 	if hc == nil {

@@ -65,7 +65,7 @@ func New(opts Options) (*Forge, error) {
 	c, err := gl.NewAuthSourceClient(&auth{tok}, gl.WithBaseURL(strings.TrimSuffix(opts.URL, "/")+"/api/v4"),
 		gl.WithHTTPClient(opts.HTTP), gl.WithoutRetries())
 	if err != nil {
-		return nil, fmt.Errorf("GitLab URL %q: %w", opts.URL, err)
+		return nil, fmt.Errorf("gitlab: URL %q: %w", opts.URL, err)
 	}
 	return &Forge{c: c, opts: opts}, nil
 }
