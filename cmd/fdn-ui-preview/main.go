@@ -72,8 +72,8 @@ func run(out string) error {
 	}
 	for i, q := range qs {
 		if i == len(qs)-1 {
-			q.Attempts, q.LastError, q.NextAttempt = 1, "421 4.7.0 try again later", now.Add(time.Minute)
-			if err := db.Reschedule(q); err != nil {
+			q.Retry(now.Add(time.Minute), "421 4.7.0 try again later")
+			if err := db.Record(q); err != nil {
 				return err
 			}
 		} else if err := db.Sent(q.Seq, q.Enqueued.Add(2*time.Second)); err != nil {

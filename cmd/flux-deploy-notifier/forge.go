@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -113,7 +112,7 @@ func (c *forgeConfig) finish() error {
 // dispatcher builds the forge's dispatcher, nil when no forge is
 // configured; externalURL makes each status link to the rollout's page,
 // and sourceURL reads what a source names from the cluster.
-func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL string, sourceURL func(kind, ns, name string) (string, bool),
+func (c *forgeConfig) dispatcher(db *store.DB, externalURL string, sourceURL func(kind, ns, name string) (string, bool),
 	log *slog.Logger, reg prometheus.Registerer) (*forge.Dispatcher, error) {
 	if c.chosen == nil {
 		return nil, nil
@@ -127,17 +126,10 @@ func (c *forgeConfig) dispatcher(db *store.DB, eng *engine.Engine, externalURL s
 	if externalURL = strings.TrimRight(externalURL, "/"); externalURL != "" {
 		cfg.LogURL = func(k rollout.Key) string { return externalURL + edge.RolloutPath(k) }
 	}
-	views := func(k rollout.Key) (*rollout.View, error) {
-		v, err := eng.Lookup(engine.Query{Cluster: k.Cluster, Hash: k.Hash})
-		if errors.Is(err, engine.ErrNotFound) {
-			return nil, nil // collected: nothing to show
-		}
-		return v, err
-	}
 	def := "none"
 	if c.repos.Default != nil {
 		def = c.repos.Default.String()
 	}
 	log.Info("verdicts shown as deployments", "forge", f.Name(), "host", c.repos.Host, "default_repo", def, "mapped_sources", len(c.repos.Map))
-	return forge.NewDispatcher(db, f, views, cfg, log, time.Now, reg), nil
+	return forge.NewDispatcher(db, f, cfg, log, time.Now, reg), nil
 }

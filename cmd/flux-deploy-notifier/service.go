@@ -122,7 +122,7 @@ func (s *service) openForge(context.Context) error {
 		}
 		return s.reader.SourceURL(kind, ns, name)
 	}
-	if s.forger, err = s.c.forge.dispatcher(s.db, s.eng, *s.c.mail.externalURL, sourceURL, s.log, s.reg); err != nil || s.forger == nil {
+	if s.forger, err = s.c.forge.dispatcher(s.db, *s.c.mail.externalURL, sourceURL, s.log, s.reg); err != nil || s.forger == nil {
 		return err
 	}
 	s.eng.OnPublish(s.forger.Wake)

@@ -5,13 +5,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // Store is what the metrics read of the store: the mail outbox, the
 // settled rollouts and the file's size.
 type Store interface {
-	Pending() ([]rollout.Queued, error)
+	Pending() ([]outbox.Queued, error)
 	SettledCount() (int, error)
 	Size() int64
 }

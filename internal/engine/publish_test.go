@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -15,7 +16,7 @@ func publishConfig() rollout.Config {
 }
 
 // forgeRecord is the forge outbox's record of revision label's rollout.
-func forgeRecord(t *testing.T, te *enginetest.Engine, label string) rollout.Publication {
+func forgeRecord(t *testing.T, te *enginetest.Engine, label string) outbox.Publication {
 	t.Helper()
 	p, ok, err := te.DB.Publication(rollout.Key{Cluster: "default", Hash: hashOf(label)})
 	if err != nil || !ok {

@@ -15,18 +15,6 @@ import (
 )
 
 // Outbox is the durable record of what the forge must show (the store).
-type Outbox interface {
-	// Publications returns the records with a verdict not delivered yet,
-	// oldest decision first.
-	Publications() ([]rollout.Publication, error)
-	// UpdatePublication applies f to the record of k in one transaction.
-	UpdatePublication(k rollout.Key, f func(*rollout.Publication)) error
-	// Head and SetHead keep the commit the forge last showed applied on
-	// a cluster, by the line of commits it is on (a source, else a
-	// repository).
-	Head(cluster, line string) (string, error)
-	SetHead(cluster, line, commit string) error
-}
 
 // Backoff of transient failures without a Retry-After: first retry after
 // backoffBase, doubling, never more than backoffMax apart.
@@ -37,9 +25,9 @@ const (
 
 // Config is what the dispatcher needs besides the forge.
 type Config struct {
-	// Repo is the repository of a rollout, or why it has none: the
-	// rollout is not shown (Repos.Repo).
-	Repo func(v *rollout.View) (Repo, error)
+	// Repo is the repository of a rollout's source (zero: none known),
+	// or why it has none: the rollout is not shown (Repos.Repo).
+	Repo func(source rollout.Ref) (Repo, error)
 	// LogURL is a rollout's status page, "" when the service does not
 	// know its own URL.
 	LogURL func(k rollout.Key) string
@@ -54,9 +42,8 @@ type Config struct {
 // store transaction: it reads the records, calls the forge, then records
 // each outcome.
 type Dispatcher struct {
-	outbox Outbox
+	outbox outbox.Verdicts
 	forge  Forge
-	views  func(rollout.Key) (*rollout.View, error)
 	cfg    Config
 	log    *slog.Logger
 	now    func() time.Time
@@ -74,11 +61,11 @@ type Dispatcher struct {
 	outcomes *prometheus.CounterVec
 }
 
-// NewDispatcher wires a dispatcher for one forge; views reads a rollout's
-// current view (live or settled), nil when it is gone. reg may be nil.
-func NewDispatcher(box Outbox, f Forge, views func(rollout.Key) (*rollout.View, error), cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
+// NewDispatcher wires a dispatcher for one forge: it reads the outbox
+// alone. reg may be nil.
+func NewDispatcher(box outbox.Verdicts, f Forge, cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *Dispatcher {
 	d := &Dispatcher{
-		outbox: box, forge: f, views: views, cfg: cfg, log: log.With("forge", f.Name()), now: now,
+		outbox: box, forge: f, cfg: cfg, log: log.With("forge", f.Name()), now: now,
 		warner: outbox.Warner{Log: log.With("forge", f.Name())},
 		wake:   outbox.NewWaker(),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -140,7 +127,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		d.oldest = oldest
 		d.mu.Unlock()
 	}()
-	wait := func(p rollout.Publication, at time.Time) {
+	wait := func(p outbox.Publication, at time.Time) {
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
@@ -153,7 +140,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 			wait(p, now)
 			continue
 		}
-		if p.NextAttempt.After(now) {
+		if p.Waiting(now) {
 			wait(p, p.NextAttempt)
 			continue
 		}
@@ -174,27 +161,24 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 // deliver sends one verdict and records the outcome; it returns when p
 // is to be tried again (zero: delivered, skipped or dead), and whether the
 // forge's rate limit stopped it.
-func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication) (time.Time, bool) {
+func (d *Dispatcher) deliver(ctx context.Context, p outbox.Publication) (time.Time, bool) {
 	log := d.log.With("cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
-	u, why, err := d.update(p)
-	if err != nil {
-		d.warner.Warn("read the rollout's view", err)
-		return d.retry(p, &Error{Retry: true, Message: err.Error()}, log)
-	}
+	u, why := d.update(p)
 	if why != "" {
-		d.record(p, func(q *rollout.Publication) { q.SentSeq, q.LastError = max(q.SentSeq, p.Seq), "not shown: "+why }, log)
+		d.record(p, func(q *outbox.Publication) { q.SentSeq, q.LastError = max(q.SentSeq, p.Seq), "not shown: "+why }, log)
 		d.outcomes.WithLabelValues(d.forge.Name(), "skipped").Inc()
 		log.Debug("verdict not shown in the forge", "why", why)
 		return time.Time{}, false
 	}
 	ref := p.Ref
 	if ref == "" {
+		var err error
 		if ref, err = d.forge.Ensure(ctx, u); err != nil {
 			return d.retry(p, AsError(err), log)
 		}
 		// Recorded before the status: after a crash in between, the next
 		// delivery posts to this one (and Ensure finds it again anyway).
-		if err := d.outbox.UpdatePublication(p.Key, func(q *rollout.Publication) { q.Ref = ref }); err != nil {
+		if err := d.outbox.UpdatePublication(p.Key, func(q *outbox.Publication) { q.Ref = ref }); err != nil {
 			d.warner.Warn("record the forge's deployment", err)
 		}
 	}
@@ -203,7 +187,7 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication) (time.T
 		if fe.Status == 404 && p.Ref != "" {
 			// The deployment recorded is gone (deleted in the forge): the
 			// next delivery finds or makes another.
-			d.record(p, func(q *rollout.Publication) { q.Ref = "" }, log)
+			d.record(p, func(q *outbox.Publication) { q.Ref = "" }, log)
 			fe = &Error{Status: fe.Status, Retry: true, Message: "the deployment recorded is gone: " + fe.Message}
 		}
 		return d.retry(p, fe, log)
@@ -211,10 +195,10 @@ func (d *Dispatcher) deliver(ctx context.Context, p rollout.Publication) (time.T
 	if err := d.inside(ctx, u, log); err != nil {
 		return d.retry(p, AsError(err), log)
 	}
-	d.record(p, func(q *rollout.Publication) {
+	d.record(p, func(q *outbox.Publication) {
 		q.SentSeq, q.Sent = max(q.SentSeq, p.Seq), p.Verdict
 		if q.Seq == p.Seq {
-			q.Attempts, q.NextAttempt, q.LastError = 0, time.Time{}, ""
+			q.Delivery = outbox.Delivery{}
 		}
 	}, log)
 	d.mu.Lock()
@@ -277,47 +261,44 @@ func (d *Dispatcher) inside(ctx context.Context, u Update, log *slog.Logger) err
 	return nil
 }
 
-// update is what the forge is told of p: its rollout's view as it is now
-// (its description may be newer than p's verdict), with p's verdict. why
-// says why it is not shown.
-func (d *Dispatcher) update(p rollout.Publication) (u Update, why string, err error) {
+// update is what the forge is told of p: its verdict, with what was
+// shown of its rollout when it was decided. why says why it is not shown.
+func (d *Dispatcher) update(p outbox.Publication) (u Update, why string) {
 	state, ok := StateOf(p.Verdict)
 	if !ok {
-		return u, "no forge state for verdict " + p.Verdict.String(), nil
+		return u, "no forge state for verdict " + p.Verdict.String()
 	}
-	v, err := d.views(p.Key)
+	if p.Shown == (rollout.Shown{}) {
+		// An older binary's record, of a rollout gone before this one
+		// started (fillShown).
+		return u, "the rollout is no longer known (collected)"
+	}
+	repo, err := d.cfg.Repo(p.Source)
 	if err != nil {
-		return u, "", fmt.Errorf("the rollout's view: %w", err)
+		return u, err.Error()
 	}
-	if v == nil {
-		return u, "the rollout is no longer known (collected)", nil
-	}
-	repo, err := d.cfg.Repo(v)
-	if err != nil {
-		return u, err.Error(), nil
-	}
-	commit := Commit(v)
+	commit := Commit(p.Shown)
 	if commit == "" {
-		return u, "the rollout's revision names no git commit", nil
+		return u, "the rollout's revision names no git commit"
 	}
 	env := p.Key.Cluster
 	if e, ok := d.cfg.Environments[env]; ok {
 		env = e
 	}
 	u = Update{Repo: repo, Environment: env, Commit: commit, State: state, Verdict: p.Verdict,
-		Description: Describe(p.Verdict, v.Summary),
-		Cluster:     p.Key.Cluster, Revision: v.Revision, Source: v.Source}
+		Description: Describe(p.Verdict, p.Summary),
+		Cluster:     p.Key.Cluster, Revision: p.Revision, Source: p.Source}
 	if d.cfg.LogURL != nil {
 		u.LogURL = d.cfg.LogURL(p.Key)
 	}
-	return u, "", nil
+	return u, ""
 }
 
 // retry records a failed delivery: again after the forge's Retry-After or
 // with backoff when transient, dead-lettered when not. The wait counts
 // from now, when the answer arrived: a Retry-After is the forge's word
 // from then, and a rate limit's reset was read against it (Classify).
-func (d *Dispatcher) retry(p rollout.Publication, fe *Error, log *slog.Logger) (time.Time, bool) {
+func (d *Dispatcher) retry(p outbox.Publication, fe *Error, log *slog.Logger) (time.Time, bool) {
 	now := d.now()
 	d.mu.Lock()
 	d.refusal = fe.Error()
@@ -326,9 +307,9 @@ func (d *Dispatcher) retry(p rollout.Publication, fe *Error, log *slog.Logger) (
 	}
 	d.mu.Unlock()
 	if !fe.Retry {
-		d.record(p, func(q *rollout.Publication) {
+		d.record(p, func(q *outbox.Publication) {
 			if q.Seq == p.Seq {
-				q.Dead, q.Attempts, q.LastError = true, q.Attempts+1, fe.Error()
+				q.DeadLetter(fe.Error())
 			}
 		}, log)
 		d.outcomes.WithLabelValues(d.forge.Name(), "dead").Inc()
@@ -340,9 +321,8 @@ func (d *Dispatcher) retry(p rollout.Publication, fe *Error, log *slog.Logger) (
 		after = outbox.Backoff(p.Attempts+1, backoffBase, backoffMax)
 	}
 	at := now.Add(after)
-	d.record(p, func(q *rollout.Publication) {
-		q.Attempts++
-		q.NextAttempt, q.LastError = at, fe.Error()
+	d.record(p, func(q *outbox.Publication) {
+		q.Retry(at, fe.Error())
 	}, log)
 	outcome := "retried"
 	if fe.Limited {
@@ -356,7 +336,7 @@ func (d *Dispatcher) retry(p rollout.Publication, fe *Error, log *slog.Logger) (
 
 // record applies f to p's record; a failure to record is logged: the
 // delivery then happens again, which the forge takes (idempotent).
-func (d *Dispatcher) record(p rollout.Publication, f func(*rollout.Publication), log *slog.Logger) {
+func (d *Dispatcher) record(p outbox.Publication, f func(*outbox.Publication), log *slog.Logger) {
 	if err := d.outbox.UpdatePublication(p.Key, f); err != nil {
 		log.Warn("record a forge delivery", "err", err)
 	}

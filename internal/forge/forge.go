@@ -226,4 +226,4 @@ func Clean(s string, n int) string {
 
 // Commit is the git commit a rollout deployed, "" when it names none
 // (flux.GitCommit: the one rule, which wait's ancestry follows too).
-func Commit(v *rollout.View) string { return flux.GitCommit(v.Revision, v.Origin, v.Source.Kind) }
+func Commit(s rollout.Shown) string { return flux.GitCommit(s.Revision, s.Origin, s.Source.Kind) }

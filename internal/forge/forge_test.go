@@ -77,7 +77,7 @@ func TestCommit(t *testing.T) {
 		{rollout.View{Revision: "latest@sha256:aa", Hash: "aa", Source: rollout.Ref{Kind: "OCIRepository", Namespace: "flux-system", Name: "apps"}}, ""},
 		{rollout.View{Revision: "sha256:bb", Hash: "bb", Source: rollout.Ref{Kind: "Bucket", Namespace: "flux-system", Name: "b"}}, ""},
 	} {
-		if got := forge.Commit(&c.v); got != c.want {
+		if got := forge.Commit(rollout.ShownOf(&c.v)); got != c.want {
 			t.Errorf("Commit(%s) = %q, want %q", c.v.Revision, got, c.want)
 		}
 	}

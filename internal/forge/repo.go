@@ -26,9 +26,9 @@ type Repos struct {
 	Default *Repo
 }
 
-// Repo is the repository of v's commits, or why there is none.
-func (rs *Repos) Repo(v *rollout.View) (Repo, error) {
-	src := v.Source
+// Repo is the repository of the commits of src (zero: none known), or
+// why there is none.
+func (rs *Repos) Repo(src rollout.Ref) (Repo, error) {
 	if r, ok := rs.Map[src.Namespace+"/"+src.Name]; ok && src != (rollout.Ref{}) {
 		return r, nil
 	}
@@ -37,9 +37,9 @@ func (rs *Repos) Repo(v *rollout.View) (Repo, error) {
 			host, r, err := ParseRepoURL(raw)
 			switch {
 			case err != nil:
-				return Repo{}, fmt.Errorf("%s names %q: %w", v.Source, raw, err)
+				return Repo{}, fmt.Errorf("%s names %q: %w", src, raw, err)
 			case !strings.EqualFold(host, rs.Host):
-				return Repo{}, fmt.Errorf("%s is on %s, not on %s", v.Source, host, rs.Host)
+				return Repo{}, fmt.Errorf("%s is on %s, not on %s", src, host, rs.Host)
 			}
 			return r, nil
 		}
@@ -50,7 +50,7 @@ func (rs *Repos) Repo(v *rollout.View) (Repo, error) {
 	if src == (rollout.Ref{}) {
 		return Repo{}, errors.New("no source known for the rollout and no default repository")
 	}
-	return Repo{}, fmt.Errorf("%s names no repository and there is no default one", v.Source)
+	return Repo{}, fmt.Errorf("%s names no repository and there is no default one", src)
 }
 
 // ParseRepoURL reads the host and repository of a git URL as Flux takes

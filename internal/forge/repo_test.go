@@ -63,7 +63,7 @@ func TestReposOfARollout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := rs.Repo(&rollout.View{Source: ref})
+		r, err := rs.Repo(ref)
 		got := r.String()
 		if err != nil {
 			got = "error: " + err.Error()
@@ -73,7 +73,7 @@ func TestReposOfARollout(t *testing.T) {
 		}
 	}
 	rs.Default = nil
-	if _, err := rs.Repo(&rollout.View{Source: rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "none"}}); err == nil || !strings.Contains(err.Error(), "no default") {
+	if _, err := rs.Repo(rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "none"}); err == nil || !strings.Contains(err.Error(), "no default") {
 		t.Errorf("without a default: %v", err)
 	}
 }

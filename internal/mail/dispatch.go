@@ -10,16 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
-
-// Outbox is the durable queue the engine writes mails to.
-type Outbox interface {
-	Pending() ([]rollout.Queued, error)
-	Sent(seq uint64, at time.Time) error
-	Reschedule(q rollout.Queued) error
-	DeadLetter(q rollout.Queued) error
-}
 
 // Backoff of transient failures: first retry after backoffBase, doubling,
 // never more than backoffMax apart.
@@ -31,7 +22,7 @@ const (
 // Dispatcher sends what the outbox holds. No network I/O happens inside a
 // store transaction: it reads a copy, sends, then records the outcome.
 type Dispatcher struct {
-	outbox   Outbox
+	outbox   outbox.Mails
 	sender   Sender
 	renderer *Renderer
 	log      *slog.Logger
@@ -51,7 +42,7 @@ type Dispatcher struct {
 
 // NewDispatcher wires the dispatcher; a mail undelivered for longer than
 // alertAfter is reported stuck. reg may be nil.
-func NewDispatcher(box Outbox, sender Sender, renderer *Renderer, log *slog.Logger, now func() time.Time, alertAfter time.Duration, reg prometheus.Registerer) *Dispatcher {
+func NewDispatcher(box outbox.Mails, sender Sender, renderer *Renderer, log *slog.Logger, now func() time.Time, alertAfter time.Duration, reg prometheus.Registerer) *Dispatcher {
 	d := &Dispatcher{
 		outbox: box, sender: sender, renderer: renderer, log: log, now: now, alertAfter: alertAfter, warner: outbox.Warner{Log: log},
 		wake:    outbox.NewWaker(),
@@ -122,7 +113,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	}
 	now := d.now()
 	var (
-		due     []rollout.Queued
+		due     []outbox.Queued
 		msgs    []Rendered
 		next    time.Time
 		waiting []time.Time
@@ -133,7 +124,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		d.mu.Unlock()
 	}()
 	for _, q := range pending {
-		if q.NextAttempt.After(now) {
+		if q.Waiting(now) {
 			if next.IsZero() || q.NextAttempt.Before(next) {
 				next = q.NextAttempt
 			}
@@ -165,10 +156,8 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 			d.sent.Inc()
 			log.Info("mail sent", "subject", msgs[i].Subject)
 		case res.Retry:
-			q.Attempts++
-			q.LastError = res.Err.Error()
-			q.NextAttempt = now.Add(outbox.Backoff(q.Attempts, backoffBase, backoffMax))
-			if err := d.outbox.Reschedule(q); err != nil {
+			q.Retry(now.Add(outbox.Backoff(q.Attempts+1, backoffBase, backoffMax)), res.Err.Error())
+			if err := d.outbox.Record(q); err != nil {
 				d.warner.Warn("reschedule mail", err)
 			}
 			d.retried.Inc()
@@ -187,10 +176,9 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	return next
 }
 
-func (d *Dispatcher) deadLetter(q rollout.Queued, err error) {
-	q.Attempts++
-	q.LastError = err.Error()
-	if serr := d.outbox.DeadLetter(q); serr != nil {
+func (d *Dispatcher) deadLetter(q outbox.Queued, err error) {
+	q.DeadLetter(err.Error())
+	if serr := d.outbox.Record(q); serr != nil {
 		d.warner.Warn("dead-letter mail", serr)
 		return
 	}
@@ -200,7 +188,7 @@ func (d *Dispatcher) deadLetter(q rollout.Queued, err error) {
 
 // mailAttrs names a mail in logs: kind, recipient and, for a rollout's
 // mail, its cluster and revision.
-func mailAttrs(q rollout.Queued) []any {
+func mailAttrs(q outbox.Queued) []any {
 	attrs := []any{"mail", string(q.Mail.Kind), "to", q.Mail.To}
 	if v := q.Mail.View; v != nil {
 		attrs = append(attrs, "cluster", v.Cluster, "revision", v.Revision)

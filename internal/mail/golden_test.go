@@ -11,6 +11,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
 )
@@ -32,7 +33,7 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The watchdog's mail, about the service rather than a rollout.
-	qs = append(qs, rollout.Queued{Enqueued: now, Mail: rollout.Mail{
+	qs = append(qs, outbox.Queued{Enqueued: now, Mail: rollout.Mail{
 		Key: "\x00silence\x002026-11-30T12:20:00Z\x00platform-team@example.com", Kind: rollout.MailBlind, To: "platform-team@example.com",
 		Blind: &rollout.Blind{Since: now.Add(-40 * time.Minute), Layers: 3,
 			Warning: "no event from notification-controller since 2026-11-30T12:20:00Z while 3 layers exist: check the Provider, the Alert and this service's address"},
@@ -86,7 +87,7 @@ func TestRenderStuckWithoutLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &rollout.View{Cluster: "prod", Hash: hashOf("S"), Revision: "main@sha1:" + hashOf("S"), Verdict: rollout.VerdictStuck}
-	m, err := r.Render(rollout.Queued{Mail: rollout.Mail{Key: "k", Kind: rollout.MailStuck, To: "a@example.com", View: v}})
+	m, err := r.Render(outbox.Queued{Mail: rollout.Mail{Key: "k", Kind: rollout.MailStuck, To: "a@example.com", View: v}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestArtifactNamedByItsCommit(t *testing.T) {
 	digest := hashOf("A") + hashOf("A")[:24]
 	v := &rollout.View{Cluster: "prod", Hash: digest, Revision: "latest@sha256:" + digest, Origin: "main@sha1:" + hashOf("C"), OriginHash: hashOf("C"),
 		Verdict: rollout.VerdictApplied}
-	m, err := r.Render(rollout.Queued{Mail: rollout.Mail{Key: "k", Kind: rollout.MailApplied, To: "a@example.com", View: v}})
+	m, err := r.Render(outbox.Queued{Mail: rollout.Mail{Key: "k", Kind: rollout.MailApplied, To: "a@example.com", View: v}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -115,7 +116,7 @@ const subjectTag = "[flux] "
 // Render renders one queued mail. Its date is when it became due and its
 // Message-ID derives from its de-duplication key, so a resend after a crash
 // is recognisably the same mail.
-func (r *Renderer) Render(q rollout.Queued) (Rendered, error) {
+func (r *Renderer) Render(q outbox.Queued) (Rendered, error) {
 	d := r.data(q.Mail)
 	var subj, text, html bytes.Buffer
 	if err := r.text.ExecuteTemplate(&subj, "subject", d); err != nil {

@@ -1,7 +1,10 @@
-// Package outbox is what the dispatchers of the durable outboxes (mails,
-// the forge's verdicts) share: the loop that delivers at start, when woken
-// and when the earliest retry is due; the backoff of transient failures;
-// and a warning logged once per change of its text.
+// Package outbox is the durable outbox of what is due to leave the
+// service (mails, the forge's verdicts): its contract (records.go: one
+// delivery state for both, the records, what the store implements and
+// the dispatchers use), and what the dispatchers share: the loop that
+// delivers at start, when woken and when the earliest retry is due; the
+// backoff of transient failures; and a warning logged once per change of
+// its text.
 package outbox
 
 import (

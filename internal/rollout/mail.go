@@ -43,44 +43,6 @@ type Blind struct {
 	Warning string
 }
 
-// Queued is a mail in the outbox, with its delivery state: kept in the
-// record so that retries and their backoff survive restarts.
-type Queued struct {
-	Seq         uint64
-	Mail        Mail
-	Enqueued    time.Time
-	Attempts    int
-	NextAttempt time.Time
-	LastError   string
-}
-
-// MailState is what became of a queued mail.
-type MailState string
-
-const (
-	MailWaiting  MailState = "waiting"  // in the outbox, not tried yet
-	MailRetrying MailState = "retrying" // a transient failure; tried again later
-	MailSent     MailState = "sent"
-	MailDead     MailState = "dead" // failed for good: dead-lettered
-)
-
-// MailStatus is one mail of a rollout as its status page shows it: to
-// whom, about what, and what became of it.
-type MailStatus struct {
-	Kind     MailKind
-	To       string
-	Layer    string
-	Object   *Object
-	Reason   string
-	Enqueued time.Time
-	State    MailState
-	Sent     *time.Time
-	Attempts int
-	Next     *time.Time // while retrying
-	Error    string     // the last failure
-	Release  string     // a failed mail's release inside Layer (Kind/namespace/name)
-}
-
 // dueMails is the pure decision of which mails a rollout's view makes due,
 // to whom. It does not look at what was sent: the outbox drops a mail whose
 // key it has seen, so a condition that still holds never mails twice.

@@ -460,11 +460,11 @@ func (m *Model) recompute(c *Change, dirty dirtySet, now time.Time) {
 		// A reload publishes every verdict: the outbox keeps the ones it
 		// has, and takes one the clock changed while no commit could.
 		if m.cfg.Publish && (m.loading || old == nil || old.Verdict != v.Verdict) {
-			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now})
+			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Shown: ShownOf(v)})
 		} else if m.cfg.Publish && v.Verdict == VerdictFailed && old.Summary != v.Summary {
 			// What the failure says changed (helm-controller stalled): the
 			// forge's description is told again, the verdict is not new.
-			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Restate: true})
+			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Restate: true, Shown: ShownOf(v)})
 		}
 	}
 }

@@ -8,12 +8,13 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // The forge outbox: one record a rollout (hash NUL cluster), the latest
-// verdict decided for it and what the forge took last (rollout.Publication).
-// A binary without it ignores the bucket; no schema change.
+// verdict decided for it, what is shown with it, and what the forge took
+// last (outbox.Publication).
 var (
 	bucketForge = []byte("forge")
 	// The keys of the records with a verdict to deliver: the dispatcher
@@ -25,7 +26,8 @@ var (
 	bucketForgeHeads = []byte("forge-heads")
 )
 
-const publicationVersion = 1
+// publicationVersion 2 added what is shown with the verdict (Shown).
+const publicationVersion = 2
 
 // ErrNoPublication is returned when a forge outbox record is missing: the
 // rollout was purged while its delivery was under way.
@@ -35,7 +37,7 @@ var ErrNoPublication = errors.New("no such publication")
 // hash first, which is hex, so that any cluster name reads back.
 func publicationKey(k rollout.Key) []byte { return settledKey(k) }
 
-func encodePublication(p rollout.Publication) []byte {
+func encodePublication(p outbox.Publication) []byte {
 	w := &recordWriter{}
 	w.byte(publicationVersion)
 	w.byte(byte(p.Verdict))
@@ -49,19 +51,23 @@ func encodePublication(p rollout.Publication) []byte {
 	w.time(p.NextAttempt)
 	w.string(p.LastError)
 	w.bool(p.Dead)
+	for _, s := range []string{p.Revision, p.Origin, p.Source.String(), p.Summary} {
+		w.string(s)
+	}
 	return w.b
 }
 
-func decodePublication(k, v []byte) (rollout.Publication, error) {
-	var p rollout.Publication
+func decodePublication(k, v []byte) (outbox.Publication, error) {
+	var p outbox.Publication
 	key, err := parseSettledKey(k)
 	if err != nil {
 		return p, err
 	}
 	p.Key = key
 	r := &recordReader{b: string(v), own: true}
-	if ver := r.byte(); ver != publicationVersion && r.err == nil {
-		return p, fmt.Errorf("forge outbox record %q of version %d, this binary reads %d", k, ver, publicationVersion)
+	ver := r.byte()
+	if (ver < 1 || ver > publicationVersion) && r.err == nil {
+		return p, fmt.Errorf("forge outbox record %q of version %d, this binary reads 1 to %d", k, ver, publicationVersion)
 	}
 	p.Verdict = rollout.Verdict(r.byte())
 	p.Seq = r.uvarint()
@@ -74,6 +80,9 @@ func decodePublication(k, v []byte) (rollout.Publication, error) {
 	p.NextAttempt = r.time()
 	p.LastError = r.string()
 	p.Dead = r.bool()
+	if ver >= 2 {
+		p.Revision, p.Origin, p.Source, p.Summary = r.string(), r.string(), r.ref(), r.string()
+	}
 	if err := r.done(); err != nil {
 		return p, fmt.Errorf("forge outbox record %q: %w", k, err)
 	}
@@ -88,22 +97,30 @@ func publish(tx *bolt.Tx, ps []rollout.Published) error {
 	b := tx.Bucket(bucketForge)
 	for _, pub := range ps {
 		k := publicationKey(pub.Key)
-		var p rollout.Publication
+		var p outbox.Publication
 		if v := b.Get(k); v != nil {
 			var err error
 			if p, err = decodePublication(k, v); err != nil {
 				return err
 			}
 			if p.Verdict == pub.Verdict && p.Seq > 0 && !pub.Restate {
+				if p.Shown == (rollout.Shown{}) {
+					// Written by a binary that kept no Shown: the
+					// reload's publication gives it, the same verdict.
+					p.Shown = pub.Shown
+					if err := putPublication(tx, k, p); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 		}
 		if !p.Due() {
 			p.Since = pub.At
 		}
-		p.Key, p.Verdict, p.Changed = pub.Key, pub.Verdict, pub.At
+		p.Key, p.Verdict, p.Changed, p.Shown = pub.Key, pub.Verdict, pub.At, pub.Shown
 		p.Seq++
-		p.Attempts, p.NextAttempt, p.LastError, p.Dead = 0, time.Time{}, "", false
+		p.Delivery = outbox.Delivery{}
 		if err := putPublication(tx, k, p); err != nil {
 			return err
 		}
@@ -111,8 +128,47 @@ func publish(tx *bolt.Tx, ps []rollout.Published) error {
 	return nil
 }
 
+// fillShown gives the verdicts still to deliver that an older binary wrote
+// without what is shown with them (version 1) the final view of their
+// rollout when it settled. A live rollout's reload publishes it (publish);
+// one in neither stays without, and is not shown.
+func fillShown(tx *bolt.Tx, records *codec) error {
+	var fill []outbox.Publication
+	b := tx.Bucket(bucketForge)
+	err := tx.Bucket(bucketForgeDue).ForEach(func(k, _ []byte) error {
+		v := b.Get(k)
+		if v == nil {
+			return nil
+		}
+		p, err := decodePublication(k, v)
+		if err != nil || p.Shown != (rollout.Shown{}) {
+			return err
+		}
+		rec := tx.Bucket(bucketSettled).Get(k) // the same key: settledKey
+		if rec == nil {
+			return nil
+		}
+		view, err := records.decodeSettled(rec)
+		if err != nil {
+			return err
+		}
+		p.Shown = rollout.ShownOf(view)
+		fill = append(fill, p)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range fill {
+		if err := putPublication(tx, publicationKey(p.Key), p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // putPublication writes p under k and keeps the index of what is due.
-func putPublication(tx *bolt.Tx, k []byte, p rollout.Publication) error {
+func putPublication(tx *bolt.Tx, k []byte, p outbox.Publication) error {
 	if err := tx.Bucket(bucketForge).Put(k, encodePublication(p)); err != nil {
 		return err
 	}
@@ -151,8 +207,8 @@ func purgePublications(tx *bolt.Tx, cutoff time.Time) error {
 
 // Publications returns the forge outbox's records with a verdict to
 // deliver, oldest decision first.
-func (d *DB) Publications() ([]rollout.Publication, error) {
-	var out []rollout.Publication
+func (d *DB) Publications() ([]outbox.Publication, error) {
+	var out []outbox.Publication
 	err := d.db.View(func(tx *bolt.Tx) error {
 		records := tx.Bucket(bucketForge)
 		return tx.Bucket(bucketForgeDue).ForEach(func(k, _ []byte) error {
@@ -170,14 +226,14 @@ func (d *DB) Publications() ([]rollout.Publication, error) {
 			return nil
 		})
 	})
-	slices.SortStableFunc(out, func(a, b rollout.Publication) int { return a.Changed.Compare(b.Changed) })
+	slices.SortStableFunc(out, func(a, b outbox.Publication) int { return a.Changed.Compare(b.Changed) })
 	return out, err
 }
 
 // Publication returns the forge outbox's record of k (the rollout page
 // shows it), false when there is none.
-func (d *DB) Publication(k rollout.Key) (rollout.Publication, bool, error) {
-	var p rollout.Publication
+func (d *DB) Publication(k rollout.Key) (outbox.Publication, bool, error) {
+	var p outbox.Publication
 	found := false
 	err := d.db.View(func(tx *bolt.Tx) error {
 		key := publicationKey(k)
@@ -196,7 +252,7 @@ func (d *DB) Publication(k rollout.Key) (rollout.Publication, bool, error) {
 // UpdatePublication applies f to the record of k as one transaction: the
 // dispatcher's outcome of a delivery of seq. f sees the record as stored,
 // which may hold a later verdict than the one delivered.
-func (d *DB) UpdatePublication(k rollout.Key, f func(*rollout.Publication)) error {
+func (d *DB) UpdatePublication(k rollout.Key, f func(*outbox.Publication)) error {
 	return d.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketForge)
 		key := publicationKey(k)

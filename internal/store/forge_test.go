@@ -2,11 +2,13 @@ package store
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -46,10 +48,10 @@ func TestForgeOutbox(t *testing.T) {
 	if p, _, _ := d.Publication(key("a")); p.Seq != 1 || !p.Changed.Equal(at) {
 		t.Fatalf("a repeated verdict changed the record: %+v", p)
 	}
-	if err := d.UpdatePublication(key("a"), func(p *rollout.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
+	if err := d.UpdatePublication(key("a"), func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.UpdatePublication(key("b"), func(p *rollout.Publication) { p.Dead = true }); err != nil {
+	if err := d.UpdatePublication(key("b"), func(p *outbox.Publication) { p.Dead = true }); err != nil {
 		t.Fatal(err)
 	}
 	if got, n := due(); !slices.Equal(got, []string{"c"}) || n != 1 {
@@ -62,7 +64,7 @@ func TestForgeOutbox(t *testing.T) {
 	if p, _, _ := d.Publication(key("a")); p.Seq != 2 || !p.Due() {
 		t.Fatalf("a restated verdict is not due again: %+v", p)
 	}
-	if err := d.UpdatePublication(key("a"), func(p *rollout.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
+	if err := d.UpdatePublication(key("a"), func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
 		t.Fatal(err)
 	}
 	publish("b", rollout.VerdictFailed, at.Add(2*time.Hour))  // a later verdict: due again
@@ -81,5 +83,78 @@ func TestForgeOutbox(t *testing.T) {
 	}
 	if got, _ := due(); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("retention dropped what is due: %v", got)
+	}
+}
+
+// TestPublicationOfSchema7: a verdict a schema 7 binary left undelivered
+// (its record of version 1, without what is shown with it) is shown after
+// the upgrade: its settled rollout's final view fills it when the store
+// opens, a live rollout's reload publication fills it (the same verdict,
+// not a new one), and one in neither stays without (the dispatcher says
+// the rollout is gone). The file is schema 8 after.
+func TestPublicationOfSchema7(t *testing.T) {
+	dir := t.TempDir()
+	d, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sampleBatch() // settles a rollout
+	if err := d.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	settled := b.Settle[0]
+	live := rollout.Key{Cluster: "prod", Hash: strings.Repeat("12", 20)}
+	gone := rollout.Key{Cluster: "prod", Hash: strings.Repeat("34", 20)}
+	// Version 1: the fields of version 2 without the four strings of Shown.
+	v1 := func(k rollout.Key, v rollout.Verdict) []byte {
+		enc := encodePublication(outbox.Publication{Key: k, Verdict: v, Seq: 1, Changed: at, Since: at})
+		enc = enc[:len(enc)-4]
+		enc[0] = 1
+		return enc
+	}
+	err = d.db.Update(func(tx *bolt.Tx) error {
+		for _, p := range []struct {
+			k rollout.Key
+			v rollout.Verdict
+		}{{settled.Key(), settled.Verdict}, {live, rollout.VerdictApplying}, {gone, rollout.VerdictFailed}} {
+			if err := tx.Bucket(bucketForge).Put(publicationKey(p.k), v1(p.k, p.v)); err != nil {
+				return err
+			}
+			if err := tx.Bucket(bucketForgeDue).Put(publicationKey(p.k), nil); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, []byte("7"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	if d, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_ = d.db.View(func(tx *bolt.Tx) error {
+		if s := string(tx.Bucket(bucketMeta).Get(keySchema)); s != schema {
+			t.Errorf("schema %q after the upgrade, want %q", s, schema)
+		}
+		return nil
+	})
+	if p, _, _ := d.Publication(settled.Key()); p.Shown != rollout.ShownOf(settled) || !p.Due() || p.Seq != 1 {
+		t.Fatalf("settled rollout's verdict: %+v, want its final view's, still due", p)
+	}
+	if p, _, _ := d.Publication(live); p.Shown != (rollout.Shown{}) {
+		t.Fatalf("live rollout's verdict filled before its reload: %+v", p)
+	}
+	shown := rollout.Shown{Revision: "main@sha1:" + live.Hash, Summary: "1 of 2 layers applied"}
+	if err := d.Commit(&rollout.Batch{Published: []rollout.Published{{Key: live, Verdict: rollout.VerdictApplying, At: at.Add(time.Hour), Shown: shown}}, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := d.Publication(live); p.Shown != shown || p.Seq != 1 || !p.Changed.Equal(at) || !p.Due() {
+		t.Fatalf("live rollout's verdict after its reload: %+v, want filled, the same verdict", p)
+	}
+	if p, _, _ := d.Publication(gone); p.Shown != (rollout.Shown{}) || !p.Due() {
+		t.Fatalf("a rollout in neither: %+v, want without, due", p)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -22,14 +23,14 @@ func mailLogKey(k rollout.Key, seq uint64) []byte {
 }
 
 // logMail records q's state in the log, if it is a rollout's mail.
-func logMail(tx *bolt.Tx, q rollout.Queued, state rollout.MailState, sent *time.Time) error {
+func logMail(tx *bolt.Tx, q outbox.Queued, state outbox.MailState, sent *time.Time) error {
 	mk, err := rollout.ParseMailKey(q.Mail.Key)
 	if err != nil || mk.Kind == rollout.MailBlind {
 		return nil // the service's own mail: no rollout page shows it
 	}
-	st := rollout.MailStatus{Kind: q.Mail.Kind, To: q.Mail.To, Layer: q.Mail.Layer, Object: q.Mail.Object, Reason: q.Mail.Reason,
+	st := outbox.MailStatus{Kind: q.Mail.Kind, To: q.Mail.To, Layer: q.Mail.Layer, Object: q.Mail.Object, Reason: q.Mail.Reason,
 		Enqueued: q.Enqueued, State: state, Sent: sent, Attempts: q.Attempts, Error: q.LastError, Release: q.Mail.Release}
-	if state == rollout.MailRetrying {
+	if state == outbox.MailRetrying {
 		next := q.NextAttempt
 		st.Next = &next
 	}
@@ -38,8 +39,8 @@ func logMail(tx *bolt.Tx, q rollout.Queued, state rollout.MailState, sent *time.
 
 // MailLog returns what became of every mail enqueued for a rollout, in the
 // order they were enqueued.
-func (d *DB) MailLog(k rollout.Key) ([]rollout.MailStatus, error) {
-	var out []rollout.MailStatus
+func (d *DB) MailLog(k rollout.Key) ([]outbox.MailStatus, error) {
+	var out []outbox.MailStatus
 	err := d.db.View(func(tx *bolt.Tx) error {
 		prefix := []byte(rollout.MailKeyPrefix(k))
 		c := tx.Bucket(bucketMailLog).Cursor()
@@ -64,7 +65,7 @@ func dropMailLog(tx *bolt.Tx, gone []rollout.Key) error {
 }
 
 // outboxMail reads the queued mail of seq from the outbox, or nil.
-func outboxMail(tx *bolt.Tx, seq uint64) (*rollout.Queued, error) {
+func outboxMail(tx *bolt.Tx, seq uint64) (*outbox.Queued, error) {
 	k := seqKey(seq)
 	v := tx.Bucket(bucketOutbox).Get(k)
 	if v == nil {

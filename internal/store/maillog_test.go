@@ -33,12 +33,13 @@ func TestMailLog(t *testing.T) {
 	if err := d.Sent(qs[0].Seq, sentAt); err != nil {
 		t.Fatal(err)
 	}
-	qs[1].Attempts, qs[1].LastError, qs[1].NextAttempt = 1, "421 try later", walT0.Add(2*time.Minute)
-	if err := d.Reschedule(qs[1]); err != nil {
+	qs[1].Retry(walT0.Add(2*time.Minute), "421 try later")
+	if err := d.Record(qs[1]); err != nil {
 		t.Fatal(err)
 	}
-	qs[2].Attempts, qs[2].LastError = 3, "550 no such user"
-	if err := d.DeadLetter(qs[2]); err != nil {
+	qs[2].Attempts = 2
+	qs[2].DeadLetter("550 no such user")
+	if err := d.Record(qs[2]); err != nil {
 		t.Fatal(err)
 	}
 	log, err := d.MailLog(k)

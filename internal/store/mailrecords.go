@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -20,7 +21,7 @@ const (
 	mailStatusVersion = 2 // 2: the release
 )
 
-func encodeQueued(q rollout.Queued) []byte {
+func encodeQueued(q outbox.Queued) []byte {
 	w := &recordWriter{}
 	w.byte(queuedVersion)
 	m := q.Mail
@@ -49,8 +50,8 @@ func encodeQueued(q rollout.Queued) []byte {
 }
 
 // decodeQueued reads an outbox or dead-letter record under its sequence.
-func decodeQueued(k, v []byte) (rollout.Queued, error) {
-	var q rollout.Queued
+func decodeQueued(k, v []byte) (outbox.Queued, error) {
+	var q outbox.Queued
 	if len(v) > 0 && v[0] == '{' {
 		var j queuedJSON
 		if err := json.Unmarshal(v, &j); err != nil {
@@ -92,7 +93,7 @@ func decodeQueued(k, v []byte) (rollout.Queued, error) {
 	return q, nil
 }
 
-func encodeMailStatus(st rollout.MailStatus) []byte {
+func encodeMailStatus(st outbox.MailStatus) []byte {
 	w := &recordWriter{}
 	w.byte(mailStatusVersion)
 	for _, s := range []string{string(st.Kind), st.To, st.Layer, st.Reason, string(st.State), st.Error} {
@@ -107,12 +108,12 @@ func encodeMailStatus(st rollout.MailStatus) []byte {
 	return w.b
 }
 
-func decodeMailStatus(v []byte) (rollout.MailStatus, error) {
-	var st rollout.MailStatus
+func decodeMailStatus(v []byte) (outbox.MailStatus, error) {
+	var st outbox.MailStatus
 	if len(v) > 0 && v[0] == '{' {
 		var j mailStatusJSON
 		err := json.Unmarshal(v, &j)
-		return rollout.MailStatus(j), err
+		return outbox.MailStatus(j), err
 	}
 	r := &recordReader{b: string(v), own: true}
 	ver := r.byte()
@@ -123,7 +124,7 @@ func decodeMailStatus(v []byte) (rollout.MailStatus, error) {
 	for _, s := range []*string{&kind, &st.To, &st.Layer, &st.Reason, &state, &st.Error} {
 		*s = r.string()
 	}
-	st.Kind, st.State = rollout.MailKind(kind), rollout.MailState(state)
+	st.Kind, st.State = rollout.MailKind(kind), outbox.MailState(state)
 	st.Object = r.object()
 	st.Enqueued, st.Sent, st.Attempts, st.Next = r.time(), r.optTime(), int(r.uvarint()), r.optTime()
 	if ver >= 2 {
@@ -177,11 +178,11 @@ type queuedJSON struct {
 	LastError   string    `json:"last_error"`
 }
 
-func (j *queuedJSON) queued() rollout.Queued {
+func (j *queuedJSON) queued() outbox.Queued {
 	m := j.Mail
-	q := rollout.Queued{
+	q := outbox.Queued{
 		Mail:     rollout.Mail{Key: m.Key, Kind: m.Kind, To: m.To, Layer: m.Layer, Reason: m.Reason, Object: m.Object, View: m.View},
-		Enqueued: j.Enqueued, Attempts: j.Attempts, NextAttempt: j.NextAttempt, LastError: j.LastError,
+		Enqueued: j.Enqueued, Delivery: outbox.Delivery{Attempts: j.Attempts, NextAttempt: j.NextAttempt, LastError: j.LastError},
 	}
 	if s := m.Blind; s != nil {
 		q.Mail.Blind = &rollout.Blind{Since: s.Since, Layers: s.Layers, Warning: s.Warning}
@@ -194,16 +195,16 @@ func (j *queuedJSON) queued() rollout.Queued {
 
 // mailStatusJSON is the mail-log record of schema 5 and before.
 type mailStatusJSON struct {
-	Kind     rollout.MailKind  `json:"kind"`
-	To       string            `json:"to"`
-	Layer    string            `json:"layer"`
-	Object   *rollout.Object   `json:"object"`
-	Reason   string            `json:"reason"`
-	Enqueued time.Time         `json:"enqueued"`
-	State    rollout.MailState `json:"state"`
-	Sent     *time.Time        `json:"sent"`
-	Attempts int               `json:"attempts"`
-	Next     *time.Time        `json:"next_attempt"`
-	Error    string            `json:"error"`
-	Release  string            `json:"-"` // not in the JSON of schema 5 and before
+	Kind     rollout.MailKind `json:"kind"`
+	To       string           `json:"to"`
+	Layer    string           `json:"layer"`
+	Object   *rollout.Object  `json:"object"`
+	Reason   string           `json:"reason"`
+	Enqueued time.Time        `json:"enqueued"`
+	State    outbox.MailState `json:"state"`
+	Sent     *time.Time       `json:"sent"`
+	Attempts int              `json:"attempts"`
+	Next     *time.Time       `json:"next_attempt"`
+	Error    string           `json:"error"`
+	Release  string           `json:"-"` // not in the JSON of schema 5 and before
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -56,9 +57,10 @@ func TestRecordsRoundTripEveryField(t *testing.T) {
 			t.Fatalf("seed %d: the evidence record does not round-trip:\n got %+v\nwant %+v", seed, back, &ev)
 		}
 
-		var q rollout.Queued
+		var q outbox.Queued
 		f.fill(reflect.ValueOf(&q).Elem())
 		q.Mail.Kind = rollout.MailKind(fillPieces[f.r.IntN(len(fillPieces))])
+		q.Dead = false // the bucket says it (DB.list), not the record
 		k := seqKey(q.Seq)
 		gotQ, err := decodeQueued(k, encodeQueued(q))
 		if err != nil {
@@ -68,7 +70,7 @@ func TestRecordsRoundTripEveryField(t *testing.T) {
 			t.Fatalf("seed %d: the queued mail does not round-trip:\n got %+v\nwant %+v", seed, gotQ, q)
 		}
 
-		var st rollout.MailStatus
+		var st outbox.MailStatus
 		f.fill(reflect.ValueOf(&st).Elem())
 		gotSt, err := decodeMailStatus(encodeMailStatus(st))
 		if err != nil {
@@ -100,7 +102,7 @@ func TestRecordsRoundTripEveryField(t *testing.T) {
 			t.Fatalf("seed %d: the floor does not round-trip: %+v %d, %v\nwant %+v %d", seed, gotFl, gotRole, err, fl, role)
 		}
 
-		var pub rollout.Publication
+		var pub outbox.Publication
 		f.fill(reflect.ValueOf(&pub).Elem())
 		pub.Key.Hash = fmt.Sprintf("%040x", seed) // a key's hash is hex (ingest); the cluster may be anything
 		gotPub, err := decodePublication(publicationKey(pub.Key), encodePublication(pub))
@@ -148,7 +150,7 @@ func TestMailRecordsOfSchema5(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Kind != rollout.MailFailed || st.State != rollout.MailRetrying || st.Next == nil || !st.Next.Equal(at.Add(5*time.Minute)) || st.Error != "421 busy" {
+	if st.Kind != rollout.MailFailed || st.State != outbox.MailRetrying || st.Next == nil || !st.Next.Equal(at.Add(5*time.Minute)) || st.Error != "421 busy" {
 		t.Errorf("schema 5 mail log record read as %+v", st)
 	}
 }
@@ -282,7 +284,7 @@ func TestRecordsOfSchema5(t *testing.T) {
 			}
 		case "maillog":
 			st, err := decodeMailStatus([]byte(val))
-			if err != nil || st.Kind != rollout.MailApplying || st.State != rollout.MailWaiting || st.To != "dev@example.com" {
+			if err != nil || st.Kind != rollout.MailApplying || st.State != outbox.MailWaiting || st.To != "dev@example.com" {
 				t.Errorf("JSON mail log record read as %+v (%v)", st, err)
 			}
 		default:

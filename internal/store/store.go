@@ -21,6 +21,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fsync"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -50,10 +51,11 @@ var (
 // records and floors, which it would misread; 7 evidence records of version 4 (the
 // releases a layer holds), settled records of version 4 and queued mails of
 // version 2 and mail-log records of version 2 (releases), which a schema 6
-// binary cannot read. Older files are upgraded in place (their evidence and settled
+// binary cannot read; 8 forge outbox records of version 2 (what is shown
+// with the verdict), which a schema 7 binary refuses. Older files are upgraded in place (their evidence and settled
 // records are read as they are, JSON evidence too, rewritten as the
 // rollouts change), and the engine settles what it can at its first start.
-const schema = "7"
+const schema = "8"
 
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
@@ -105,7 +107,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return err
 		}
 		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5", string(v) == "6":
+		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5", string(v) == "6", string(v) == "7":
 			if err := meta.Put(keySchema, []byte(schema)); err != nil {
 				return err
 			}
@@ -117,7 +119,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 				return err
 			}
 		}
-		return nil
+		return fillShown(tx, &codec{})
 	})
 	if err != nil {
 		db.Close()
@@ -524,11 +526,11 @@ func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
 		if err != nil {
 			return err
 		}
-		q := rollout.Queued{Seq: seq, Mail: m, Enqueued: at, NextAttempt: at}
+		q := outbox.Queued{Seq: seq, Mail: m, Enqueued: at, Delivery: outbox.Delivery{NextAttempt: at}}
 		if err := out.Put(seqKey(seq), encodeQueued(q)); err != nil {
 			return err
 		}
-		if err := logMail(tx, q, rollout.MailWaiting, nil); err != nil {
+		if err := logMail(tx, q, outbox.MailWaiting, nil); err != nil {
 			return err
 		}
 		if err := keys.Put([]byte(m.Key), seqKey(seq)); err != nil {
@@ -566,21 +568,23 @@ func (d *DB) Enqueue(mails []rollout.Mail, at time.Time) error {
 }
 
 // Pending returns every mail in the outbox, oldest first.
-func (d *DB) Pending() ([]rollout.Queued, error) {
+func (d *DB) Pending() ([]outbox.Queued, error) {
 	return d.list(bucketOutbox)
 }
 
 // Dead returns every dead-lettered mail.
-func (d *DB) Dead() ([]rollout.Queued, error) {
+func (d *DB) Dead() ([]outbox.Queued, error) {
 	return d.list(bucketDead)
 }
 
-func (d *DB) list(bucket []byte) ([]rollout.Queued, error) {
-	var out []rollout.Queued
+func (d *DB) list(bucket []byte) ([]outbox.Queued, error) {
+	var out []outbox.Queued
 	err := d.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
 			q, err := decodeQueued(k, v)
 			if err == nil {
+				// The dead letters are a bucket of their own.
+				q.Dead = string(bucket) == string(bucketDead)
 				out = append(out, q)
 			}
 			return err
@@ -599,7 +603,7 @@ func (d *DB) Sent(seq uint64, at time.Time) error {
 		}
 		if q != nil {
 			at := at.UTC()
-			if err := logMail(tx, *q, rollout.MailSent, &at); err != nil {
+			if err := logMail(tx, *q, outbox.MailSent, &at); err != nil {
 				return err
 			}
 		}
@@ -607,20 +611,16 @@ func (d *DB) Sent(seq uint64, at time.Time) error {
 	})
 }
 
-// Reschedule stores a mail's new delivery state after a transient failure.
-func (d *DB) Reschedule(q rollout.Queued) error {
-	return d.put(bucketOutbox, q, false, rollout.MailRetrying)
-}
-
-// DeadLetter moves a mail that failed for good out of the outbox.
-func (d *DB) DeadLetter(q rollout.Queued) error {
-	return d.put(bucketDead, q, true, rollout.MailDead)
-}
-
-func (d *DB) put(bucket []byte, q rollout.Queued, remove bool, state rollout.MailState) error {
+// Record stores a mail's delivery after a failed attempt: in the outbox
+// to be tried again, or, dead, moved out of it to the dead letters.
+func (d *DB) Record(q outbox.Queued) error {
+	bucket, state := bucketOutbox, outbox.MailRetrying
+	if q.Dead {
+		bucket, state = bucketDead, outbox.MailDead
+	}
 	v := encodeQueued(q)
 	return d.db.Update(func(tx *bolt.Tx) error {
-		if remove {
+		if q.Dead {
 			if err := tx.Bucket(bucketOutbox).Delete(seqKey(q.Seq)); err != nil {
 				return err
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -53,10 +54,10 @@ type Options struct {
 	// Outbox counts the mails waiting and the dead letters.
 	Outbox func() (pending, dead int, err error)
 	// Mails tells what became of a rollout's mails.
-	Mails func(rollout.Key) ([]rollout.MailStatus, error)
+	Mails func(rollout.Key) ([]outbox.MailStatus, error)
 	// Forge tells what the forge (ForgeName) was given of a rollout's
 	// verdict; nil without one.
-	Forge     func(rollout.Key) (rollout.Publication, bool, error)
+	Forge     func(rollout.Key) (outbox.Publication, bool, error)
 	ForgeName string
 	Now       func() time.Time
 	Log       *slog.Logger
@@ -271,14 +272,14 @@ type rolloutData struct {
 	Duration     string
 	SoFar        bool // not done: the duration up to now
 	Supersedes   []*rollout.View
-	Mails        []rollout.MailStatus
+	Mails        []outbox.MailStatus
 	Forge        *forgeRow // nil: no forge, or nothing for it yet
 }
 
 // forgeRow is the forge's record of a rollout as its page shows it.
 type forgeRow struct {
 	Name string
-	rollout.Publication
+	outbox.Publication
 }
 
 func (s *server) rollout(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
@@ -421,17 +422,17 @@ func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		set  func(*rollout.Publication)
+		set  func(*outbox.Publication)
 		want []string
 	}{
-		{func(p *rollout.Publication) {}, []string{"Deployment in GitHub", `<td>failed</td>`, `<span class="mail waiting">waiting</span>`}},
-		{func(p *rollout.Publication) {
+		{func(p *outbox.Publication) {}, []string{"Deployment in GitHub", `<td>failed</td>`, `<span class="mail waiting">waiting</span>`}},
+		{func(p *outbox.Publication) {
 			p.Attempts, p.NextAttempt, p.LastError = 2, t0.Add(time.Minute), "503 Service Unavailable: <b>down</b>"
 		},
 			[]string{"retrying: 2 attempts, next 2026-11-30 12:01:00 UTC", "503 Service Unavailable: &lt;b&gt;down&lt;/b&gt;"}},
-		{func(p *rollout.Publication) { p.Dead, p.Attempts, p.LastError = true, 3, "404 Not Found: Not Found" },
+		{func(p *outbox.Publication) { p.Dead, p.Attempts, p.LastError = true, 3, "404 Not Found: Not Found" },
 			[]string{"dead-lettered after 3 attempts", "404 Not Found: Not Found"}},
-		{func(p *rollout.Publication) {
+		{func(p *outbox.Publication) {
 			p.Dead, p.SentSeq, p.Sent, p.Ref, p.LastError = false, p.Seq, p.Verdict, "1042", ""
 		},
 			[]string{"delivered: failed", "deployment 1042"}},

@@ -12,6 +12,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -20,7 +21,7 @@ import (
 // store in dir, and returns every mail it made due, one of each kind: the
 // material of the golden files and of make mail-preview. now is the clock;
 // the rollouts happen in the hour before it.
-func ExampleMails(dir string, now time.Time) ([]rollout.Queued, error) {
+func ExampleMails(dir string, now time.Time) ([]outbox.Queued, error) {
 	db, err := store.Open(dir)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -36,7 +37,8 @@ func (c *Clock) Add(d time.Duration) {
 }
 
 // Rig is a forge's dispatcher on a real store: the test decides verdicts
-// (published as the engine does), sets the rollouts' views, and flushes.
+// (published as the engine does, with what is shown of them) and
+// flushes.
 type Rig struct {
 	T     testing.TB
 	Clock *Clock
@@ -47,9 +49,6 @@ type Rig struct {
 	// Environments is the dispatcher's Config.Environments (set before
 	// Restart).
 	Environments map[string]string
-
-	mu    sync.Mutex
-	views map[rollout.Key]*rollout.View
 }
 
 // NewRig opens a store in a temporary directory; the test makes its forge
@@ -61,7 +60,7 @@ func NewRig(t testing.TB, repo forge.Repo) *Rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return &Rig{T: t, Clock: &Clock{t: T0}, DB: db, Repo: repo, views: map[rollout.Key]*rollout.View{}}
+	return &Rig{T: t, Clock: &Clock{t: T0}, DB: db, Repo: repo}
 }
 
 // TokenFile writes token to a file of its own and returns its path.
@@ -78,39 +77,37 @@ func TokenFile(t testing.TB, token string) string {
 // restarted service does.
 func (r *Rig) Restart(f forge.Forge) {
 	r.Forge = f
-	r.D = forge.NewDispatcher(r.DB, f, r.view, forge.Config{
-		Repo:         func(*rollout.View) (forge.Repo, error) { return r.Repo, nil },
+	r.D = forge.NewDispatcher(r.DB, f, forge.Config{
+		Repo:         func(rollout.Ref) (forge.Repo, error) { return r.Repo, nil },
 		LogURL:       func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
 		AlertAfter:   5 * time.Minute,
 		Environments: r.Environments,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), r.Clock.Now, nil)
 }
 
-func (r *Rig) view(k rollout.Key) (*rollout.View, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.views[k], nil // nil: gone
-}
-
-// SetView makes v the view of its rollout.
-func (r *Rig) SetView(v *rollout.View) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.views[v.Key()] = v
-}
-
-// Decide sets the rollout's view (a git revision on main) and publishes its
-// verdict, as the engine does in the transaction of the change.
+// Decide publishes the verdict of a rollout of a git revision on main, as
+// the engine does in the transaction of the change.
 func (r *Rig) Decide(cluster, hash string, v rollout.Verdict, summary string) {
 	r.T.Helper()
-	r.SetView(&rollout.View{Cluster: cluster, Hash: hash, Revision: "main@sha1:" + hash, Verdict: v, Summary: summary})
-	r.Publish(rollout.Key{Cluster: cluster, Hash: hash}, v)
+	r.PublishView(&rollout.View{Cluster: cluster, Hash: hash, Revision: "main@sha1:" + hash, Verdict: v, Summary: summary})
 }
 
-// Publish writes a verdict to the forge outbox.
-func (r *Rig) Publish(k rollout.Key, v rollout.Verdict) {
+// PublishView publishes v's verdict with what v shows.
+func (r *Rig) PublishView(v *rollout.View) {
 	r.T.Helper()
-	if err := r.DB.Commit(&rollout.Batch{Published: []rollout.Published{{Key: k, Verdict: v, At: r.Clock.Now()}}, At: r.Clock.Now()}); err != nil {
+	r.publish(rollout.Published{Key: v.Key(), Verdict: v.Verdict, At: r.Clock.Now(), Shown: rollout.ShownOf(v)})
+}
+
+// PublishBare writes a verdict to the forge outbox without what is shown
+// of it: the record of an older binary whose rollout is gone.
+func (r *Rig) PublishBare(k rollout.Key, v rollout.Verdict) {
+	r.T.Helper()
+	r.publish(rollout.Published{Key: k, Verdict: v, At: r.Clock.Now()})
+}
+
+func (r *Rig) publish(p rollout.Published) {
+	r.T.Helper()
+	if err := r.DB.Commit(&rollout.Batch{Published: []rollout.Published{p}, At: r.Clock.Now()}); err != nil {
 		r.T.Fatal(err)
 	}
 }
@@ -125,7 +122,7 @@ func (r *Rig) FlushAll() {
 }
 
 // Due returns the outbox's records still to deliver.
-func (r *Rig) Due() []rollout.Publication {
+func (r *Rig) Due() []outbox.Publication {
 	r.T.Helper()
 	ps, err := r.DB.Publications()
 	if err != nil {
@@ -135,7 +132,7 @@ func (r *Rig) Due() []rollout.Publication {
 }
 
 // Record returns the outbox's record of a rollout.
-func (r *Rig) Record(cluster, hash string) rollout.Publication {
+func (r *Rig) Record(cluster, hash string) outbox.Publication {
 	r.T.Helper()
 	p, ok, err := r.DB.Publication(rollout.Key{Cluster: cluster, Hash: hash})
 	if err != nil || !ok {

@@ -315,8 +315,7 @@ func TestHostileDescription(t *testing.T) {
 func TestNoCommitNotShown(t *testing.T) {
 	r := newRig(t)
 	k := rollout.Key{Cluster: "prod", Hash: strings.Repeat("9", 64)}
-	r.SetView(&rollout.View{Cluster: "prod", Hash: k.Hash, Revision: "latest@sha256:" + k.Hash, Source: rollout.Ref{Kind: "OCIRepository", Namespace: "flux-system", Name: "apps"}, Verdict: rollout.VerdictApplied})
-	r.Publish(k, rollout.VerdictApplied)
+	r.PublishView(&rollout.View{Cluster: "prod", Hash: k.Hash, Revision: "latest@sha256:" + k.Hash, Source: rollout.Ref{Kind: "OCIRepository", Namespace: "flux-system", Name: "apps"}, Verdict: rollout.VerdictApplied})
 	if next := r.D.Flush(context.Background()); !next.IsZero() || len(r.server.Requests()) != 0 {
 		t.Fatalf("next %v, %d requests: want none", next, len(r.server.Requests()))
 	}
@@ -471,12 +470,13 @@ func TestRateLimitStorm(t *testing.T) {
 	}
 }
 
-// A rollout collected (retention) before its verdict was delivered is not
-// shown, and not retried.
+// A verdict an older binary left undelivered, without what is shown of it,
+// whose rollout was gone when this one started (nothing to fill it from):
+// not shown, and not retried.
 func TestCollectedRolloutNotShown(t *testing.T) {
 	r := newRig(t)
 	k := rollout.Key{Cluster: "prod", Hash: sha}
-	r.Publish(k, rollout.VerdictApplied) // no view: gone
+	r.PublishBare(k, rollout.VerdictApplied)
 	if next := r.D.Flush(context.Background()); !next.IsZero() || len(r.server.Requests()) != 0 {
 		t.Fatalf("next %v, %d requests: want none", next, len(r.server.Requests()))
 	}

@@ -1,0 +1,131 @@
+package outbox
+
+import (
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// The outbox's contract: what the store keeps of each delivery, and the
+// operations the dispatchers use. What is due comes from rollout (a Mail,
+// a Published verdict), decided in the transaction of the change that
+// made it due; how its delivery goes is recorded here, the same way for
+// a mail and a forge's verdict.
+
+// Delivery is where one delivery stands.
+type Delivery struct {
+	Attempts    int       // failed attempts
+	NextAttempt time.Time // while retrying
+	LastError   string
+	// Dead: refused for good (dead-lettered); only something new to
+	// deliver is tried again.
+	Dead bool
+}
+
+// Retry records a transient failure: tried again at at.
+func (d *Delivery) Retry(at time.Time, err string) {
+	d.Attempts++
+	d.NextAttempt, d.LastError = at, err
+}
+
+// DeadLetter records a failure for good.
+func (d *Delivery) DeadLetter(err string) {
+	d.Attempts++
+	d.NextAttempt, d.LastError, d.Dead = time.Time{}, err, true
+}
+
+// Waiting reports whether the next attempt is after now.
+func (d *Delivery) Waiting(now time.Time) bool { return d.NextAttempt.After(now) }
+
+// Queued is a mail in the outbox (or among the dead letters) with its
+// delivery: kept in the record so that retries and their backoff survive
+// restarts.
+type Queued struct {
+	Seq      uint64
+	Mail     rollout.Mail
+	Enqueued time.Time
+	Delivery
+}
+
+// MailState is what became of a queued mail.
+type MailState string
+
+const (
+	MailWaiting  MailState = "waiting"  // in the outbox, not tried yet
+	MailRetrying MailState = "retrying" // a transient failure; tried again later
+	MailSent     MailState = "sent"
+	MailDead     MailState = "dead" // failed for good: dead-lettered
+)
+
+// MailStatus is one mail of a rollout as its status page shows it: to
+// whom, about what, and what became of it.
+type MailStatus struct {
+	Kind     rollout.MailKind
+	To       string
+	Layer    string
+	Object   *rollout.Object
+	Reason   string
+	Enqueued time.Time
+	State    MailState
+	Sent     *time.Time
+	Attempts int
+	Next     *time.Time // while retrying
+	Error    string     // the last failure
+	Release  string     // a failed mail's release inside Layer (Kind/namespace/name)
+}
+
+// Publication is what the outbox holds of one rollout's verdict for a
+// forge: the latest verdict decided, with what is shown of it, and what
+// the forge was last given. A later verdict replaces an earlier one not
+// yet delivered: the forge is told the state that is due, not each state
+// it missed.
+type Publication struct {
+	Key     rollout.Key
+	Verdict rollout.Verdict // the latest decided
+	// Shown is what the forge is shown with it, as decided with it: the
+	// dispatcher reads nothing else. Zero in a record an older binary
+	// wrote whose rollout was gone when this one opened it.
+	rollout.Shown
+	Seq     uint64    // counts the changes of Verdict
+	Changed time.Time // when Verdict was decided
+	// Since is when the earliest verdict not delivered yet was decided:
+	// a later one replaces it, not the time the forge has been waiting.
+	Since time.Time
+	// SentSeq is the Seq the forge last took, Sent its verdict.
+	SentSeq uint64
+	Sent    rollout.Verdict
+	// Ref is the forge's own record of the rollout (a deployment's id),
+	// once made: kept before its first status is posted, so that a crash
+	// in between does not make a second one.
+	Ref string
+	// Delivery is that of Seq: a later verdict starts a new one.
+	Delivery
+}
+
+// Due reports whether p has a verdict the forge has not taken.
+func (p Publication) Due() bool { return p.SentSeq < p.Seq && !p.Dead }
+
+// Mails is the mail outbox as the mail dispatcher uses it.
+type Mails interface {
+	// Pending returns the mails to deliver, oldest first.
+	Pending() ([]Queued, error)
+	// Sent records q's mail delivered at at.
+	Sent(seq uint64, at time.Time) error
+	// Record records a failed attempt at q: its delivery says when it is
+	// tried again, or that it is dead (a dead letter).
+	Record(q Queued) error
+}
+
+// Verdicts is the forge outbox as the forge dispatcher uses it.
+type Verdicts interface {
+	// Publications returns the records with a verdict not delivered yet,
+	// oldest decision first.
+	Publications() ([]Publication, error)
+	// UpdatePublication applies f to the record of k in one transaction.
+	UpdatePublication(k rollout.Key, f func(*Publication)) error
+	// Head and SetHead keep the commit the forge last showed applied on
+	// a cluster, by the line of commits it is on (a source, else a
+	// repository).
+	Head(cluster, line string) (string, error)
+	SetHead(cluster, line, commit string) error
+}
