@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -64,7 +65,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		listen: *listen, dataDir: *dataDir, tokenFile: *tokenFile, generateToken: *generate,
 		insecureNoAuth: *insecure, logFormat: *format,
 		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation,
-			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf},
+			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf, CommitOf: flux.GitCommit},
 		mail:    mc,
 		forge:   fc,
 		cluster: cc, verdictToken: *verdictToken, trustHeader: *trustHeader,

@@ -175,6 +175,7 @@ func (w *jsonWriter) view(v *rollout.View, sup *rollout.Verdict, layers bool) {
 	w.strField("hash", v.Hash)
 	w.optStr("origin_revision", v.Origin)
 	w.optStr("origin_hash", v.OriginHash)
+	w.optStr("commit", v.Commit)
 	w.strField("verdict", v.Verdict.String())
 	w.field("terminal")
 	w.boolean(v.Terminal)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -469,6 +470,7 @@ func TestIdleEvaluationsAreDroppedSafely(t *testing.T) {
 // lookup without a cluster is ambiguous as for any commit on two.
 func TestRebuiltCommitIsOneVerdict(t *testing.T) {
 	cfg := settleConfig(time.Minute)
+	cfg.CommitOf = flux.GitCommit
 	h := start(t, t.TempDir(), cfg, fixedClock(t0.Add(10*time.Hour)))
 	oci := func(cluster, label, origin string, sec int) rollout.Observation {
 		o := succ("apps", label, sec)
@@ -483,8 +485,8 @@ func TestRebuiltCommitIsOneVerdict(t *testing.T) {
 	h.submit(latest)
 	for _, q := range []engine.Query{{Hash: hashOf("commit")}, {Hash: hashOf("commit")[:9], Prefix: true}, {Hash: hashOf("commit"), Cluster: "default"}} {
 		v, err := h.engine.Lookup(q)
-		if err != nil || v.Hash != latest.Hash {
-			t.Fatalf("Lookup %+v: %v, %v; want the newest artifact's rollout", q, v, err)
+		if err != nil || v.Hash != latest.Hash || v.Commit != hashOf("commit") {
+			t.Fatalf("Lookup %+v: %v, %v; want the newest artifact's rollout, naming the commit it deployed", q, v, err)
 		}
 		all, err := h.engine.LookupAll(q)
 		if err != nil || len(all) != 1 || all[0].Hash != latest.Hash {
@@ -497,8 +499,15 @@ func TestRebuiltCommitIsOneVerdict(t *testing.T) {
 		t.Fatalf("Wait: %v, %v (context: %v)", v, err, ctx.Err())
 	}
 	// Each artifact stays findable by its own digest.
-	if v, err := h.engine.Lookup(engine.Query{Hash: first.Hash}); err != nil || v.Hash != first.Hash {
-		t.Fatalf("the first artifact by its digest: %v, %v", v, err)
+	if v, err := h.engine.Lookup(engine.Query{Hash: first.Hash}); err != nil || v.Hash != first.Hash || v.Commit != hashOf("commit") {
+		t.Fatalf("the first artifact by its digest, settled: %v, %v", v, err)
+	}
+	// An artifact that names no commit deploys none a repository holds.
+	bare := succ("apps", "B1", 7250)
+	bare.Revision, bare.Hash = "latest@sha256:"+hashOf("B1")+hashOf("B1")[:24], hashOf("B1")+hashOf("B1")[:24]
+	h.submit(bare)
+	if v, err := h.engine.Lookup(engine.Query{Hash: bare.Hash}); err != nil || v.Commit != "" {
+		t.Fatalf("an artifact without origin: %+v, %v; want no commit", v, err)
 	}
 	h.submit(oci("staging", "S1", "commit", 7300))
 	var amb *engine.AmbiguousError

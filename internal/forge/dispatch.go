@@ -277,7 +277,7 @@ func (d *Dispatcher) update(p outbox.Publication) (u Update, why string) {
 	if err != nil {
 		return u, err.Error()
 	}
-	commit := Commit(p.Shown)
+	commit := p.Commit
 	if commit == "" {
 		return u, "the rollout's revision names no git commit"
 	}

@@ -18,7 +18,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -223,7 +222,3 @@ func Clean(s string, n int) string {
 	}
 	return strings.TrimRight(string(runes[:n-1]), " ") + "…"
 }
-
-// Commit is the git commit a rollout deployed, "" when it names none
-// (flux.GitCommit: the one rule, which wait's ancestry follows too).
-func Commit(s rollout.Shown) string { return flux.GitCommit(s.Revision, s.Origin, s.Source.Kind) }

@@ -65,24 +65,6 @@ func TestClean(t *testing.T) {
 	}
 }
 
-func TestCommit(t *testing.T) {
-	git := "0123456789abcdef0123456789abcdef01234567"
-	for _, c := range []struct {
-		v    rollout.View
-		want string
-	}{
-		{rollout.View{Revision: "main@sha1:" + git, Hash: git}, git},
-		{rollout.View{Revision: "v1.2.3@sha256:" + git + git[:24], Hash: git + git[:24], Source: rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"}}, git + git[:24]},
-		{rollout.View{Revision: "latest@sha256:aa", Hash: "aa", Origin: "main@sha1:" + git, OriginHash: git}, git},
-		{rollout.View{Revision: "latest@sha256:aa", Hash: "aa", Source: rollout.Ref{Kind: "OCIRepository", Namespace: "flux-system", Name: "apps"}}, ""},
-		{rollout.View{Revision: "sha256:bb", Hash: "bb", Source: rollout.Ref{Kind: "Bucket", Namespace: "flux-system", Name: "b"}}, ""},
-	} {
-		if got := forge.Commit(rollout.ShownOf(&c.v)); got != c.want {
-			t.Errorf("Commit(%s) = %q, want %q", c.v.Revision, got, c.want)
-		}
-	}
-}
-
 func TestParseRepo(t *testing.T) {
 	for in, ok := range map[string]bool{"acme/fleet": true, "group/sub/project": true, "acme": false, "/fleet": false, "acme/": false, "acme/fl eet": false} {
 		if _, err := forge.ParseRepo(in); (err == nil) != ok {

@@ -36,6 +36,11 @@ type Config struct {
 	// kept it (by their kind, as the edge does: ingest.RoleOf); without
 	// it, such a record fails the load.
 	RoleOf func(kind string) Role
+	// CommitOf is which git commit a rollout of revision deployed (origin:
+	// an artifact's origin revision; sourceKind: its source's kind, ""
+	// when unknown), "" when none: the edge's rule (flux.GitCommit).
+	// Views carry it (View.Commit); nil, they carry none.
+	CommitOf func(revision, origin, sourceKind string) string
 	// Publish records each verdict change for the forge outbox (Published):
 	// set when a forge shows the verdicts.
 	Publish bool

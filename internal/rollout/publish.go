@@ -22,12 +22,12 @@ type Published struct {
 // the verdict was decided (or restated).
 type Shown struct {
 	Revision string
-	Origin   string // the origin revision of an artifact built from a commit
+	Commit   string // the git commit it deployed, "" when none (View.Commit)
 	Source   Ref
 	Summary  string
 }
 
 // ShownOf is what v shows.
 func ShownOf(v *View) Shown {
-	return Shown{Revision: v.Revision, Origin: v.Origin, Source: v.Source, Summary: v.Summary}
+	return Shown{Revision: v.Revision, Commit: v.Commit, Source: v.Source, Summary: v.Summary}
 }

@@ -68,11 +68,14 @@ const (
 // View is the published state of one rollout; it is never mutated once
 // published.
 type View struct {
-	Cluster      string        `json:"cluster"`
-	Revision     string        `json:"revision"`
-	Hash         string        `json:"hash"`
-	Origin       string        `json:"origin_revision,omitempty"`
-	OriginHash   string        `json:"origin_hash,omitempty"` // the commit an artifact was built from
+	Cluster    string `json:"cluster"`
+	Revision   string `json:"revision"`
+	Hash       string `json:"hash"`
+	Origin     string `json:"origin_revision,omitempty"`
+	OriginHash string `json:"origin_hash,omitempty"` // the commit an artifact was built from
+	// Commit is the git commit the rollout deployed (Config.CommitOf), ""
+	// when its revision names none (an artifact's digest).
+	Commit       string        `json:"commit,omitempty"`
 	Verdict      Verdict       `json:"verdict"`
 	Terminal     bool          `json:"terminal"`
 	Summary      string        `json:"summary"`
@@ -350,6 +353,9 @@ func header(r *rolloutState, cfg *Config) *View {
 func (f *folds) header(r *rolloutState, cfg *Config) *View {
 	v := newHeader(r, cfg, f.known)
 	v.Revision, v.Origin, v.OriginHash, v.Source, v.Subject = f.rev, f.origin, f.originHash, f.source, f.subject
+	if cfg.CommitOf != nil {
+		v.Commit = cfg.CommitOf(v.Revision, v.Origin, v.Source.Kind)
+	}
 	return v
 }
 

@@ -51,7 +51,7 @@ func encodePublication(p outbox.Publication) []byte {
 	w.time(p.NextAttempt)
 	w.string(p.LastError)
 	w.bool(p.Dead)
-	for _, s := range []string{p.Revision, p.Origin, p.Source.String(), p.Summary} {
+	for _, s := range []string{p.Revision, p.Commit, p.Source.String(), p.Summary} {
 		w.string(s)
 	}
 	return w.b
@@ -81,7 +81,7 @@ func decodePublication(k, v []byte) (outbox.Publication, error) {
 	p.LastError = r.string()
 	p.Dead = r.bool()
 	if ver >= 2 {
-		p.Revision, p.Origin, p.Source, p.Summary = r.string(), r.string(), r.ref(), r.string()
+		p.Revision, p.Commit, p.Source, p.Summary = r.string(), r.string(), r.ref(), r.string()
 	}
 	if err := r.done(); err != nil {
 		return p, fmt.Errorf("forge outbox record %q: %w", k, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -30,8 +31,10 @@ import (
 // (FailureOther: the status page marks a failed health check as a failure).
 // 4 added the releases each layer holds, and on each failure the release
 // whose it is and what remediation did; records before have none. 5 added
-// whether helm-controller stalled after a release's failure.
-const settledVersion = 5
+// whether helm-controller stalled after a release's failure. 6 added the
+// git commit the rollout deployed; records before have it from their
+// revision, by flux's rule.
+const settledVersion = 6
 
 func encodeSettled(v *rollout.View) ([]byte, error) { return (&codec{}).encodeSettled(v) }
 
@@ -155,6 +158,7 @@ func (w *recordWriter) view(v *rollout.View) {
 	}
 	w.bool(v.Terminal)
 	w.bool(v.Late)
+	w.string(v.Commit)
 	w.time(v.FirstSeen)
 	w.time(v.LastSeen)
 	w.time(v.Deadline)
@@ -230,6 +234,11 @@ func (r *recordReader) view(ver byte) *rollout.View {
 		r.err = err
 	}
 	v.Terminal, v.Late = r.bool(), r.bool()
+	if ver >= 6 {
+		v.Commit = r.string()
+	} else {
+		v.Commit = flux.GitCommit(v.Revision, v.Origin, v.Source.Kind)
+	}
 	v.FirstSeen, v.LastSeen, v.Deadline = r.time(), r.time(), r.time()
 	v.CompletedAt = r.optTime()
 	if r.bool() {

@@ -92,7 +92,7 @@ func (d *descendants) find(ctx context.Context) (*rollout.View, error) {
 	slices.SortStableFunc(views, func(a, b *rollout.View) int { return a.FirstSeen.Compare(b.FirstSeen) })
 	d.checked, d.unfetched, d.lastErr, d.listed = 0, 0, nil, len(views)
 	for _, v := range views[:min(len(views), MaxCandidates)] {
-		hash := flux.GitCommit(v.Revision, v.Origin, v.Source.Kind) // "" for an artifact's digest: no repository holds it
+		hash := v.Commit // "" for an artifact's digest: no repository holds it
 		if hash == "" || hash == commit.Hash {
 			continue
 		}

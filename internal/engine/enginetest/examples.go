@@ -27,7 +27,7 @@ func ExampleMails(dir string, now time.Time) ([]outbox.Queued, error) {
 		return nil, err
 	}
 	defer db.Close()
-	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}, Verify: true}
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}, Verify: true, CommitOf: flux.GitCommit}
 	// The clock follows the events, so each mail shows the rollout as it
 	// stood when the mail became due.
 	var clock time.Time

@@ -89,7 +89,7 @@ func (r *Rig) Restart(f forge.Forge) {
 // the engine does in the transaction of the change.
 func (r *Rig) Decide(cluster, hash string, v rollout.Verdict, summary string) {
 	r.T.Helper()
-	r.PublishView(&rollout.View{Cluster: cluster, Hash: hash, Revision: "main@sha1:" + hash, Verdict: v, Summary: summary})
+	r.PublishView(&rollout.View{Cluster: cluster, Hash: hash, Revision: "main@sha1:" + hash, Commit: hash, Verdict: v, Summary: summary})
 }
 
 // PublishView publishes v's verdict with what v shows.
