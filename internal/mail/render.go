@@ -192,9 +192,9 @@ func (r *Renderer) data(m rollout.Mail) Data {
 		d.Duration = v.CompletedAt.Sub(v.FirstSeen).Round(time.Second).String()
 	}
 	for _, f := range v.Failures {
-		if f.Layer == m.Layer && f.Release.String() == m.Release && f.Reason == m.Reason {
-			d.Message, d.Release, d.Remediation = trim(f.Message), m.Release, trim(f.Remediation)
-			if m.Release != "" {
+		if f.Layer == m.Layer && f.Release == m.Release && f.Reason == m.Reason {
+			d.Message, d.Release, d.Remediation = trim(f.Message), m.Release.String(), trim(f.Remediation)
+			if m.Release != (rollout.Ref{}) {
 				d.Message = flux.ReleaseError(d.Message)
 			}
 		}

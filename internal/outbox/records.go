@@ -69,9 +69,9 @@ type MailStatus struct {
 	State    MailState
 	Sent     *time.Time
 	Attempts int
-	Next     *time.Time // while retrying
-	Error    string     // the last failure
-	Release  string     // a failed mail's release inside Layer (Kind/namespace/name)
+	Next     *time.Time  // while retrying
+	Error    string      // the last failure
+	Release  rollout.Ref // a failed mail's release inside Layer
 }
 
 // Publication is what the outbox holds of one rollout's verdict for a

@@ -27,8 +27,8 @@ type Mail struct {
 	Layer  string // failed, prune-failed
 	Reason string // failed
 	// Release is, on a failed mail, the release inside Layer whose failure
-	// it is (Kind/namespace/name).
-	Release string
+	// it is.
+	Release Ref
 	Object  *Object // prune-failed
 	View    *View   // the rollout as it stood when the mail became due
 	// Blind is set, instead of View, on the "no events from Flux" mail.
@@ -79,8 +79,8 @@ func dueMails(v *View, to []string, routes routing) []Mail {
 			}
 			continue
 		}
-		if rel := f.Release.String(); rel != "" {
-			add(Mail{Kind: MailFailed, Layer: f.Layer, Release: rel, Reason: f.Reason}, rcpts, f.Layer, rel, f.Reason)
+		if f.Release != (Ref{}) {
+			add(Mail{Kind: MailFailed, Layer: f.Layer, Release: f.Release, Reason: f.Reason}, rcpts, f.Layer, f.Release.String(), f.Reason)
 			continue
 		}
 		add(Mail{Kind: MailFailed, Layer: f.Layer, Reason: f.Reason}, rcpts, f.Layer, f.Reason)

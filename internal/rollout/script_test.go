@@ -340,8 +340,8 @@ func saying(t *testing.T, key, arg string, v *rollout.View, mails []rollout.Mail
 			if m.Layer != "" {
 				s += " " + short(m.Layer)
 			}
-			if m.Release != "" {
-				s += ">" + m.Release[strings.LastIndexByte(m.Release, '/')+1:]
+			if m.Release != (rollout.Ref{}) {
+				s += ">" + m.Release.Name
 			}
 			if o := m.Object; o != nil {
 				s += " " + o.Kind + "/" + o.Namespace + "/" + o.Name

@@ -18,8 +18,8 @@ func TestMailLog(t *testing.T) {
 	}
 	silence := rollout.Mail{Key: rollout.MailKey{Kind: rollout.MailBlind, Episode: walT0, To: "ops@x"}.String(), Kind: rollout.MailBlind, To: "ops@x"}
 	failed := mail(k, rollout.MailFailed, "a@x")
-	failed.Layer, failed.Release, failed.Reason = "flux-system/apps", "HelmRelease/apps/web", "UpgradeFailed"
-	failed.Key = rollout.MailKey{Rollout: k, Kind: rollout.MailFailed, About: []string{failed.Layer, failed.Release, failed.Reason}, To: "a@x"}.String()
+	failed.Layer, failed.Release, failed.Reason = "flux-system/apps", rollout.Ref{Kind: "HelmRelease", Namespace: "apps", Name: "web"}, "UpgradeFailed"
+	failed.Key = rollout.MailKey{Rollout: k, Kind: rollout.MailFailed, About: []string{failed.Layer, failed.Release.String(), failed.Reason}, To: "a@x"}.String()
 	b := &rollout.Batch{Mails: []rollout.Mail{mail(k, rollout.MailApplying, "a@x"), mail(k, rollout.MailApplied, "a@x"),
 		mail(k, rollout.MailStuck, "b@x"), mail(other, rollout.MailApplying, "a@x"), silence, failed}, At: walT0}
 	if err := d.Commit(b); err != nil {
@@ -48,7 +48,7 @@ func TestMailLog(t *testing.T) {
 	}
 	got := ""
 	for _, r := range log {
-		got += string(r.Kind) + " " + r.Release + " " + r.To + " " + string(r.State) + " " + r.Error + ";"
+		got += string(r.Kind) + " " + r.Release.String() + " " + r.To + " " + string(r.State) + " " + r.Error + ";"
 	}
 	if want := "applying  a@x sent ;applied  a@x retrying 421 try later;stuck  b@x dead 550 no such user;failed HelmRelease/apps/web a@x waiting ;"; got != want {
 		t.Fatalf("mail log %q, want %q", got, want)

@@ -45,7 +45,7 @@ func encodeQueued(q outbox.Queued) []byte {
 	w.time(q.Enqueued)
 	w.uint(uint64(q.Attempts))
 	w.time(q.NextAttempt)
-	w.string(m.Release)
+	w.string(m.Release.String())
 	return w.b
 }
 
@@ -83,7 +83,7 @@ func decodeQueued(k, v []byte) (outbox.Queued, error) {
 		}
 		q.Enqueued, q.Attempts, q.NextAttempt = r.time(), int(r.uvarint()), r.time()
 		if qver >= 2 {
-			m.Release = r.string()
+			m.Release = r.ref()
 		}
 		if err := r.done(); err != nil {
 			return q, fmt.Errorf("decode mail %x: %w", k, err)
@@ -104,7 +104,7 @@ func encodeMailStatus(st outbox.MailStatus) []byte {
 	w.optTime(st.Sent)
 	w.uint(uint64(st.Attempts))
 	w.optTime(st.Next)
-	w.string(st.Release)
+	w.string(st.Release.String())
 	return w.b
 }
 
@@ -128,7 +128,7 @@ func decodeMailStatus(v []byte) (outbox.MailStatus, error) {
 	st.Object = r.object()
 	st.Enqueued, st.Sent, st.Attempts, st.Next = r.time(), r.optTime(), int(r.uvarint()), r.optTime()
 	if ver >= 2 {
-		st.Release = r.string()
+		st.Release = r.ref()
 	}
 	return st, r.done()
 }
@@ -206,5 +206,5 @@ type mailStatusJSON struct {
 	Attempts int              `json:"attempts"`
 	Next     *time.Time       `json:"next_attempt"`
 	Error    string           `json:"error"`
-	Release  string           `json:"-"` // not in the JSON of schema 5 and before
+	Release  rollout.Ref      `json:"-"` // not in the JSON of schema 5 and before
 }
