@@ -14,8 +14,6 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
-// Outbox is the durable record of what the forge must show (the store).
-
 // Backoff of transient failures without a Retry-After: first retry after
 // backoffBase, doubling, never more than backoffMax apart.
 const (
