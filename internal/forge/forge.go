@@ -1,10 +1,12 @@
 // Package forge shows each rollout's verdict where developers look: a
 // deployment of the commit in its repository's forge (GitHub, GitLab), or
 // a commit status (Gitea), one per commit and cluster, following the
-// verdict. The engine writes
-// verdict changes to the forge outbox in the transaction that decides
-// them (rollout.Published); the Dispatcher delivers them at least once, in
-// order per rollout, the latest state due replacing the ones not sent.
+// verdict. The engine writes verdict changes, with what is shown of them,
+// to the forge outbox in the transaction that decides them
+// (rollout.Published); the Dispatcher reads that outbox alone
+// (outbox.Verdicts) and delivers them at least once, in order per
+// rollout, the latest state due replacing the ones not sent. The flags
+// that configure a forge are cmd's (its table of forges).
 package forge
 
 import (

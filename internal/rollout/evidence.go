@@ -1,7 +1,10 @@
 // Package rollout is the domain: observations of layers and revisions come
-// in, one verdict per rollout (cluster, revision hash) comes out. It imports
-// nothing internal; adapters translate Flux events and cluster state into
-// Observations and read Views.
+// in, one verdict per rollout (cluster, revision hash) comes out, with what
+// it makes due (mails, verdicts for a forge: how their delivery goes is
+// internal/outbox's). It imports nothing internal and knows no revision
+// syntax: adapters translate Flux events and cluster state into
+// Observations, give it the edge's rules (Config: ClassOf, RoleOf,
+// CommitOf) and read Views.
 package rollout
 
 import (
