@@ -58,20 +58,20 @@ const (
 )
 
 // MailStatus is one mail of a rollout as its status page shows it: to
-// whom, about what, and what became of it.
+// whom, about what, and what became of it (the mail log).
 type MailStatus struct {
 	Kind     rollout.MailKind
 	To       string
 	Layer    string
 	Object   *rollout.Object
 	Reason   string
+	Release  rollout.Ref // a failed mail's release inside Layer
 	Enqueued time.Time
 	State    MailState
 	Sent     *time.Time
-	Attempts int
-	Next     *time.Time  // while retrying
-	Error    string      // the last failure
-	Release  rollout.Ref // a failed mail's release inside Layer
+	// Delivery is the mail's when its state was logged; its NextAttempt
+	// only while retrying, Dead when dead-lettered.
+	Delivery
 }
 
 // Publication is what the outbox holds of one rollout's verdict for a

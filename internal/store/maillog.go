@@ -29,10 +29,9 @@ func logMail(tx *bolt.Tx, q outbox.Queued, state outbox.MailState, sent *time.Ti
 		return nil // the service's own mail: no rollout page shows it
 	}
 	st := outbox.MailStatus{Kind: q.Mail.Kind, To: q.Mail.To, Layer: q.Mail.Layer, Object: q.Mail.Object, Reason: q.Mail.Reason,
-		Enqueued: q.Enqueued, State: state, Sent: sent, Attempts: q.Attempts, Error: q.LastError, Release: q.Mail.Release}
-	if state == outbox.MailRetrying {
-		next := q.NextAttempt
-		st.Next = &next
+		Release: q.Mail.Release, Enqueued: q.Enqueued, State: state, Sent: sent, Delivery: q.Delivery}
+	if state != outbox.MailRetrying {
+		st.NextAttempt = time.Time{}
 	}
 	return tx.Bucket(bucketMailLog).Put(mailLogKey(mk.Rollout, q.Seq), encodeMailStatus(st))
 }

@@ -48,12 +48,12 @@ func TestMailLog(t *testing.T) {
 	}
 	got := ""
 	for _, r := range log {
-		got += string(r.Kind) + " " + r.Release.String() + " " + r.To + " " + string(r.State) + " " + r.Error + ";"
+		got += string(r.Kind) + " " + r.Release.String() + " " + r.To + " " + string(r.State) + " " + r.LastError + ";"
 	}
 	if want := "applying  a@x sent ;applied  a@x retrying 421 try later;stuck  b@x dead 550 no such user;failed HelmRelease/apps/web a@x waiting ;"; got != want {
 		t.Fatalf("mail log %q, want %q", got, want)
 	}
-	if log[0].Sent == nil || !log[0].Sent.Equal(sentAt) || log[1].Next == nil || !log[1].Next.Equal(qs[1].NextAttempt) {
+	if log[0].Sent == nil || !log[0].Sent.Equal(sentAt) || !log[1].NextAttempt.Equal(qs[1].NextAttempt) {
 		t.Fatalf("times: %+v", log)
 	}
 	// Settled: the log stays. Collected: it goes.

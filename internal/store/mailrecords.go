@@ -96,14 +96,18 @@ func decodeQueued(k, v []byte) (outbox.Queued, error) {
 func encodeMailStatus(st outbox.MailStatus) []byte {
 	w := &recordWriter{}
 	w.byte(mailStatusVersion)
-	for _, s := range []string{string(st.Kind), st.To, st.Layer, st.Reason, string(st.State), st.Error} {
+	for _, s := range []string{string(st.Kind), st.To, st.Layer, st.Reason, string(st.State), st.LastError} {
 		w.string(s)
 	}
 	w.object(st.Object)
 	w.time(st.Enqueued)
 	w.optTime(st.Sent)
 	w.uint(uint64(st.Attempts))
-	w.optTime(st.Next)
+	var next *time.Time
+	if !st.NextAttempt.IsZero() {
+		next = &st.NextAttempt
+	}
+	w.optTime(next)
 	w.string(st.Release.String())
 	return w.b
 }
@@ -113,7 +117,7 @@ func decodeMailStatus(v []byte) (outbox.MailStatus, error) {
 	if len(v) > 0 && v[0] == '{' {
 		var j mailStatusJSON
 		err := json.Unmarshal(v, &j)
-		return outbox.MailStatus(j), err
+		return j.status(), err
 	}
 	r := &recordReader{b: string(v), own: true}
 	ver := r.byte()
@@ -121,15 +125,19 @@ func decodeMailStatus(v []byte) (outbox.MailStatus, error) {
 		return st, fmt.Errorf("mail log of record version %d, this binary reads 1 to %d", ver, mailStatusVersion)
 	}
 	var kind, state string
-	for _, s := range []*string{&kind, &st.To, &st.Layer, &st.Reason, &state, &st.Error} {
+	for _, s := range []*string{&kind, &st.To, &st.Layer, &st.Reason, &state, &st.LastError} {
 		*s = r.string()
 	}
 	st.Kind, st.State = rollout.MailKind(kind), outbox.MailState(state)
 	st.Object = r.object()
-	st.Enqueued, st.Sent, st.Attempts, st.Next = r.time(), r.optTime(), int(r.uvarint()), r.optTime()
+	st.Enqueued, st.Sent, st.Attempts = r.time(), r.optTime(), int(r.uvarint())
+	if next := r.optTime(); next != nil {
+		st.NextAttempt = *next
+	}
 	if ver >= 2 {
 		st.Release = r.ref()
 	}
+	st.Dead = st.State == outbox.MailDead
 	return st, r.done()
 }
 
@@ -206,5 +214,14 @@ type mailStatusJSON struct {
 	Attempts int              `json:"attempts"`
 	Next     *time.Time       `json:"next_attempt"`
 	Error    string           `json:"error"`
-	Release  rollout.Ref      `json:"-"` // not in the JSON of schema 5 and before
+}
+
+func (j *mailStatusJSON) status() outbox.MailStatus {
+	st := outbox.MailStatus{Kind: j.Kind, To: j.To, Layer: j.Layer, Object: j.Object, Reason: j.Reason,
+		Enqueued: j.Enqueued, State: j.State, Sent: j.Sent,
+		Delivery: outbox.Delivery{Attempts: j.Attempts, LastError: j.Error, Dead: j.State == outbox.MailDead}}
+	if j.Next != nil {
+		st.NextAttempt = *j.Next
+	}
+	return st
 }
