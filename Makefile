@@ -39,7 +39,7 @@ FUZZ_TARGETS := \
 	./internal/store:FuzzDecodeEvidence \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test test-short unit-short browser testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
+.PHONY: all build run sample test test-short unit-short browser postgres testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
 
 all: build
 
@@ -65,7 +65,7 @@ sample: build
 # itself there, clustertest.Binary) and the fuzz targets. Then, the
 # binaries built, the packages whose tests need them, whole.
 BIN_TEST_PKGS = $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/\/internal\/cluster\/clustertest( |$$)/ {print $$1}')
-test: browser bin/staticcheck bin/github-openapi.json
+test: browser postgres bin/staticcheck bin/github-openapi.json
 	@set -e; start=$$(date +%s); mkdir -p bin; \
 	phase() { echo "== make test: $$1 at +$$(( $$(date +%s) - start )) s"; }; \
 	setsid $(MAKE) --no-print-directory testbin > bin/testbin.log 2>&1 & tb=$$!; \
@@ -83,7 +83,7 @@ test: browser bin/staticcheck bin/github-openapi.json
 # test but those on the real kube-apiserver, kustomize and promtool.
 test-short: vet unit-short
 
-unit-short: bin/github-openapi.json
+unit-short: postgres bin/github-openapi.json
 	FDN_REQUIRE_BROWSER=1 $(GO) test -race -short -count=1 ./...
 
 # GitHub's OpenAPI description (npm's @octokit/openapi), which the forge
@@ -108,6 +108,14 @@ browser:
 		echo "installing chromium for the status page tests"; \
 		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 		else sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; fi; }
+
+# The PostgreSQL store's tests run a real server (Debian's postgresql:
+# initdb and postgres, internal/store/pgtest); installed here when missing.
+postgres:
+	@{ command -v pg_config >/dev/null && [ -x "$$(pg_config --bindir)/initdb" ]; } || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "installing postgresql for the PostgreSQL store's tests"; \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; \
+		else sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; fi; }
 
 # The real kube-apiserver and etcd the cluster tests run, built from their Go
 # modules (tools/, pinned there; rebuilt only when a pin changes: about ten
