@@ -20,20 +20,18 @@ import (
 // credentials are given (one at a time, a row of forgeTable) shows the
 // verdicts.
 type forgeConfig struct {
-	rows       []forgeRow
+	rows       []*forgeRow
 	repoMap    *string
 	envMap     *string
 	alertAfter *time.Duration
 
-	chosen forgeRow // nil: no forge
+	chosen *forgeRow // nil: no forge
 	repos  forge.Repos
 	envs   map[string]string
 }
 
 func (c *forgeConfig) flags(f *flags) {
-	for _, newRow := range forgeTable() {
-		c.rows = append(c.rows, newRow(f))
-	}
+	c.rows = forgeTable(f)
 	c.repoMap = f.String("forge-repos", "FDN_FORGE_REPOS", "", "sources' repositories, over what the sources name: namespace/name=OWNER/REPO,...")
 	c.envMap = f.String("forge-environments", "FDN_FORGE_ENVIRONMENTS", "", "the forge's environment of a cluster, when not the cluster's name: cluster=environment,...")
 	c.alertAfter = f.Duration("forge-alert-after", "FDN_FORGE_ALERT_AFTER", 15*time.Minute, "a verdict the forge has not taken for longer is reported: a /readyz warning")
@@ -47,7 +45,7 @@ func (c *forgeConfig) name() string {
 	if c.chosen == nil {
 		return ""
 	}
-	return c.chosen.name()
+	return c.chosen.name
 }
 
 // finish validates the forge flags once parsed: each row's own, one forge
@@ -60,7 +58,7 @@ func (c *forgeConfig) finish() error {
 		}
 		if r.given() {
 			c.chosen = r
-			given = append(given, r.credentials())
+			given = append(given, r.credentials)
 		}
 	}
 	switch {
@@ -71,11 +69,11 @@ func (c *forgeConfig) finish() error {
 	}
 	if c.chosen != nil {
 		var def string
-		c.repos.Host, def = c.chosen.host(), c.chosen.defaultRepo()
+		c.repos.Host, def = forge.WebHost(*c.chosen.url), *c.chosen.defaultRepo
 		if def != "" {
 			r, err := forge.ParseRepo(def)
 			if err != nil {
-				return fmt.Errorf("the %s repository: %w", c.chosen.name(), err)
+				return fmt.Errorf("the %s repository: %w", c.chosen.name, err)
 			}
 			c.repos.Default = &r
 		}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -56,15 +57,13 @@ func newSnapshot() *snapshot {
 		watch: map[rollout.Key]chan struct{}{}, created: make(chan struct{})}
 }
 
-// hashIndex finds keys by the first indexDigits digits of a hash. A query
-// names at least as many (the API takes no fewer, flux.MinPrefix), so the
-// keys sharing its first digits are all it can match, usually one; a
-// shorter one is answered by a scan.
+// hashIndex finds keys by the first flux.MinPrefix digits of a hash. A
+// query names at least as many (the API takes no fewer), so the keys
+// sharing its first digits are all it can match, usually one; a shorter
+// one is answered by a scan.
 type hashIndex map[string][]rollout.Key
 
-const indexDigits = 7
-
-func indexed(hash string) string { return hash[:min(len(hash), indexDigits)] }
+func indexed(hash string) string { return hash[:min(len(hash), flux.MinPrefix)] }
 
 func (x hashIndex) add(hash string, k rollout.Key) {
 	p := indexed(hash)
@@ -317,7 +316,7 @@ func compareKeys(a, b rollout.Key) int {
 // their origin revision's.
 func (s *snapshot) candidates(q Query) (own, origin []*rollout.View) {
 	p := indexed(q.Hash)
-	if q.Prefix && len(p) < indexDigits {
+	if q.Prefix && len(p) < flux.MinPrefix {
 		return s.scan(q) // shorter than any query the API takes
 	}
 	for _, k := range s.byHash[p] {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
@@ -38,7 +39,7 @@ func TestCandidatesIndex(t *testing.T) {
 		s.publish(views, removed, r.IntN(50) == 0)
 
 		for _, h := range hashes {
-			for _, n := range []int{len(h), min(len(h), indexDigits), 3} {
+			for _, n := range []int{len(h), min(len(h), flux.MinPrefix), 3} {
 				for _, c := range clusters {
 					q := Query{Cluster: c, Hash: h[:n], Prefix: n < len(h)}
 					own, origin := s.candidates(q)

@@ -6,8 +6,8 @@
 // change sets, helm-controller's remediation reports, what
 // kustomize-controller's apply leaves on objects, and the one table of
 // kinds (kinds.go: each kind's role, resource, cached type and what the
-// reader keeps of it, whether the Alert sends it). It imports nothing of this service's: adapters translate what it
-// parses into the domain.
+// reader keeps of it, whether the Alert sends it). It imports nothing of
+// this service's: adapters translate what it parses into the domain.
 package flux
 
 import (

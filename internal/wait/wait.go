@@ -277,12 +277,12 @@ func (w *waiter) until(ctx context.Context, rev string, deadline time.Time, time
 		}
 		if in != nil {
 			// Its verdict is the commit's: it deployed inside it.
-			w.progress.printf("%s on %s: not deployed on its own; %s contains it: waiting for its verdict", flux.Short(rev), in.Cluster, flux.Short(in.Hash))
+			w.progress.printf("%s on %s: not deployed on its own; %s contains it: waiting for its verdict", flux.Short(rev), in.Cluster, flux.Short(in.CommitHash()))
 			w.via, query, skipped = in, in.Hash, nil
 			continue
 		}
 		if w.via != nil && v != nil {
-			fmt.Fprintf(out, "%s was not deployed on its own: it went out in %s, %s\n", flux.Short(rev), flux.Short(v.Hash), v.Verdict)
+			fmt.Fprintf(out, "%s was not deployed on its own: it went out in %s, %s\n", flux.Short(rev), flux.Short(v.CommitHash()), v.Verdict)
 		}
 		switch {
 		case v == nil || !v.Terminal:
@@ -512,7 +512,7 @@ func (w *waiter) headline() string {
 // commit the one waited on went out in.
 func (w *waiter) summary() string {
 	if w.via != nil {
-		return "went out in " + flux.Short(w.via.Hash) + ": " + w.last.Summary
+		return "went out in " + flux.Short(w.via.CommitHash()) + ": " + w.last.Summary
 	}
 	return w.last.Summary
 }
