@@ -1,5 +1,7 @@
 package store
 
+import bolt "go.etcd.io/bbolt"
+
 // OpenCompactingAbove is Open with a smaller file size above which a mostly
 // free file is compacted.
 func OpenCompactingAbove(dir string, n int64) (*DB, error) { return openDB(dir, n) }
@@ -10,4 +12,8 @@ var (
 	DecodeSettled = decodeSettled
 	EncodeKey     = encodeKey
 	DecodeKey     = decodeKey
+	SettledView   = settledView
 )
+
+// bolt is the bbolt database of a DB opened by Open.
+func (d *DB) bolt() *bolt.DB { return d.kv.(boltBackend).db }

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -93,7 +91,7 @@ func decodePublication(k, v []byte) (outbox.Publication, error) {
 // and replaces the one before when that was not delivered yet; the same
 // verdict again changes nothing (a reload publishes every live rollout's)
 // unless it is restated (what it says changed).
-func publish(tx *bolt.Tx, ps []rollout.Published) error {
+func publish(tx txn, ps []rollout.Published) error {
 	b := tx.Bucket(bucketForge)
 	for _, pub := range ps {
 		k := publicationKey(pub.Key)
@@ -132,7 +130,7 @@ func publish(tx *bolt.Tx, ps []rollout.Published) error {
 // without what is shown with them (version 1) the final view of their
 // rollout when it settled. A live rollout's reload publishes it (publish);
 // one in neither stays without, and is not shown.
-func fillShown(tx *bolt.Tx, records *codec) error {
+func fillShown(tx txn, records *codec) error {
 	var fill []outbox.Publication
 	b := tx.Bucket(bucketForge)
 	err := tx.Bucket(bucketForgeDue).ForEach(func(k, _ []byte) error {
@@ -168,7 +166,7 @@ func fillShown(tx *bolt.Tx, records *codec) error {
 }
 
 // putPublication writes p under k and keeps the index of what is due.
-func putPublication(tx *bolt.Tx, k []byte, p outbox.Publication) error {
+func putPublication(tx txn, k []byte, p outbox.Publication) error {
 	if err := tx.Bucket(bucketForge).Put(k, encodePublication(p)); err != nil {
 		return err
 	}
@@ -181,7 +179,7 @@ func putPublication(tx *bolt.Tx, k []byte, p outbox.Publication) error {
 // purgePublications drops the records of verdicts delivered (or refused
 // for good) that were decided before cutoff: retention, as for settled
 // rollouts. An undelivered one stays until it is.
-func purgePublications(tx *bolt.Tx, cutoff time.Time) error {
+func purgePublications(tx txn, cutoff time.Time) error {
 	b := tx.Bucket(bucketForge)
 	var gone [][]byte
 	err := b.ForEach(func(k, v []byte) error {
@@ -209,7 +207,7 @@ func purgePublications(tx *bolt.Tx, cutoff time.Time) error {
 // deliver, oldest decision first.
 func (d *DB) Publications() ([]outbox.Publication, error) {
 	var out []outbox.Publication
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		records := tx.Bucket(bucketForge)
 		return tx.Bucket(bucketForgeDue).ForEach(func(k, _ []byte) error {
 			v := records.Get(k)
@@ -235,7 +233,7 @@ func (d *DB) Publications() ([]outbox.Publication, error) {
 func (d *DB) Publication(k rollout.Key) (outbox.Publication, bool, error) {
 	var p outbox.Publication
 	found := false
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		key := publicationKey(k)
 		v := tx.Bucket(bucketForge).Get(key)
 		if v == nil {
@@ -253,7 +251,7 @@ func (d *DB) Publication(k rollout.Key) (outbox.Publication, bool, error) {
 // dispatcher's outcome of a delivery of seq. f sees the record as stored,
 // which may hold a later verdict than the one delivered.
 func (d *DB) UpdatePublication(k rollout.Key, f func(*outbox.Publication)) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.kv.update(func(tx txn) error {
 		b := tx.Bucket(bucketForge)
 		key := publicationKey(k)
 		v := b.Get(key)
@@ -273,7 +271,7 @@ func (d *DB) UpdatePublication(k rollout.Key, f func(*outbox.Publication)) error
 // line (a source, else a repository), "" when none.
 func (d *DB) Head(cluster, line string) (string, error) {
 	var head string
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		head = string(tx.Bucket(bucketForgeHeads).Get(headKey(cluster, line)))
 		return nil
 	})
@@ -283,7 +281,7 @@ func (d *DB) Head(cluster, line string) (string, error) {
 // SetHead records the commit the forge last showed applied on cluster for
 // line.
 func (d *DB) SetHead(cluster, line, commit string) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.kv.update(func(tx txn) error {
 		return tx.Bucket(bucketForgeHeads).Put(headKey(cluster, line), []byte(commit))
 	})
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -23,7 +21,7 @@ func mailLogKey(k rollout.Key, seq uint64) []byte {
 }
 
 // logMail records q's state in the log, if it is a rollout's mail.
-func logMail(tx *bolt.Tx, q outbox.Queued, state outbox.MailState, sent *time.Time) error {
+func logMail(tx txn, q outbox.Queued, state outbox.MailState, sent *time.Time) error {
 	mk, err := rollout.ParseMailKey(q.Mail.Key)
 	if err != nil || mk.Kind == rollout.MailBlind {
 		return nil // the service's own mail: no rollout page shows it
@@ -40,7 +38,7 @@ func logMail(tx *bolt.Tx, q outbox.Queued, state outbox.MailState, sent *time.Ti
 // order they were enqueued.
 func (d *DB) MailLog(k rollout.Key) ([]outbox.MailStatus, error) {
 	var out []outbox.MailStatus
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		prefix := []byte(rollout.MailKeyPrefix(k))
 		c := tx.Bucket(bucketMailLog).Cursor()
 		for key, v := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, v = c.Next() {
@@ -59,12 +57,12 @@ func (d *DB) MailLog(k rollout.Key) ([]outbox.MailStatus, error) {
 }
 
 // dropMailLog deletes the log of rollouts that are gone for good.
-func dropMailLog(tx *bolt.Tx, gone []rollout.Key) error {
+func dropMailLog(tx txn, gone []rollout.Key) error {
 	return deleteByRollout(tx.Bucket(bucketMailLog), gone)
 }
 
 // outboxMail reads the queued mail of seq from the outbox, or nil.
-func outboxMail(tx *bolt.Tx, seq uint64) (*outbox.Queued, error) {
+func outboxMail(tx txn, seq uint64) (*outbox.Queued, error) {
 	k := seqKey(seq)
 	v := tx.Bucket(bucketOutbox).Get(k)
 	if v == nil {

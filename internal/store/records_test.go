@@ -73,7 +73,7 @@ func sampleEvidence() *rollout.Evidence {
 func dump(t *testing.T, d *DB) string {
 	t.Helper()
 	var b strings.Builder
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.bolt().View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, bk *bolt.Bucket) error {
 			return bk.ForEach(func(k, v []byte) error {
 				if bytes.Equal(name, bucketSettled) {

@@ -60,14 +60,14 @@ const schema = "8"
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
 
-// DB is the bbolt-backed rollout store.
+// DB is the rollout store, on bbolt (Open) or PostgreSQL (OpenPostgres).
 type DB struct {
-	db      *bolt.DB
-	path    string
+	kv      backend
+	path    string // bbolt's file; "" on PostgreSQL
 	records codec
 
 	mu  sync.Mutex // guards wal; held by Commit and Load
-	wal *wal
+	wal *wal       // bbolt's write-ahead log; nil on PostgreSQL
 }
 
 // compactAbove and compactFree decide when Open rewrites the file: bbolt
@@ -101,36 +101,39 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return nil, err
 		}
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		switch v := meta.Get(keySchema); {
-		case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5", string(v) == "6", string(v) == "7":
-			if err := meta.Put(keySchema, []byte(schema)); err != nil {
-				return err
-			}
-		case string(v) != schema:
-			return fmt.Errorf("schema %q, this binary reads %q", v, schema)
-		}
-		for _, b := range [][]byte{bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge, bucketForgeDue, bucketForgeHeads} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+	err = db.Update(func(t *bolt.Tx) error {
+		for _, b := range buckets {
+			if _, err := t.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
 		}
-		return fillShown(tx, &codec{})
+		return initRecords(boltTx{t})
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	w, err := openWAL(db, filepath.Join(dir, WALName))
-	if err != nil {
+	d := &DB{kv: boltBackend{db}, path: path}
+	if d.wal, err = openWAL(d.kv, filepath.Join(dir, WALName)); err != nil {
 		db.Close()
 		return nil, err
 	}
-	return &DB{db: db, path: path, wal: w}, nil
+	return d, nil
+}
+
+// initRecords checks the records' schema, upgrades an older one, and
+// fills what version 1 forge records lack.
+func initRecords(tx txn) error {
+	meta := tx.Bucket(bucketMeta)
+	switch v := meta.Get(keySchema); {
+	case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5", string(v) == "6", string(v) == "7":
+		if err := meta.Put(keySchema, []byte(schema)); err != nil {
+			return err
+		}
+	case string(v) != schema:
+		return fmt.Errorf("schema %q, this binary reads %q", v, schema)
+	}
+	return fillShown(tx, &codec{})
 }
 
 func open(path string) (*bolt.DB, error) {
@@ -206,6 +209,9 @@ func compact(path string) error {
 // Size is the size in bytes of the database file and the log: what the
 // volume must hold.
 func (d *DB) Size() int64 {
+	if d.path == "" {
+		return d.kv.size()
+	}
 	var n int64
 	for _, p := range []string{d.path, filepath.Join(filepath.Dir(d.path), WALName)} {
 		if fi, err := os.Stat(p); err == nil {
@@ -219,7 +225,7 @@ func (d *DB) Size() int64 {
 // recorded by SetLastEvent; zero when none was.
 func (d *DB) LastEvent() (time.Time, error) {
 	var at time.Time
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		v := tx.Bucket(bucketMeta).Get(keyLastEvent)
 		if v == nil {
 			return nil
@@ -234,23 +240,26 @@ func (d *DB) LastEvent() (time.Time, error) {
 // SetLastEvent records the time of the last event from
 // notification-controller.
 func (d *DB) SetLastEvent(at time.Time) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.kv.update(func(tx txn) error {
 		return tx.Bucket(bucketMeta).Put(keyLastEvent, []byte(at.UTC().Format(time.RFC3339Nano)))
 	})
 }
 
-// Close writes the evidence pending in the log to bbolt, so that a clean
-// stop leaves an empty log, and closes both.
+// Close writes the evidence pending in bbolt's log to the file, so that a
+// clean stop leaves an empty log, and closes both.
 func (d *DB) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.wal == nil {
+		return d.kv.close()
+	}
 	var err error
 	if len(d.wal.pending) > 0 {
-		if err = d.db.Update(d.wal.checkpoint); err == nil {
+		if err = d.kv.update(d.wal.checkpoint); err == nil {
 			d.wal.checkpointed()
 		}
 	}
-	return errors.Join(err, d.wal.close(), d.db.Close())
+	return errors.Join(err, d.wal.close(), d.kv.close())
 }
 
 // Load calls evidence for every evidence record (the live rollouts), mailed
@@ -272,10 +281,14 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 		ek.Emitter.Role = role
 		return evidence(ek, ev)
 	}
-	return d.db.View(func(tx *bolt.Tx) error {
+	return d.kv.view(func(tx txn) error {
 		evb := tx.Bucket(bucketEvidence)
+		var pending map[string][]byte
+		if d.wal != nil {
+			pending = d.wal.pending
+		}
 		err := evb.ForEach(func(k, v []byte) error {
-			if p, ok := d.wal.pending[string(k)]; ok {
+			if p, ok := pending[string(k)]; ok {
 				if p == nil {
 					return nil // deleted since the checkpoint
 				}
@@ -286,7 +299,7 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 		if err != nil {
 			return err
 		}
-		for k, v := range d.wal.pending {
+		for k, v := range pending {
 			if v != nil && evb.Get([]byte(k)) == nil {
 				if err := decode([]byte(k), v); err != nil {
 					return err
@@ -322,70 +335,30 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 // the log; any other is a checkpoint, one bbolt transaction that takes the
 // pending evidence with it.
 func (d *DB) Commit(b *rollout.Batch) error {
-	// Encode outside the lock.
-	puts := make(map[string][]byte, len(b.Puts))
-	for ek, ev := range b.Puts {
-		puts[string(encodeKey(ek))] = encodeEvidence(ek.Emitter.Role, ev)
-	}
-	deletes := make([]string, len(b.Deletes))
-	for i, ek := range b.Deletes {
-		deletes[i] = string(encodeKey(ek))
-	}
-	settled := make([][]byte, len(b.Settle))
-	for i, v := range b.Settle {
-		var err error
-		if settled[i], err = d.records.encodeSettled(v); err != nil {
-			return err
-		}
+	e, err := d.encode(b) // outside the lock
+	if err != nil {
+		return err
 	}
 	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && len(b.Published) == 0 && b.PurgeBefore.IsZero()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if evidenceOnly && !d.wal.needsCheckpoint() {
-		if len(puts) == 0 && len(deletes) == 0 {
+	if d.wal != nil && evidenceOnly && !d.wal.needsCheckpoint() {
+		if len(e.puts) == 0 && len(e.deletes) == 0 {
 			return nil
 		}
-		return d.wal.append(puts, deletes)
+		return d.wal.append(e.puts, e.deletes)
 	}
-	err := d.db.Update(func(tx *bolt.Tx) error {
-		if err := d.wal.checkpoint(tx); err != nil {
-			return err
-		}
-		evb := evidenceBucket(tx)
-		for k, v := range puts {
-			if err := evb.Put([]byte(k), v); err != nil {
+	err = d.kv.update(func(tx txn) error {
+		if d.wal != nil {
+			if err := d.wal.checkpoint(tx); err != nil {
 				return err
 			}
 		}
-		for _, k := range deletes {
-			if err := evb.Delete([]byte(k)); err != nil {
-				return err
-			}
-		}
-		if err := forgetMails(tx, b.Forget); err != nil {
-			return err
-		}
-		// A settled rollout keeps its mail log until retention purges it; a
-		// collected one is gone for good.
-		if err := dropMailLog(tx, collected(b)); err != nil {
-			return err
-		}
-		if err := settle(tx, b.Settle, settled, b.Floors); err != nil {
-			return err
-		}
-		if !b.PurgeBefore.IsZero() {
-			if err := purge(tx, &d.records, b.PurgeBefore); err != nil {
-				return err
-			}
-			if err := purgePublications(tx, b.PurgeBefore); err != nil {
-				return err
-			}
-		}
-		if err := publish(tx, b.Published); err != nil {
-			return err
-		}
-		return enqueue(tx, b.Mails, b.At)
+		return d.commitTx(tx, b, e)
 	})
+	if d.wal == nil {
+		return err
+	}
 	if err != nil {
 		// Until bbolt takes a commit again, the log takes none either:
 		// evidence it took meanwhile would end the failure's episode at
@@ -398,15 +371,66 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	return nil
 }
 
-// evidenceBucket is the evidence bucket of a write transaction, its pages
-// split when 90% full instead of bbolt's half. Evidence keys begin with the
-// rollout's sequence number, so a checkpoint's records go to the right edge
-// of the tree, where half-full pages stay half full: packing them halves the
-// pages a checkpoint writes (BenchmarkCheckpoint, TestCheckpointPacksPages).
-func evidenceBucket(tx *bolt.Tx) *bolt.Bucket {
-	b := tx.Bucket(bucketEvidence)
-	b.FillPercent = 0.9
-	return b
+// encoded is a batch's records, encoded.
+type encoded struct {
+	puts    map[string][]byte // evidence key -> record
+	deletes []string
+	settled [][]byte // of b.Settle
+}
+
+func (d *DB) encode(b *rollout.Batch) (encoded, error) {
+	e := encoded{puts: make(map[string][]byte, len(b.Puts)), deletes: make([]string, len(b.Deletes)), settled: make([][]byte, len(b.Settle))}
+	for ek, ev := range b.Puts {
+		e.puts[string(encodeKey(ek))] = encodeEvidence(ek.Emitter.Role, ev)
+	}
+	for i, ek := range b.Deletes {
+		e.deletes[i] = string(encodeKey(ek))
+	}
+	for i, v := range b.Settle {
+		var err error
+		if e.settled[i], err = d.records.encodeSettled(v); err != nil {
+			return encoded{}, err
+		}
+	}
+	return e, nil
+}
+
+// commitTx writes batch b, encoded as e, in tx.
+func (d *DB) commitTx(tx txn, b *rollout.Batch, e encoded) error {
+	evb := tx.Bucket(bucketEvidence)
+	for k, v := range e.puts {
+		if err := evb.Put([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	for _, k := range e.deletes {
+		if err := evb.Delete([]byte(k)); err != nil {
+			return err
+		}
+	}
+	if err := forgetMails(tx, b.Forget); err != nil {
+		return err
+	}
+	// A settled rollout keeps its mail log until retention purges it; a
+	// collected one is gone for good.
+	if err := dropMailLog(tx, collected(b)); err != nil {
+		return err
+	}
+	if err := settle(tx, b.Settle, e.settled, b.Floors); err != nil {
+		return err
+	}
+	if !b.PurgeBefore.IsZero() {
+		if err := purge(tx, &d.records, b.PurgeBefore); err != nil {
+			return err
+		}
+		if err := purgePublications(tx, b.PurgeBefore); err != nil {
+			return err
+		}
+	}
+	if err := publish(tx, b.Published); err != nil {
+		return err
+	}
+	return enqueue(tx, b.Mails, b.At)
 }
 
 // collected are the rollouts b forgets without settling them.
@@ -427,15 +451,21 @@ func collected(b *rollout.Batch) []rollout.Key {
 	return out
 }
 
-func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rollout.FloorKey]rollout.Floor) error {
+func settle(tx txn, views []*rollout.View, records [][]byte, floors map[rollout.FloorKey]rollout.Floor) error {
 	sb, ob, tb := tx.Bucket(bucketSettled), tx.Bucket(bucketOrigin), tx.Bucket(bucketTime)
-	added := 0
+	keys := make([][]byte, len(views))
 	for i, v := range views {
-		k := rollout.Key{Cluster: v.Cluster, Hash: v.Hash}
-		if sb.Get(settledKey(k)) == nil {
+		keys[i] = settledKey(v.Key())
+	}
+	added := 0
+	for _, old := range sb.GetMany(keys) {
+		if old == nil {
 			added++
 		}
-		if err := sb.Put(settledKey(k), records[i]); err != nil {
+	}
+	for i, v := range views {
+		k := v.Key()
+		if err := sb.Put(keys[i], records[i]); err != nil {
 			return err
 		}
 		if v.OriginHash != "" {
@@ -459,51 +489,79 @@ func settle(tx *bolt.Tx, views []*rollout.View, records [][]byte, floors map[rol
 // purge deletes the settled rollouts whose last evidence is before cutoff.
 // The time index is ordered by first evidence, which is never after the
 // last: the scan stops at the first rollout that began after the cutoff.
-func purge(tx *bolt.Tx, records *codec, cutoff time.Time) error {
+// It goes in chunks, each read first and then deleted, so that a backend
+// over a network reads a chunk's records in one round trip.
+func purge(tx txn, records *codec, cutoff time.Time) error {
 	sb, ob, tb := tx.Bucket(bucketSettled), tx.Bucket(bucketOrigin), tx.Bucket(bucketTime)
-	c := tb.Cursor()
 	removed := 0
-	for k, v := c.First(); k != nil; {
-		first, key, err := parseTimeKey(k)
-		if err != nil {
-			return err
+	var from []byte // the first time key the next chunk looks at
+	for done := false; !done; {
+		c := tb.Cursor()
+		k, v := c.First()
+		if from != nil {
+			k, v = c.Seek(from)
 		}
-		if !first.Before(cutoff) {
-			break
-		}
-		if len(v) != 8 || !time.Unix(0, int64(binary.BigEndian.Uint64(v))).Before(cutoff) {
-			k, v = c.Next()
-			continue
-		}
-		if rec := sb.Get(settledKey(key)); rec != nil {
-			view, err := records.decodeSettled(rec)
+		var expired [][]byte // time keys
+		var keys []rollout.Key
+		for ; ; k, v = c.Next() {
+			if k == nil {
+				done = true
+				break
+			}
+			first, key, err := parseTimeKey(k)
 			if err != nil {
 				return err
 			}
-			if view.OriginHash != "" {
-				if err := ob.Delete(originKey(view.OriginHash, key)); err != nil {
+			if !first.Before(cutoff) {
+				done = true
+				break
+			}
+			if len(expired) == purgeChunk {
+				from = bytes.Clone(k)
+				break
+			}
+			if len(v) != 8 || !time.Unix(0, int64(binary.BigEndian.Uint64(v))).Before(cutoff) {
+				continue
+			}
+			expired, keys = append(expired, bytes.Clone(k)), append(keys, key)
+		}
+		sk := make([][]byte, len(keys))
+		for i, key := range keys {
+			sk[i] = settledKey(key)
+		}
+		var gone []rollout.Key
+		for i, rec := range sb.GetMany(sk) {
+			if rec != nil {
+				view, err := records.decodeSettled(rec)
+				if err != nil {
 					return err
 				}
+				if view.OriginHash != "" {
+					if err := ob.Delete(originKey(view.OriginHash, keys[i])); err != nil {
+						return err
+					}
+				}
+				if err := sb.Delete(sk[i]); err != nil {
+					return err
+				}
+				gone = append(gone, keys[i])
 			}
-			if err := sb.Delete(settledKey(key)); err != nil {
+			if err := tb.Delete(expired[i]); err != nil {
 				return err
 			}
-			if err := dropMailLog(tx, []rollout.Key{key}); err != nil {
-				return err
-			}
-			removed++
 		}
-		// k lives in the page the delete rewrites.
-		next := bytes.Clone(k)
-		if err := c.Delete(); err != nil {
+		if err := dropMailLog(tx, gone); err != nil {
 			return err
 		}
-		k, v = c.Seek(next)
+		removed += len(gone)
 	}
 	return addSettled(tx, -removed)
 }
 
-func addSettled(tx *bolt.Tx, delta int) error {
+// purgeChunk is how many settled rollouts purge reads at once.
+const purgeChunk = 256
+
+func addSettled(tx txn, delta int) error {
 	if delta == 0 {
 		return nil
 	}
@@ -516,12 +574,19 @@ func addSettled(tx *bolt.Tx, delta int) error {
 	return meta.Put(keySettledN, binary.BigEndian.AppendUint64(nil, n))
 }
 
-func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
+func enqueue(tx txn, mails []rollout.Mail, at time.Time) error {
 	keys, out := tx.Bucket(bucketMailKeys), tx.Bucket(bucketOutbox)
-	for _, m := range mails {
-		if keys.Get([]byte(m.Key)) != nil {
-			continue
+	mk := make([][]byte, len(mails))
+	for i, m := range mails {
+		mk[i] = []byte(m.Key)
+	}
+	seen := make(map[string]bool, len(mails))
+	for i, old := range keys.GetMany(mk) {
+		m := mails[i]
+		if old != nil || seen[m.Key] {
+			continue // enqueued before, or earlier in this batch
 		}
+		seen[m.Key] = true
 		seq, err := out.NextSequence()
 		if err != nil {
 			return err
@@ -542,20 +607,16 @@ func enqueue(tx *bolt.Tx, mails []rollout.Mail, at time.Time) error {
 
 // forgetMails drops the de-duplication keys of the mails of rollouts no
 // longer live.
-func forgetMails(tx *bolt.Tx, gone []rollout.Key) error {
+func forgetMails(tx txn, gone []rollout.Key) error {
 	return deleteByRollout(tx.Bucket(bucketMailKeys), gone)
 }
 
-// deleteByRollout deletes the keys of bucket that start with a gone
-// rollout's mail key prefix.
-func deleteByRollout(bucket *bolt.Bucket, gone []rollout.Key) error {
-	c := bucket.Cursor()
+// deleteByRollout deletes the keys of b that start with a gone rollout's
+// mail key prefix.
+func deleteByRollout(b bucket, gone []rollout.Key) error {
 	for _, k := range gone {
-		prefix := []byte(rollout.MailKeyPrefix(k))
-		for key, _ := c.Seek(prefix); key != nil && bytes.HasPrefix(key, prefix); key, _ = c.Seek(prefix) {
-			if err := c.Delete(); err != nil {
-				return err
-			}
+		if err := b.DeletePrefix([]byte(rollout.MailKeyPrefix(k))); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -579,7 +640,7 @@ func (d *DB) Dead() ([]outbox.Queued, error) {
 
 func (d *DB) list(bucket []byte) ([]outbox.Queued, error) {
 	var out []outbox.Queued
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
 			q, err := decodeQueued(k, v)
 			if err == nil {
@@ -596,7 +657,7 @@ func (d *DB) list(bucket []byte) ([]outbox.Queued, error) {
 // Sent removes a mail delivered at at from the outbox; its key stays, so
 // it is never enqueued again, and the mail log says when it went.
 func (d *DB) Sent(seq uint64, at time.Time) error {
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.kv.update(func(tx txn) error {
 		q, err := outboxMail(tx, seq)
 		if err != nil {
 			return err
@@ -619,7 +680,7 @@ func (d *DB) Record(q outbox.Queued) error {
 		bucket, state = bucketDead, outbox.MailDead
 	}
 	v := encodeQueued(q)
-	return d.db.Update(func(tx *bolt.Tx) error {
+	return d.kv.update(func(tx txn) error {
 		if q.Dead {
 			if err := tx.Bucket(bucketOutbox).Delete(seqKey(q.Seq)); err != nil {
 				return err
@@ -635,7 +696,7 @@ func (d *DB) Record(q outbox.Queued) error {
 // Settled returns the final view of a settled rollout, or nil.
 func (d *DB) Settled(k rollout.Key) (*rollout.View, error) {
 	var v *rollout.View
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		rec := tx.Bucket(bucketSettled).Get(settledKey(k))
 		if rec == nil {
 			return nil
@@ -650,11 +711,14 @@ func (d *DB) Settled(k rollout.Key) (*rollout.View, error) {
 // SettledAmong reports which of keys are settled rollouts.
 func (d *DB) SettledAmong(keys []rollout.Key) (map[rollout.Key]bool, error) {
 	out := map[rollout.Key]bool{}
-	err := d.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSettled)
-		for _, k := range keys {
-			if b.Get(settledKey(k)) != nil {
-				out[k] = true
+	err := d.kv.view(func(tx txn) error {
+		sk := make([][]byte, len(keys))
+		for i, k := range keys {
+			sk[i] = settledKey(k)
+		}
+		for i, rec := range tx.Bucket(bucketSettled).GetMany(sk) {
+			if rec != nil {
+				out[keys[i]] = true
 			}
 		}
 		return nil
@@ -668,7 +732,7 @@ func (d *DB) SettledAmong(keys []rollout.Key) (map[rollout.Key]bool, error) {
 // does not grow with the history.
 func (d *DB) SettledKeys(hash string, prefix, origin bool, cluster string, limit int) ([]rollout.Key, error) {
 	var out []rollout.Key
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		b := tx.Bucket(bucketSettled)
 		if origin {
 			b = tx.Bucket(bucketOrigin)
@@ -712,7 +776,7 @@ func (d *DB) ScanSettled(cluster string, until time.Time, fn func(*rollout.View)
 	for {
 		var recs [][]byte
 		more := false
-		err := d.db.View(func(tx *bolt.Tx) error {
+		err := d.kv.view(func(tx txn) error {
 			sb := tx.Bucket(bucketSettled)
 			c := tx.Bucket(bucketTime).Cursor()
 			// The greatest key before from (present, or collected since:
@@ -725,8 +789,9 @@ func (d *DB) ScanSettled(cluster string, until time.Time, fn func(*rollout.View)
 			} else {
 				k, _ = c.Prev()
 			}
+			var want [][]byte // settled keys, read together
 			for n := 0; k != nil; k, _ = c.Prev() {
-				if n++; n > scanKeys || len(recs) == scanChunk {
+				if n++; n > scanKeys || len(want) == scanChunk {
 					more = true
 					break
 				}
@@ -738,7 +803,10 @@ func (d *DB) ScanSettled(cluster string, until time.Time, fn func(*rollout.View)
 				if cluster != "" && key.Cluster != cluster {
 					continue
 				}
-				if rec := sb.Get(settledKey(key)); rec != nil {
+				want = append(want, settledKey(key))
+			}
+			for _, rec := range sb.GetMany(want) {
+				if rec != nil {
 					recs = append(recs, bytes.Clone(rec))
 				}
 			}
@@ -772,7 +840,7 @@ const (
 // SettledCount is how many settled rollouts are kept.
 func (d *DB) SettledCount() (int, error) {
 	var n int
-	err := d.db.View(func(tx *bolt.Tx) error {
+	err := d.kv.view(func(tx txn) error {
 		if v := tx.Bucket(bucketMeta).Get(keySettledN); len(v) == 8 {
 			n = int(binary.BigEndian.Uint64(v))
 		}

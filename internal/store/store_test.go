@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -126,15 +124,6 @@ func testUpgrade(t *testing.T, from string) {
 	}
 }
 
-func settledView(i int, at time.Time) *rollout.View {
-	hash := fmt.Sprintf("%040x", i)
-	return &rollout.View{
-		Cluster: "default", Hash: hash, Revision: "main@sha1:" + hash, Verdict: rollout.VerdictApplied, Terminal: true,
-		FirstSeen: at, LastSeen: at.Add(30 * time.Second), Summary: strings.Repeat("x", 4096),
-		Layers: rollout.Layers{}, Failures: []rollout.FailureView{},
-	}
-}
-
 // TestRetentionReturnsSpace: settled rollouts past the retention are
 // purged with their indexes, and a file left mostly free is compacted when
 // it is opened again.
@@ -149,7 +138,7 @@ func TestRetentionReturnsSpace(t *testing.T) {
 		var views []*rollout.View
 		for i := range 100 {
 			n := batch*100 + i
-			v := settledView(n, t0.Add(time.Duration(n)*time.Minute))
+			v := store.SettledView(n, t0.Add(time.Duration(n)*time.Minute))
 			// Incompressible, as many different messages are.
 			v.Summary = fmt.Sprintf("%x", sha(n))
 			views = append(views, v)
@@ -213,97 +202,4 @@ func sha(n int) []byte {
 		out = append(out, byte(x))
 	}
 	return out
-}
-
-// TestScanSettledInChunks: a scan reads in short transactions and decodes
-// outside them; across them it keeps the order, skips nothing and repeats
-// nothing, bounds the keys one looks at for a cluster few match, and sees
-// what a commit between them changed (fn may commit: no transaction is
-// open while it runs).
-func TestScanSettledInChunks(t *testing.T) {
-	db, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	const n = 9000
-	rare := map[int]bool{0: true, 4500: true, n - 1: true} // far more than 4,096 keys apart
-	for lo := 0; lo < n; lo += 1000 {
-		var views []*rollout.View
-		for i := lo; i < lo+1000; i++ {
-			v := settledView(i, t0.Add(time.Duration(i)*time.Second))
-			v.Summary = ""
-			if rare[i] {
-				v.Cluster = "rare"
-			}
-			views = append(views, v)
-		}
-		if err := db.Commit(&rollout.Batch{Settle: views, At: t0}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	scan := func(cluster string, until time.Time, fn func(i int, v *rollout.View) bool) (seen []int) {
-		t.Helper()
-		err := db.ScanSettled(cluster, until, func(v *rollout.View) bool {
-			var i int
-			if _, err := fmt.Sscanf(v.Hash, "%x", &i); err != nil {
-				t.Fatal(err)
-			}
-			seen = append(seen, i)
-			return fn(i, v)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return seen
-	}
-	all := func(int, *rollout.View) bool { return true }
-	descending := func(seen []int, from, to int, skip map[int]bool) bool {
-		var want []int
-		for i := from; i >= to; i-- {
-			if !skip[i] {
-				want = append(want, i)
-			}
-		}
-		return slices.Equal(seen, want)
-	}
-	if seen := scan("default", time.Time{}, all); !descending(seen, n-1, 0, rare) {
-		t.Fatalf("default: %d rollouts, from %v", len(seen), seen[:3])
-	}
-	if seen := scan("", t0.Add(5000*time.Second), all); !descending(seen, 5000, 0, nil) {
-		t.Fatalf("until rollout 5000: %d rollouts, from %v", len(seen), seen[:3])
-	}
-	if seen := scan("rare", time.Time{}, all); !slices.Equal(seen, []int{n - 1, 4500, 0}) {
-		t.Fatalf("rare: %v", seen)
-	}
-	if seen := scan("", time.Time{}, func(int, *rollout.View) bool { return false }); len(seen) != 1 {
-		t.Fatalf("fn said stop: called %d times", len(seen))
-	}
-	// One transaction looks at no more than scanKeys keys: the first reads
-	// rare's newest alone, so purging the other two from fn hides them.
-	seen := scan("rare", time.Time{}, func(i int, _ *rollout.View) bool {
-		if i == n-1 {
-			if err := db.Commit(&rollout.Batch{PurgeBefore: t0.Add((4500 + 31) * time.Second), At: t0}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return true
-	})
-	if !slices.Equal(seen, []int{n - 1}) {
-		t.Fatalf("rare, purged below the first from fn: %v", seen)
-	}
-	// Purge the rollouts before 6000 while the scan is in its first chunk
-	// (by last evidence: 30 s after the first).
-	seen = scan("", time.Time{}, func(i int, _ *rollout.View) bool {
-		if i == n-2 {
-			if err := db.Commit(&rollout.Batch{PurgeBefore: t0.Add((6000 + 30) * time.Second), At: t0}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return true
-	})
-	if !descending(seen, n-1, 6000, nil) {
-		t.Fatalf("purged during the scan: %d rollouts, down to %d", len(seen), seen[len(seen)-1])
-	}
 }

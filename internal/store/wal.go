@@ -8,8 +8,6 @@ import (
 	"io"
 	"os"
 	"syscall"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // The write-ahead log. A bbolt commit costs two fsyncs (data pages, then
@@ -151,13 +149,13 @@ func decodeRecords(p []byte, pending map[string][]byte) bool {
 
 // openWAL opens the log and replays its current generation into bbolt:
 // after it returns the log is empty.
-func openWAL(db *bolt.DB, path string) (*wal, error) {
+func openWAL(db backend, path string) (*wal, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	w := &wal{f: f, pending: map[string][]byte{}}
-	err = db.View(func(tx *bolt.Tx) error {
+	err = db.view(func(tx txn) error {
 		if v := tx.Bucket(bucketMeta).Get(keyWALGen); len(v) == 8 {
 			w.gen = binary.BigEndian.Uint64(v)
 		}
@@ -173,7 +171,7 @@ func openWAL(db *bolt.DB, path string) (*wal, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	decodeFrames(data, w.gen, w.pending)
-	if err := db.Update(w.checkpoint); err != nil {
+	if err := db.update(w.checkpoint); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("replay %s: %w", path, err)
 	}
@@ -242,8 +240,8 @@ func (w *wal) append(puts map[string][]byte, deletes []string) error {
 }
 
 // checkpoint writes the pending evidence and the next generation in tx.
-func (w *wal) checkpoint(tx *bolt.Tx) error {
-	evb := evidenceBucket(tx)
+func (w *wal) checkpoint(tx txn) error {
+	evb := tx.Bucket(bucketEvidence)
 	for k, v := range w.pending {
 		var err error
 		if v == nil {

@@ -56,7 +56,7 @@ func loaded(t *testing.T, d *DB) map[string]string {
 func inBolt(t *testing.T, d *DB) int {
 	t.Helper()
 	n := 0
-	if err := d.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(bucketEvidence).Stats().KeyN; return nil }); err != nil {
+	if err := d.bolt().View(func(tx *bolt.Tx) error { n = tx.Bucket(bucketEvidence).Stats().KeyN; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -266,7 +266,7 @@ func TestCheckpointPacksPages(t *testing.T) {
 		t.Fatalf("%d records pending: no checkpoint", n)
 	}
 	var st bolt.BucketStats
-	if err := d.db.View(func(tx *bolt.Tx) error {
+	if err := d.bolt().View(func(tx *bolt.Tx) error {
 		st = tx.Bucket(bucketEvidence).Stats()
 		return nil
 	}); err != nil {

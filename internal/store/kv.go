@@ -1,0 +1,110 @@
+package store
+
+import (
+	"bytes"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The store's records live in named buckets of keys ordered byte-wise, as
+// bbolt keeps them. Its logic (the outbox, the archive and its indexes,
+// retention, the forge's records) is written once over the transactions
+// below; bbolt implements them natively, PostgreSQL with one table keyed
+// by (bucket, key) (postgres.go). Every backend therefore keeps the same
+// records, which is what lets one suite test both and `migrate` copy one
+// into the other key by key.
+
+// backend runs transactions. A write transaction is all or nothing, and
+// the writes of one process are serialized, as bbolt's are.
+type backend interface {
+	view(fn func(txn) error) error
+	update(fn func(txn) error) error
+	size() int64
+	close() error
+}
+
+type txn interface {
+	Bucket(name []byte) bucket
+}
+
+// bucket is bbolt's bucket, as much of it as the store uses. Get and the
+// cursor report no error: a backend whose reads can fail (a network) keeps
+// the first failure and fails the transaction with it.
+type bucket interface {
+	Get(k []byte) []byte
+	// GetMany is Get of each key (nil for those absent), in one round
+	// trip where that costs one.
+	GetMany(keys [][]byte) [][]byte
+	Put(k, v []byte) error
+	Delete(k []byte) error
+	// DeletePrefix deletes every key that begins with prefix.
+	DeletePrefix(prefix []byte) error
+	ForEach(fn func(k, v []byte) error) error
+	NextSequence() (uint64, error)
+	Sequence() uint64
+	SetSequence(n uint64) error
+	Cursor() cursor
+}
+
+type cursor interface {
+	First() (k, v []byte)
+	Last() (k, v []byte)
+	Seek(seek []byte) (k, v []byte)
+	Next() (k, v []byte)
+	Prev() (k, v []byte)
+	Delete() error
+}
+
+// buckets are every bucket the store keeps.
+var buckets = [][]byte{bucketMeta, bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge, bucketForgeDue, bucketForgeHeads}
+
+type boltBackend struct{ db *bolt.DB }
+
+func (b boltBackend) view(fn func(txn) error) error {
+	return b.db.View(func(t *bolt.Tx) error { return fn(boltTx{t}) })
+}
+
+func (b boltBackend) update(fn func(txn) error) error {
+	return b.db.Update(func(t *bolt.Tx) error { return fn(boltTx{t}) })
+}
+
+func (b boltBackend) close() error { return b.db.Close() }
+
+func (b boltBackend) size() int64 { return 0 } // the files', added by DB.Size
+
+type boltTx struct{ *bolt.Tx }
+
+func (t boltTx) Bucket(name []byte) bucket {
+	b := t.Tx.Bucket(name)
+	if t.Writable() && string(name) == string(bucketEvidence) {
+		// Evidence keys begin with the rollout's sequence number, so a
+		// checkpoint's records go to the right edge of the tree, where
+		// half-full pages stay half full: splitting pages when 90% full
+		// instead of half halves the pages a checkpoint writes
+		// (BenchmarkCheckpoint, TestCheckpointPacksPages).
+		b.FillPercent = 0.9
+	}
+	return boltBucket{b}
+}
+
+type boltBucket struct{ *bolt.Bucket }
+
+func (b boltBucket) Cursor() cursor { return b.Bucket.Cursor() }
+
+func (b boltBucket) DeletePrefix(prefix []byte) error {
+	c := b.Bucket.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b boltBucket) GetMany(keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = b.Get(k)
+	}
+	return out
+}

@@ -1,0 +1,623 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgreSQL keeps the store's buckets in one table, fdn_kv, keyed by
+// (bucket, key): bytea compares byte-wise, so a bucket's keys are ordered
+// as bbolt orders them and a cursor is an index range scan. Each bucket's
+// sequence is a row of fdn_sequence. The schema is versioned in
+// fdn_schema (the SQL) and in the meta bucket (the records, as on bbolt).
+
+// migrations are the schema's versions: migrations[i] takes a database of
+// version i to version i+1. Only ever append.
+var migrations = []string{
+	`CREATE TABLE fdn_kv (
+		bucket text NOT NULL,
+		key bytea NOT NULL,
+		value bytea NOT NULL,
+		PRIMARY KEY (bucket, key)
+	);
+	CREATE TABLE fdn_sequence (
+		bucket text PRIMARY KEY,
+		value bigint NOT NULL
+	);
+	CREATE TABLE fdn_leader (
+		name text PRIMARY KEY,
+		holder text NOT NULL,
+		epoch bigint NOT NULL,
+		expires timestamptz NOT NULL
+	);`,
+}
+
+// schemaLock serializes replicas creating or migrating the schema at once
+// (pg_advisory_xact_lock's key: "fdn" and a version of the lock itself).
+const schemaLock = 0x66646e01
+
+// PostgresOptions are how the store connects.
+type PostgresOptions struct {
+	// Password, when not empty, is the password (--postgres-password-file);
+	// otherwise libpq's rules apply (the connection string, PGPASSWORD,
+	// PGPASSFILE).
+	Password string
+	// MaxConns bounds the pool; zero is pgx's default.
+	MaxConns int32
+	// Timeout bounds one transaction (a round trip to an unreachable
+	// server ends with an error, not a wait); zero is 10 s.
+	Timeout time.Duration
+	// IdleInTransaction ends the session of a client that holds a
+	// transaction open, idle, for longer (a paused process keeping the
+	// leader's row locked); zero is 5 s.
+	IdleInTransaction time.Duration
+}
+
+// ParsePostgres reads a connection string (libpq keywords or a URL) with
+// the options applied; its errors never repeat the string, which may hold
+// a password.
+func ParsePostgres(conn string, opt PostgresOptions) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(conn)
+	if err != nil {
+		return nil, errors.New("the PostgreSQL connection string does not parse (libpq keywords or a postgres:// URL)")
+	}
+	if opt.Password != "" {
+		cfg.ConnConfig.Password = opt.Password
+	}
+	if opt.MaxConns > 0 {
+		cfg.MaxConns = opt.MaxConns
+	}
+	idle := opt.IdleInTransaction
+	if idle == 0 {
+		idle = 5 * time.Second
+	}
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(idle.Milliseconds())
+	cfg.ConnConfig.RuntimeParams["application_name"] = "flux-deploy-notifier"
+	return cfg, nil
+}
+
+// OpenPostgres opens the store in a PostgreSQL database, creating or
+// migrating its schema. A schema newer than this binary knows is refused.
+func OpenPostgres(ctx context.Context, cfg *pgxpool.Config, opt PostgresOptions) (*DB, error) {
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	timeout := opt.Timeout
+	if timeout == 0 {
+		timeout = 10 * time.Second
+	}
+	pg := &pgBackend{pool: pool, timeout: timeout}
+	if err := pg.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	d := &DB{kv: pg}
+	if err := d.kv.update(initRecords); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("init the records: %w", err)
+	}
+	return d, nil
+}
+
+type pgBackend struct {
+	pool    *pgxpool.Pool
+	timeout time.Duration
+	mu      sync.Mutex            // one write transaction at a time, as bbolt
+	fence   atomic.Pointer[Lease] // when set, every write checks it
+}
+
+func (p *pgBackend) migrate(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
+			return fmt.Errorf("lock the schema: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fdn_schema (version integer NOT NULL)`); err != nil {
+			return fmt.Errorf("create the schema's version: %w", err)
+		}
+		var v int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM fdn_schema`).Scan(&v); err != nil {
+			return fmt.Errorf("read the schema's version: %w", err)
+		}
+		if v > len(migrations) {
+			return fmt.Errorf("PostgreSQL schema %d, this binary knows %d: run a newer binary", v, len(migrations))
+		}
+		for i := v; i < len(migrations); i++ {
+			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
+				return fmt.Errorf("migrate the schema to %d: %w", i+1, err)
+			}
+		}
+		if v == len(migrations) {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM fdn_schema; INSERT INTO fdn_schema VALUES (`+fmt.Sprint(len(migrations))+`)`)
+		return err
+	})
+}
+
+func (p *pgBackend) view(fn func(txn) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	// A snapshot: every read of fn sees the same commits.
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	t := &pgTx{ctx: ctx, tx: tx}
+	if err := fn(t); err != nil {
+		return err
+	}
+	if t.err != nil {
+		return t.err
+	}
+	return tx.Commit(ctx)
+}
+
+// ErrFenced is returned by a write of a replica that is no longer the
+// leader it was when it began writing: it committed nothing.
+var ErrFenced = errors.New("not the leader: the lease is another replica's or expired")
+
+func (p *pgBackend) update(fn func(txn) error) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.Background())
+	if l := p.fence.Load(); l != nil {
+		// The row stays locked until the commit: a replica taking the
+		// lease over waits for it, and this check fails once it has.
+		var ok bool
+		err := tx.QueryRow(ctx, `SELECT true FROM fdn_leader
+			WHERE name = 'leader' AND holder = $1 AND epoch = $2 AND expires > now() FOR SHARE`, l.Holder, l.Epoch).Scan(&ok)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrFenced
+		}
+		if err != nil {
+			return err
+		}
+	}
+	t := &pgTx{ctx: ctx, tx: tx}
+	if err := fn(t); err != nil {
+		return err
+	}
+	if !t.flush() {
+		return t.err
+	}
+	return tx.Commit(ctx)
+}
+
+func (p *pgBackend) size() int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	var n int64
+	err := p.pool.QueryRow(ctx, `SELECT pg_total_relation_size('fdn_kv') + pg_total_relation_size('fdn_sequence')`).Scan(&n)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func (p *pgBackend) close() error {
+	p.pool.Close()
+	return nil
+}
+
+// pgTx queues writes and sends them together before the next read (or the
+// commit): one round trip for a batch's records.
+type pgTx struct {
+	ctx    context.Context
+	tx     pgx.Tx
+	queued pgx.Batch
+	writes int // writes so far: a cursor's page read before the last is read again
+	err    error
+}
+
+func (t *pgTx) fail(err error) {
+	if t.err == nil {
+		t.err = err
+	}
+}
+
+// flush sends the queued writes; false when the transaction has failed.
+func (t *pgTx) flush() bool {
+	if t.err != nil {
+		return false
+	}
+	if t.queued.Len() == 0 {
+		return true
+	}
+	err := t.tx.SendBatch(t.ctx, &t.queued).Close()
+	t.queued = pgx.Batch{}
+	if err != nil {
+		t.fail(err)
+		return false
+	}
+	return true
+}
+
+func (t *pgTx) Bucket(name []byte) bucket { return &pgBucket{t: t, name: string(name)} }
+
+type pgBucket struct {
+	t    *pgTx
+	name string
+}
+
+func (b *pgBucket) Get(k []byte) []byte {
+	if !b.t.flush() {
+		return nil
+	}
+	var v []byte
+	err := b.t.tx.QueryRow(b.t.ctx, `SELECT value FROM fdn_kv WHERE bucket = $1 AND key = $2`, b.name, k).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		b.t.fail(err)
+		return nil
+	}
+	if v == nil {
+		v = []byte{} // present, empty: not absent
+	}
+	return v
+}
+
+func (b *pgBucket) GetMany(keys [][]byte) [][]byte {
+	out := make([][]byte, len(keys))
+	if len(keys) == 0 || !b.t.flush() {
+		return out
+	}
+	rows, err := b.t.tx.Query(b.t.ctx, `SELECT key, value FROM fdn_kv WHERE bucket = $1 AND key = ANY($2)`, b.name, keys)
+	if err != nil {
+		b.t.fail(err)
+		return out
+	}
+	found := make(map[string][]byte, len(keys))
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			b.t.fail(err)
+			return out
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		found[string(k)] = v
+	}
+	if err := rows.Err(); err != nil {
+		b.t.fail(err)
+		return out
+	}
+	for i, k := range keys {
+		out[i] = found[string(k)]
+	}
+	return out
+}
+
+func (b *pgBucket) Put(k, v []byte) error {
+	if b.t.err != nil {
+		return b.t.err
+	}
+	if v == nil {
+		v = []byte{} // NULL is not a value
+	}
+	b.t.queued.Queue(`INSERT INTO fdn_kv (bucket, key, value) VALUES ($1, $2, $3)
+		ON CONFLICT (bucket, key) DO UPDATE SET value = excluded.value`, b.name, k, v)
+	b.t.writes++
+	return nil
+}
+
+func (b *pgBucket) Delete(k []byte) error {
+	if b.t.err != nil {
+		return b.t.err
+	}
+	b.t.queued.Queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key = $2`, b.name, k)
+	b.t.writes++
+	return nil
+}
+
+func (b *pgBucket) DeletePrefix(prefix []byte) error {
+	if b.t.err != nil {
+		return b.t.err
+	}
+	if end := prefixEnd(prefix); end != nil {
+		b.t.queued.Queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key >= $2 AND key < $3`, b.name, prefix, end)
+	} else {
+		b.t.queued.Queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key >= $2`, b.name, prefix)
+	}
+	b.t.writes++
+	return nil
+}
+
+// prefixEnd is the least key greater than every key that begins with
+// prefix; nil when there is none (prefix is all 0xff).
+func prefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func (b *pgBucket) ForEach(fn func(k, v []byte) error) error {
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return b.t.err
+}
+
+func (b *pgBucket) NextSequence() (uint64, error) {
+	if !b.t.flush() {
+		return 0, b.t.err
+	}
+	var n int64
+	err := b.t.tx.QueryRow(b.t.ctx, `INSERT INTO fdn_sequence (bucket, value) VALUES ($1, 1)
+		ON CONFLICT (bucket) DO UPDATE SET value = fdn_sequence.value + 1 RETURNING value`, b.name).Scan(&n)
+	if err != nil {
+		b.t.fail(err)
+		return 0, err
+	}
+	return uint64(n), nil
+}
+
+func (b *pgBucket) Sequence() uint64 {
+	if !b.t.flush() {
+		return 0
+	}
+	var n int64
+	err := b.t.tx.QueryRow(b.t.ctx, `SELECT value FROM fdn_sequence WHERE bucket = $1`, b.name).Scan(&n)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		b.t.fail(err)
+	}
+	return uint64(n)
+}
+
+func (b *pgBucket) SetSequence(n uint64) error {
+	if b.t.err != nil {
+		return b.t.err
+	}
+	b.t.queued.Queue(`INSERT INTO fdn_sequence (bucket, value) VALUES ($1, $2)
+		ON CONFLICT (bucket) DO UPDATE SET value = excluded.value`, b.name, int64(n))
+	b.t.writes++
+	return nil
+}
+
+func (b *pgBucket) Cursor() cursor { return &pgCursor{b: b} }
+
+// cursorPage is how many records a cursor reads at once.
+const cursorPage = 256
+
+// pgCursor walks a bucket a page at a time. A write in the transaction
+// since the page was read makes the next step read again from where the
+// cursor is, so that it sees the bucket as bbolt's cursor would.
+type pgCursor struct {
+	b      *pgBucket
+	keys   [][]byte
+	values [][]byte
+	i      int
+	desc   bool
+	full   bool // the page was full: there may be more beyond it
+	writes int  // the transaction's writes when the page was read
+}
+
+func (c *pgCursor) current() (k, v []byte) {
+	if c.i < 0 || c.i >= len(c.keys) {
+		return nil, nil
+	}
+	return c.keys[c.i], c.values[c.i]
+}
+
+// read reads the page after (or, desc, before) from; from nil: the first
+// (last) page, inclusive: from itself too.
+func (c *pgCursor) read(from []byte, inclusive, desc bool) (k, v []byte) {
+	c.keys, c.values, c.i, c.desc, c.full = c.keys[:0], c.values[:0], 0, desc, false
+	t := c.b.t
+	if !t.flush() {
+		return nil, nil
+	}
+	c.writes = t.writes
+	op, order := ">", "ASC"
+	if desc {
+		op, order = "<", "DESC"
+	}
+	if inclusive {
+		op += "="
+	}
+	q := `SELECT key, value FROM fdn_kv WHERE bucket = $1`
+	args := []any{c.b.name}
+	if from != nil {
+		q += ` AND key ` + op + ` $2`
+		args = append(args, from)
+	}
+	q += ` ORDER BY key ` + order + ` LIMIT ` + fmt.Sprint(cursorPage)
+	rows, err := t.tx.Query(t.ctx, q, args...)
+	if err != nil {
+		t.fail(err)
+		return nil, nil
+	}
+	for rows.Next() {
+		var k, v []byte
+		if err := rows.Scan(&k, &v); err != nil {
+			rows.Close()
+			t.fail(err)
+			return nil, nil
+		}
+		if v == nil {
+			v = []byte{}
+		}
+		c.keys, c.values = append(c.keys, k), append(c.values, v)
+	}
+	if err := rows.Err(); err != nil {
+		t.fail(err)
+		return nil, nil
+	}
+	c.full = len(c.keys) == cursorPage
+	return c.current()
+}
+
+func (c *pgCursor) First() (k, v []byte)           { return c.read(nil, false, false) }
+func (c *pgCursor) Last() (k, v []byte)            { return c.read(nil, false, true) }
+func (c *pgCursor) Seek(seek []byte) (k, v []byte) { return c.read(seek, true, false) }
+
+func (c *pgCursor) Next() (k, v []byte) { return c.step(false) }
+func (c *pgCursor) Prev() (k, v []byte) { return c.step(true) }
+
+func (c *pgCursor) step(desc bool) (k, v []byte) {
+	at, _ := c.current()
+	if at == nil {
+		return nil, nil
+	}
+	if desc == c.desc && c.writes == c.b.t.writes {
+		if c.i+1 < len(c.keys) {
+			c.i++
+			return c.current()
+		}
+		if !c.full {
+			c.i = len(c.keys)
+			return nil, nil
+		}
+	}
+	return c.read(at, false, desc)
+}
+
+func (c *pgCursor) Delete() error {
+	k, _ := c.current()
+	if k == nil {
+		return errors.New("delete: the cursor is at no key")
+	}
+	return c.b.Delete(k)
+}
+
+// Lease is one term of leadership: the replica holding it and the term's
+// epoch, which only grows.
+type Lease struct {
+	Holder string
+	Epoch  int64
+}
+
+// ErrNotPostgres is returned by what only the PostgreSQL store does.
+var ErrNotPostgres = errors.New("only a PostgreSQL store has leaders")
+
+func (d *DB) postgres() (*pgBackend, error) {
+	p, ok := d.kv.(*pgBackend)
+	if !ok {
+		return nil, ErrNotPostgres
+	}
+	return p, nil
+}
+
+// Campaign takes the lease for holder for ttl on the database's clock when
+// it is free (never taken, expired, or given up), or renews it when holder
+// has it; ok reports whether holder holds it now. Taking it over begins a
+// new epoch.
+func (d *DB) Campaign(ctx context.Context, holder string, ttl time.Duration) (l Lease, ok bool, err error) {
+	p, err := d.postgres()
+	if err != nil {
+		return Lease{}, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	l.Holder = holder
+	err = p.pool.QueryRow(ctx, `INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
+		VALUES ('leader', $1, 1, now() + $2 * interval '1 millisecond')
+		ON CONFLICT (name) DO UPDATE SET
+			holder = excluded.holder,
+			epoch = CASE WHEN l.holder = excluded.holder AND l.expires > now() THEN l.epoch ELSE l.epoch + 1 END,
+			expires = excluded.expires
+		WHERE l.expires <= now() OR l.holder = excluded.holder
+		RETURNING epoch`, holder, ttl.Milliseconds()).Scan(&l.Epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, err
+	}
+	return l, true, nil
+}
+
+// Renew extends l for ttl; false when l is no longer held (expired and
+// taken over, or given up).
+func (d *DB) Renew(ctx context.Context, l Lease, ttl time.Duration) (bool, error) {
+	p, err := d.postgres()
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	tag, err := p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now() + $3 * interval '1 millisecond'
+		WHERE name = 'leader' AND holder = $1 AND epoch = $2 AND expires > now()`, l.Holder, l.Epoch, ttl.Milliseconds())
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Resign gives l up, so that another replica takes over at once. The row
+// stays: its epoch must keep growing.
+func (d *DB) Resign(ctx context.Context, l Lease) error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	_, err = p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now()
+		WHERE name = 'leader' AND holder = $1 AND epoch = $2`, l.Holder, l.Epoch)
+	return err
+}
+
+// Leader returns the lease as the database has it; ok false when nobody
+// ever took it.
+func (d *DB) Leader(ctx context.Context) (l Lease, expires time.Time, ok bool, err error) {
+	p, err := d.postgres()
+	if err != nil {
+		return Lease{}, time.Time{}, false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	err = p.pool.QueryRow(ctx, `SELECT holder, epoch, expires FROM fdn_leader WHERE name = 'leader'`).Scan(&l.Holder, &l.Epoch, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, time.Time{}, false, nil
+	}
+	return l, expires, err == nil, err
+}
+
+// Fence makes every later write check, in its own transaction, that l is
+// still held: a write of a replica that lost it commits nothing
+// (ErrFenced). Nil stops checking.
+func (d *DB) Fence(l *Lease) error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
+	p.fence.Store(l)
+	return nil
+}
+
+// ping checks the connection, for health.
+func (p *pgBackend) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return p.pool.Ping(ctx)
+}
