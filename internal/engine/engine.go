@@ -73,9 +73,12 @@ const (
 // submitter's own goroutine keeps the commit path free of hand-offs to
 // other goroutines, each of which would wait its turn on a busy scheduler.
 type Engine struct {
+	*Reader
 	store Store
-	log   *slog.Logger
 	now   func() time.Time
+	// replicated: other replicas read the views from the store, so a step
+	// that changed only views is committed too.
+	replicated bool
 
 	mu      sync.Mutex // guards queue, leading and closed
 	idle    *sync.Cond // signalled when leadership ends
@@ -94,7 +97,6 @@ type Engine struct {
 	notifyForge func()        // told when verdicts were published
 	onVerdict   func(ch rollout.VerdictChange)
 
-	snap   *snapshot
 	stats  Stats
 	health storeHealth
 }
@@ -124,9 +126,12 @@ func New(store Store, cfg rollout.Config, log *slog.Logger, now func() time.Time
 		return nil, err
 	}
 	e := &Engine{
-		store: store, log: log, now: now, model: model,
+		Reader: NewReader(store, log),
+		store:  store, now: now, model: model,
 		rearm: make(chan struct{}, 1),
-		snap:  newSnapshot(),
+	}
+	if r, ok := store.(interface{ Replicated() bool }); ok {
+		e.replicated = r.Replicated()
 	}
 	e.idle = sync.NewCond(&e.mu)
 	if err := e.load(); err != nil {
@@ -190,6 +195,31 @@ func (e *Engine) SubmitAll(ctx context.Context, obs []rollout.Observation) error
 	return e.do(ctx, &request{obs: obs, done: make(chan error, 1)})
 }
 
+// SubmitEach stores each group of observations as SubmitAll does, all in
+// as few batches as they fit, and returns each group's outcome: a replica
+// taking many groups from its shared inbox at once.
+func (e *Engine) SubmitEach(ctx context.Context, groups [][]rollout.Observation) []error {
+	errs := make([]error, len(groups))
+	reqs := make([]*request, 0, len(groups))
+	at := make([]int, 0, len(groups))
+	for i, obs := range groups {
+		for j := range obs {
+			if err := e.model.Normalise(&obs[j]); err != nil {
+				errs[i] = err
+				break
+			}
+		}
+		if errs[i] == nil && len(obs) > 0 {
+			reqs = append(reqs, &request{obs: obs, done: make(chan error, 1)})
+			at = append(at, i)
+		}
+	}
+	for i, err := range e.doAll(ctx, reqs) {
+		errs[at[i]] = err
+	}
+	return errs
+}
+
 // Settle runs a settle pass now, as Run does every few seconds.
 func (e *Engine) Settle(ctx context.Context) error {
 	return e.do(ctx, &request{tick: e.settle, done: make(chan error, 1)})
@@ -198,24 +228,39 @@ func (e *Engine) Settle(ctx context.Context) error {
 // do queues a request, leads the batch when none is under way, and waits
 // for the request's answer.
 func (e *Engine) do(ctx context.Context, req *request) error {
+	return e.doAll(ctx, []*request{req})[0]
+}
+
+// doAll queues requests together, leads when no batch is under way, and
+// waits for their answers.
+func (e *Engine) doAll(ctx context.Context, reqs []*request) []error {
+	errs := make([]error, len(reqs))
+	if len(reqs) == 0 {
+		return errs
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return ErrStopped
+		for i := range errs {
+			errs[i] = ErrStopped
+		}
+		return errs
 	}
-	e.queue = append(e.queue, req)
+	e.queue = append(e.queue, reqs...)
 	lead := !e.leading
 	e.leading = true
 	e.mu.Unlock()
 	if lead {
 		e.lead()
 	}
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+	for i, req := range reqs {
+		select {
+		case errs[i] = <-req.done:
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+		}
 	}
+	return errs
 }
 
 // lead processes batches in the caller's goroutine while requests keep
@@ -378,7 +423,7 @@ func (e *Engine) step(batch []*request) error {
 // write commits c and publishes what it decided; on failure it restores
 // the model from the store, so that nothing unstored is ever acknowledged.
 func (e *Engine) write(c *rollout.Change) error {
-	if !c.Empty() {
+	if !c.Empty() || (e.replicated && len(c.Views) > 0) {
 		c.At = e.now()
 		if err := e.store.Commit(&c.Batch); err != nil {
 			// Restored here, or by the next batch when this fails too;

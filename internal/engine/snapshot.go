@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -146,22 +147,53 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 	}
 }
 
+// Reader answers reads: the live rollouts from a snapshot of their views,
+// the settled ones from the archive. The engine keeps one up to date with
+// what it commits; a replica that runs no engine keeps one from the
+// views another replica's engine committed (Publish).
+type Reader struct {
+	snap    *snapshot
+	archive Archive
+	log     *slog.Logger
+}
+
+// NewReader returns a reader of an empty snapshot and archive.
+func NewReader(archive Archive, log *slog.Logger) *Reader {
+	return &Reader{snap: newSnapshot(), archive: archive, log: log}
+}
+
+// Publish shows views in place of the ones before, and removes the
+// rollouts removed (settled or collected); replace shows views alone.
+func (r *Reader) Publish(views []*rollout.View, removed []rollout.Key, replace bool) {
+	r.snap.publish(views, removed, replace)
+}
+
+// SetReady says whether the reader shows the state as it is (readiness).
+func (r *Reader) SetReady(b bool) { r.snap.setReady(b) }
+
+// Views returns every live rollout's view.
+func (r *Reader) Views() []*rollout.View {
+	r.snap.mu.RLock()
+	defer r.snap.mu.RUnlock()
+	return slices.Collect(maps.Values(r.snap.views))
+}
+
 // Ready reports whether the engine is running on loaded state.
-func (e *Engine) Ready() bool { return e.snap.ready.Load() }
+func (r *Reader) Ready() bool { return r.snap.ready.Load() }
 
 // Get returns the view of one rollout, live or settled, or nil.
-func (e *Engine) Get(k rollout.Key) *rollout.View {
-	e.snap.mu.RLock()
-	v := e.snap.views[k]
-	e.snap.mu.RUnlock()
+func (r *Reader) Get(k rollout.Key) *rollout.View {
+	r.snap.mu.RLock()
+	v := r.snap.views[k]
+	r.snap.mu.RUnlock()
 	if v != nil {
 		return v
 	}
 	// A rollout leaves the snapshot only after its settled view was
 	// committed: a miss here is a miss in both, or a hit in the archive.
-	v, err := e.store.Settled(k)
+	v, err := r.archive.Settled(k)
 	if err != nil {
-		e.log.Error("read settled rollout", "cluster", k.Cluster, "hash", k.Hash, "err", err)
+		r.log.Error("read settled rollout", "cluster", k.Cluster, "hash", k.Hash, "err", err)
 		return nil
 	}
 	return v
@@ -173,22 +205,22 @@ const maxMatches = 16
 // Lookup finds the one rollout a query names, live or settled. A commit
 // rebuilt into several artifacts on one cluster is one verdict there: the
 // newest artifact's rollout (perCommit).
-func (e *Engine) Lookup(q Query) (*rollout.View, error) {
-	found, err := e.matching(q, false)
+func (r *Reader) Lookup(q Query) (*rollout.View, error) {
+	found, err := r.matching(q, false)
 	if err != nil {
 		return nil, err
 	}
 	if len(found) == 1 { // nearly every query: one rollout, nothing to group
 		for k, v := range found {
 			if v == nil {
-				if v = e.Get(k); v == nil {
+				if v = r.Get(k); v == nil {
 					return nil, ErrNotFound
 				}
 			}
 			return v, nil
 		}
 	}
-	views, commits := e.perCommit(found, q)
+	views, commits := r.perCommit(found, q)
 	switch {
 	case len(views) > 1 || commits > 1:
 		return nil, ambiguous(found)
@@ -201,15 +233,15 @@ func (e *Engine) Lookup(q Query) (*rollout.View, error) {
 // LookupAll finds the rollouts of the one commit a query names, on every
 // cluster that has it (the query's cluster is ignored), one per cluster,
 // sorted by cluster. A prefix that names several commits is ambiguous.
-func (e *Engine) LookupAll(q Query) ([]*rollout.View, error) {
+func (r *Reader) LookupAll(q Query) ([]*rollout.View, error) {
 	q.Cluster = ""
 	// On one cluster the commit may be a git rollout, on another an OCI
 	// rollout whose origin revision it is: both count.
-	found, err := e.matching(q, true)
+	found, err := r.matching(q, true)
 	if err != nil {
 		return nil, err
 	}
-	views, commits := e.perCommit(found, q)
+	views, commits := r.perCommit(found, q)
 	if commits > 1 {
 		return nil, ambiguous(found)
 	}
@@ -226,13 +258,13 @@ func (e *Engine) LookupAll(q Query) ([]*rollout.View, error) {
 // which is what the cluster runs of that commit now; the older ones were
 // superseded by it. It returns them sorted by cluster, and how many
 // commits they are of.
-func (e *Engine) perCommit(found map[rollout.Key]*rollout.View, q Query) ([]*rollout.View, int) {
+func (r *Reader) perCommit(found map[rollout.Key]*rollout.View, q Query) ([]*rollout.View, int) {
 	type group struct{ cluster, commit string }
 	best := map[group]*rollout.View{}
 	commits := map[string]bool{}
 	for k, v := range found {
 		if v == nil {
-			if v = e.Get(k); v == nil {
+			if v = r.Get(k); v == nil {
 				continue
 			}
 		}
@@ -262,11 +294,11 @@ func newerRollout(a, b *rollout.View) bool {
 // matching are the rollouts a query names, live (with their view) or
 // settled (nil: read with Get). The rollout's own hash wins over an origin
 // revision that has it, unless withOrigin.
-func (e *Engine) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.View, error) {
-	e.snap.mu.RLock()
-	own, origin := e.snap.candidates(q)
-	e.snap.mu.RUnlock()
-	ownKeys, err := e.store.SettledKeys(q.Hash, q.Prefix, false, q.Cluster, maxMatches)
+func (r *Reader) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.View, error) {
+	r.snap.mu.RLock()
+	own, origin := r.snap.candidates(q)
+	r.snap.mu.RUnlock()
+	ownKeys, err := r.archive.SettledKeys(q.Hash, q.Prefix, false, q.Cluster, maxMatches)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +312,7 @@ func (e *Engine) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.Vi
 		}
 	}
 	if withOrigin || q.Prefix || len(found) == 0 {
-		originKeys, err := e.store.SettledKeys(q.Hash, q.Prefix, true, q.Cluster, maxMatches)
+		originKeys, err := r.archive.SettledKeys(q.Hash, q.Prefix, true, q.Cluster, maxMatches)
 		if err != nil {
 			return nil, err
 		}
@@ -360,10 +392,10 @@ func matches(hash string, q Query) bool {
 // terminal verdict, or when ctx ends with the latest answer. Only live
 // rollouts change, and each change is published to the snapshot, so the
 // wait is on the snapshot's channels.
-func (e *Engine) Wait(ctx context.Context, q Query) (*rollout.View, error) {
-	s := e.snap
+func (r *Reader) Wait(ctx context.Context, q Query) (*rollout.View, error) {
+	s := r.snap
 	for {
-		v, err := e.Lookup(q)
+		v, err := r.Lookup(q)
 		if ctx.Err() != nil {
 			return v, err // also ends the retries below, whatever the state
 		}
@@ -400,11 +432,11 @@ func (e *Engine) Wait(ctx context.Context, q Query) (*rollout.View, error) {
 }
 
 // Live counts the rollouts in memory, by verdict.
-func (e *Engine) Live() map[rollout.Verdict]int {
-	e.snap.mu.RLock()
-	defer e.snap.mu.RUnlock()
+func (r *Reader) Live() map[rollout.Verdict]int {
+	r.snap.mu.RLock()
+	defer r.snap.mu.RUnlock()
 	out := map[rollout.Verdict]int{}
-	for _, v := range e.snap.views {
+	for _, v := range r.snap.views {
 		out[v.Verdict]++
 	}
 	return out
@@ -471,19 +503,19 @@ type PageQuery struct {
 // Page lists up to q.Limit rollouts after q.After, that q keeps: the live
 // ones and the settled ones, merged in the list's order. It reads the
 // settled ones from the cursor on, so a page costs the same at any depth.
-func (e *Engine) Page(q PageQuery) (Page, error) {
+func (r *Reader) Page(q PageQuery) (Page, error) {
 	ok := func(v *rollout.View) bool {
 		return (q.Cluster == "" || v.Cluster == q.Cluster) && (q.After == nil || !q.After.before(v)) &&
 			!v.FirstSeen.Before(q.Since) && (q.Keep == nil || q.Keep(v))
 	}
-	e.snap.mu.RLock()
+	r.snap.mu.RLock()
 	var live []*rollout.View
-	for _, v := range e.snap.views {
+	for _, v := range r.snap.views {
 		if ok(v) {
 			live = append(live, v)
 		}
 	}
-	e.snap.mu.RUnlock()
+	r.snap.mu.RUnlock()
 	inLive := make(map[rollout.Key]bool, len(live))
 	for _, v := range live {
 		inLive[v.Key()] = true
@@ -497,7 +529,7 @@ func (e *Engine) Page(q PageQuery) (Page, error) {
 	if q.After != nil {
 		until = q.After.First
 	}
-	err := e.store.ScanSettled(q.Cluster, until, func(v *rollout.View) bool {
+	err := r.archive.ScanSettled(q.Cluster, until, func(v *rollout.View) bool {
 		if v.FirstSeen.Before(q.Since) {
 			return false // the end of the list asked for: all the rest are older
 		}
@@ -559,15 +591,15 @@ func compareListed(a, b *rollout.View) int {
 // caller has), or ctx ends, and returns the view then: nil once k is not
 // live (settled, collected, or never seen). A status page long-polls with
 // it, to show every change of a live rollout as it happens.
-func (e *Engine) Changed(ctx context.Context, k rollout.Key, seen *rollout.View) *rollout.View {
-	s := e.snap
+func (r *Reader) Changed(ctx context.Context, k rollout.Key, seen *rollout.View) *rollout.View {
+	s := r.snap
 	for {
 		s.mu.Lock()
 		v := s.views[k]
 		if v == nil || v != seen {
 			s.mu.Unlock()
 			if v == nil {
-				return e.Get(k)
+				return r.Get(k)
 			}
 			return v
 		}
@@ -585,22 +617,22 @@ func (e *Engine) Changed(ctx context.Context, k rollout.Key, seen *rollout.View)
 // that was still inside its deadline when v began can have been superseded
 // by it (after the deadline it is stuck, not superseded), so the archive is
 // read back from v's start for one deadline's length, no further.
-func (e *Engine) Supersedes(v *rollout.View) ([]*rollout.View, error) {
+func (r *Reader) Supersedes(v *rollout.View) ([]*rollout.View, error) {
 	k, from := v.Key(), v.FirstSeen.Add(-v.Deadline.Sub(v.FirstSeen))
 	by := func(o *rollout.View) bool { return o.SupersedeKey != nil && *o.SupersedeKey == k }
 	var out []*rollout.View
-	e.snap.mu.RLock()
-	for _, o := range e.snap.views {
+	r.snap.mu.RLock()
+	for _, o := range r.snap.views {
 		if o.Cluster == k.Cluster && by(o) {
 			out = append(out, o)
 		}
 	}
-	e.snap.mu.RUnlock()
+	r.snap.mu.RUnlock()
 	live := make(map[rollout.Key]bool, len(out))
 	for _, o := range out {
 		live[o.Key()] = true
 	}
-	err := e.store.ScanSettled(k.Cluster, v.FirstSeen, func(o *rollout.View) bool {
+	err := r.archive.ScanSettled(k.Cluster, v.FirstSeen, func(o *rollout.View) bool {
 		if o.FirstSeen.Before(from) {
 			return false
 		}

@@ -67,6 +67,10 @@ type Batch struct {
 	// older (retention).
 	PurgeBefore time.Time
 	At          time.Time
+	// Views are the views the step changed, published once it is stored.
+	// A store that other replicas read from keeps them too; they alone
+	// are no reason to commit to one that only this process reads.
+	Views []*View
 }
 
 // Empty reports whether b has nothing to store.
@@ -91,12 +95,11 @@ type Floor struct {
 }
 
 // Change is what one step of the model decided: the Batch to store, and,
-// once it is stored, the views to publish (Forget: to unpublish) and the
-// verdict changes to report. Until it is stored, the model already holds
+// once it is stored, the views to publish (Views; Forget: to unpublish)
+// and the verdict changes to report. Until it is stored, the model already holds
 // it: a failed commit must be undone by loading the model again.
 type Change struct {
 	Batch
-	Views    []*View
 	Verdicts []VerdictChange
 }
 

@@ -37,7 +37,22 @@ var migrations = []string{
 		holder text NOT NULL,
 		epoch bigint NOT NULL,
 		expires timestamptz NOT NULL
-	);`,
+	);
+	CREATE TABLE fdn_inbox (
+		id bigserial PRIMARY KEY,
+		received timestamptz NOT NULL DEFAULT now(),
+		body bytea NOT NULL
+	);
+	CREATE SEQUENCE fdn_views_version;
+	CREATE TABLE fdn_views (
+		cluster text NOT NULL,
+		hash text NOT NULL,
+		version bigint NOT NULL,
+		changed timestamptz NOT NULL DEFAULT now(),
+		view bytea,
+		PRIMARY KEY (cluster, hash)
+	);
+	CREATE INDEX fdn_views_by_version ON fdn_views (version);`,
 }
 
 // schemaLock serializes replicas creating or migrating the schema at once
@@ -113,6 +128,9 @@ type pgBackend struct {
 	timeout time.Duration
 	mu      sync.Mutex            // one write transaction at a time, as bbolt
 	fence   atomic.Pointer[Lease] // when set, every write checks it
+	// leased: writes need a lease (Fence); without one they fail, so that
+	// a replica that is not the leader can write nothing by mistake.
+	leased atomic.Bool
 }
 
 func (p *pgBackend) migrate(ctx context.Context) error {
@@ -178,7 +196,9 @@ func (p *pgBackend) update(fn func(txn) error) error {
 		return err
 	}
 	defer tx.Rollback(context.Background())
-	if l := p.fence.Load(); l != nil {
+	if l := p.fence.Load(); l == nil && p.leased.Load() {
+		return ErrFenced
+	} else if l != nil {
 		// The row stays locked until the commit: a replica taking the
 		// lease over waits for it, and this check fails once it has.
 		var ok bool
@@ -615,9 +635,70 @@ func (d *DB) Fence(l *Lease) error {
 	return nil
 }
 
-// ping checks the connection, for health.
-func (p *pgBackend) ping(ctx context.Context) error {
+// RequireLease makes every later write need a lease given to Fence: a
+// replica writes only while it leads.
+func (d *DB) RequireLease() error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
+	p.leased.Store(true)
+	return nil
+}
+
+// Ping checks that the database answers.
+func (d *DB) Ping(ctx context.Context) error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	return p.pool.Ping(ctx)
 }
+
+// Listener waits for notifications on its channels, on a connection of its
+// own (a pooled one would be recycled under it).
+type Listener struct {
+	conn *pgx.Conn
+}
+
+// Listen opens a connection listening on channels.
+func (d *DB) Listen(ctx context.Context, channels ...string) (*Listener, error) {
+	p, err := d.postgres()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, p.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	for _, ch := range channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			conn.Close(context.Background())
+			return nil, err
+		}
+	}
+	return &Listener{conn: conn}, nil
+}
+
+// Wait returns when a notification came (true), after d (false), or with
+// the connection's failure; a notification is a wake-up, never the data:
+// the caller reads what changed, also after a timeout.
+func (l *Listener) Wait(ctx context.Context, d time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_, err := l.conn.WaitForNotification(ctx)
+	if err == nil {
+		return true, nil
+	}
+	if ctx.Err() != nil && !l.conn.IsClosed() {
+		return false, nil
+	}
+	return false, err
+}
+
+// Close closes the listener's connection.
+func (l *Listener) Close() { l.conn.Close(context.Background()) }

@@ -57,6 +57,22 @@ func TestRecordsRoundTripEveryField(t *testing.T) {
 			t.Fatalf("seed %d: the evidence record does not round-trip:\n got %+v\nwant %+v", seed, back, &ev)
 		}
 
+		// The inbox's observations, their emitters' roles with them. It is
+		// JSON, whose strings are UTF-8: what reaches the model has any
+		// other byte replaced, before anything judged it.
+		obs := make([]rollout.Observation, 1+f.r.IntN(3))
+		for i := range obs {
+			f.fill(reflect.ValueOf(&obs[i]).Elem())
+			validUTF8(reflect.ValueOf(&obs[i]).Elem())
+		}
+		enc, err := encodeInbox(obs)
+		if err != nil {
+			t.Fatalf("seed %d: encode inbox: %v", seed, err)
+		}
+		if gotObs, err := decodeInbox(enc); err != nil || !reflect.DeepEqual(gotObs, obs) {
+			t.Fatalf("seed %d: the inbox entry does not round-trip (%v):\n got %+v\nwant %+v", seed, err, gotObs, obs)
+		}
+
 		var q outbox.Queued
 		f.fill(reflect.ValueOf(&q).Elem())
 		q.Mail.Kind = rollout.MailKind(fillPieces[f.r.IntN(len(fillPieces))])
@@ -298,5 +314,27 @@ func TestRecordsOfSchema5(t *testing.T) {
 	}
 	if len(seen) != 5 {
 		t.Fatalf("read %v of the schema 5 records", seen)
+	}
+}
+
+// validUTF8 replaces invalid UTF-8 in every string v holds.
+func validUTF8(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(strings.ToValidUTF8(v.String(), "\uFFFD"))
+	case reflect.Pointer:
+		if !v.IsNil() {
+			validUTF8(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				validUTF8(v.Field(i))
+			}
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			validUTF8(v.Index(i))
+		}
 	}
 }

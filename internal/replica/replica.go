@@ -1,0 +1,455 @@
+// Package replica runs one of several replicas on one PostgreSQL store.
+// Every replica takes events (it appends them to the store's inbox and
+// answers once they are committed) and answers reads (from the live views
+// the leader's commits wrote, which it follows). One replica at a time
+// leads: it holds the lease, takes the inbox into its engine, and does
+// what must happen once (sending, forge delivery, the model's clock), each
+// of its writes fenced by the lease's epoch.
+package replica
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/episode"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+// Config times the lease and the following.
+type Config struct {
+	// Identity names this replica in the lease; unique per process.
+	Identity string
+	// LeaseTTL is how long a lease lasts unless renewed: a dead leader's
+	// successor takes over within LeaseTTL and Renew of its death.
+	LeaseTTL time.Duration
+	// Renew is how often the leader renews and the others campaign.
+	Renew time.Duration
+	// Poll is how often the views and the inbox are read when no
+	// notification came: a notification is only a wake-up.
+	Poll time.Duration
+}
+
+// Defaults: a takeover within 15 seconds of a leader's death.
+const (
+	DefaultLeaseTTL = 10 * time.Second
+	DefaultRenew    = 2 * time.Second
+	DefaultPoll     = time.Second
+)
+
+// Identity is this process's name among the replicas: the pod's name
+// (POD_NAME) or the host's, with the process id and a random suffix, so
+// that a restarted container never takes its predecessor's term.
+func Identity(getenv func(string) string) string {
+	name := getenv("POD_NAME")
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", name, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Lead runs what the leader does until ctx ends (its term is over); it
+// returns once everything it started has stopped writing.
+type Lead func(ctx context.Context) error
+
+// Node is one replica.
+type Node struct {
+	db        *store.DB
+	cfg       Config
+	log       *slog.Logger
+	reader    *engine.Reader
+	normalise func(*rollout.Observation) error
+
+	leading  atomic.Bool
+	caughtUp atomic.Bool
+	epoch    atomic.Int64 // of the term under way, 0 when following
+
+	appends  atomic.Int64 // failed appends since start
+	lastFail atomic.Int64 // unix nanos of the last
+	appendEp episode.Tracker
+	followEp episode.Tracker
+	electEp  episode.Tracker
+}
+
+// New returns a replica on db. normalise checks an observation before it
+// is appended (the model's own check, so that the inbox holds nothing the
+// leader would refuse).
+func New(db *store.DB, cfg Config, normalise func(*rollout.Observation) error, log *slog.Logger) (*Node, error) {
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Renew == 0 {
+		cfg.Renew = DefaultRenew
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.Renew*2 > cfg.LeaseTTL {
+		return nil, fmt.Errorf("the lease (%s) must last at least two renewals (%s)", cfg.LeaseTTL, cfg.Renew)
+	}
+	if err := db.RequireLease(); err != nil {
+		return nil, err
+	}
+	return &Node{db: db, cfg: cfg, log: log, reader: engine.NewReader(db, log), normalise: normalise}, nil
+}
+
+// Reader is what this replica answers reads from.
+func (n *Node) Reader() *engine.Reader { return n.reader }
+
+// Leading reports whether this replica leads now.
+func (n *Node) Leading() bool { return n.leading.Load() }
+
+// Epoch is the term this replica leads, 0 when it follows.
+func (n *Node) Epoch() int64 { return n.epoch.Load() }
+
+// CaughtUp reports whether this replica shows the views as the store has
+// them (it read them once since it started, and reads their changes).
+func (n *Node) CaughtUp() bool { return n.caughtUp.Load() }
+
+// Submit appends an observation; see SubmitAll.
+func (n *Node) Submit(ctx context.Context, o rollout.Observation) error {
+	return n.SubmitAll(ctx, []rollout.Observation{o})
+}
+
+// SubmitAll appends observations that belong together to the inbox and
+// returns once they are committed (nil: acknowledge them), refused
+// (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).
+func (n *Node) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
+	for i := range obs {
+		if err := n.normalise(&obs[i]); err != nil {
+			return err
+		}
+	}
+	if err := n.db.Append(ctx, obs); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		now := time.Now()
+		n.appends.Add(1)
+		n.lastFail.Store(now.UnixNano())
+		if n.appendEp.Fail(now, err.Error()) {
+			n.log.Error("storing events in PostgreSQL fails: they are answered 503 (notification-controller retries them)", "err", err)
+		}
+		return fmt.Errorf("%w: %v", engine.ErrStore, err)
+	}
+	if count, since, ended := n.appendEp.Ok(); ended {
+		n.log.Warn("storing events in PostgreSQL succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
+	}
+	return nil
+}
+
+// AppendFailures is how many appends failed since start, and when last.
+func (n *Node) AppendFailures() (int64, time.Time) {
+	var at time.Time
+	if ns := n.lastFail.Load(); ns != 0 {
+		at = time.Unix(0, ns)
+	}
+	return n.appends.Load(), at
+}
+
+// Warning says, while the store fails this replica, since when and why.
+func (n *Node) Warning() string {
+	for _, ep := range []*episode.Tracker{&n.appendEp, &n.followEp, &n.electEp} {
+		if since, _, why := ep.UnderWay(); !since.IsZero() {
+			return fmt.Sprintf("PostgreSQL fails since %s: %s", since.UTC().Format(time.RFC3339), why)
+		}
+	}
+	return ""
+}
+
+// Run follows the views and campaigns for the lease until ctx ends; while
+// this replica leads, lead runs. On return the lease, if held, is given
+// up, so that another replica takes over at once.
+func (n *Node) Run(ctx context.Context, lead Lead) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { n.follow(ctx) })
+	n.elect(ctx, lead)
+	wg.Wait()
+	return nil
+}
+
+// follow keeps the reader's views those the store has: all of them first,
+// then their changes, woken by the leader's notifications and at least
+// every Poll.
+func (n *Node) follow(ctx context.Context) {
+	var (
+		version int64
+		l       *store.Listener
+	)
+	defer func() {
+		if l != nil {
+			l.Close()
+		}
+	}()
+	for ctx.Err() == nil {
+		if l == nil {
+			var err error
+			if l, err = n.db.Listen(ctx, "fdn_views"); err != nil {
+				l = nil // polled until it can listen again
+			}
+		}
+		ch, err := n.db.ViewsSince(ctx, version)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if n.followEp.Fail(time.Now(), err.Error()) {
+				n.log.Error("reading the rollouts from PostgreSQL fails: this replica shows them as they were", "err", err)
+			}
+			n.caughtUp.Store(false)
+			n.reader.SetReady(false)
+		} else {
+			if count, since, ended := n.followEp.Ok(); ended {
+				n.log.Warn("reading the rollouts from PostgreSQL succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
+			}
+			n.reader.Publish(ch.Views, ch.Removed, ch.Reset)
+			version = ch.Version
+			n.caughtUp.Store(true)
+			n.reader.SetReady(true)
+		}
+		if l == nil {
+			sleep(ctx, n.cfg.Poll)
+			continue
+		}
+		if _, err := l.Wait(ctx, n.cfg.Poll); err != nil && ctx.Err() == nil {
+			l.Close()
+			l = nil // notifications sent meanwhile are lost: the read above finds their changes
+		}
+	}
+}
+
+// elect campaigns every Renew while following, and renews while leading.
+// A term ends when a renewal says the lease is gone, or when the time it
+// was renewed for runs out (less a renewal, for the clocks' drift and the
+// term's own last writes) before a renewal succeeds: then this replica
+// stops leading even if it cannot reach the database to learn so.
+func (n *Node) elect(ctx context.Context, lead Lead) {
+	var t *term
+	expired := make(chan struct{}, 1)
+	end := func(why string, resign bool) {
+		if t == nil {
+			return
+		}
+		t.end()
+		n.leading.Store(false)
+		n.epoch.Store(0)
+		n.log.Warn("no longer leading", "epoch", t.lease.Epoch, "why", why)
+		if resign {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Renew)
+			if err := n.db.Resign(rctx, t.lease); err != nil {
+				n.log.Warn("give up the lease", "err", err)
+			}
+			cancel()
+		}
+		t = nil
+	}
+	defer end("stopping", true)
+	tick := time.NewTicker(n.cfg.Renew)
+	defer tick.Stop()
+	for {
+		asked := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.Renew)
+		var (
+			ok    bool
+			err   error
+			lease store.Lease
+		)
+		if t == nil {
+			lease, ok, err = n.db.Campaign(rctx, n.cfg.Identity, n.cfg.LeaseTTL)
+		} else {
+			ok, err = n.db.Renew(rctx, t.lease, n.cfg.LeaseTTL)
+		}
+		cancel()
+		// The lease runs from before it was asked for, on this clock.
+		valid := time.Until(asked.Add(n.cfg.LeaseTTL - n.cfg.Renew))
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if n.electEp.Fail(time.Now(), err.Error()) {
+				n.log.Error("the lease cannot be read or renewed in PostgreSQL", "err", err)
+			}
+		case t != nil && !ok:
+			end("another replica holds the lease", false)
+		case t != nil:
+			n.electOk()
+			t.expiry.Reset(valid)
+		case ok:
+			n.electOk()
+			select {
+			case <-expired: // of a term before
+			default:
+			}
+			if t, err = n.begin(ctx, lease, lead, valid, expired); err != nil {
+				n.log.Error("begin leading", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-expired:
+			end("the lease ran out before it was renewed, or leading failed", true)
+		}
+	}
+}
+
+func (n *Node) electOk() {
+	if count, since, ended := n.electEp.Ok(); ended {
+		n.log.Warn("the lease is read again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
+	}
+}
+
+// term is one term of leadership under way.
+type term struct {
+	db     *store.DB
+	lease  store.Lease
+	stop   context.CancelFunc
+	done   chan struct{}
+	expiry *time.Timer // signals expired when the lease runs out unrenewed
+}
+
+// begin fences the store with lease and runs lead until the term ends;
+// expired is signalled when the lease runs out (valid from now) or lead
+// stops on its own.
+func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid time.Duration, expired chan struct{}) (*term, error) {
+	if err := n.db.Fence(&lease); err != nil {
+		return nil, err
+	}
+	signal := func() {
+		select {
+		case expired <- struct{}{}:
+		default:
+		}
+	}
+	termCtx, stop := context.WithCancel(ctx)
+	t := &term{db: n.db, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal)}
+	n.leading.Store(true)
+	n.epoch.Store(lease.Epoch)
+	n.log.Info("leading", "epoch", lease.Epoch, "identity", n.cfg.Identity)
+	go func() {
+		defer close(t.done)
+		err := lead(termCtx)
+		if termCtx.Err() == nil {
+			// Leading stopped on its own: let another replica try.
+			n.log.Error("leading failed; giving the lease up", "err", err)
+			signal()
+		}
+	}()
+	return t, nil
+}
+
+// end stops the term's work and waits for it; its writes were fenced all
+// along, and the store takes none after.
+func (t *term) end() {
+	t.stop()
+	<-t.done
+	t.expiry.Stop()
+	_ = t.db.Fence(nil)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Pump takes the inbox into e until ctx ends: the leader's half of every
+// replica's SubmitAll. An entry is deleted once its observations are
+// committed, or refused (they were checked when appended: a refusal here
+// is of a binary that checks more, and a retry cannot pass). A leader that
+// dies between the two leaves the entry to the next, which applies it
+// again: applying is idempotent.
+func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duration, log *slog.Logger) error {
+	const take = 512
+	var l *store.Listener
+	defer func() {
+		if l != nil {
+			l.Close()
+		}
+	}()
+	for ctx.Err() == nil {
+		if l == nil {
+			var err error
+			if l, err = db.Listen(ctx, "fdn_inbox"); err != nil {
+				l = nil
+			}
+		}
+		entries, err := db.Inbox(ctx, take)
+		if err == nil && len(entries) > 0 {
+			groups := make([][]rollout.Observation, len(entries))
+			for i, en := range entries {
+				groups[i] = en.Observations
+			}
+			var done []int64
+			for i, err := range e.SubmitEach(ctx, groups) {
+				switch {
+				case err == nil:
+					done = append(done, entries[i].ID)
+				case errors.Is(err, rollout.ErrInvalid):
+					log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
+					done = append(done, entries[i].ID)
+				}
+			}
+			if len(done) > 0 {
+				err = db.Consumed(ctx, done)
+			}
+			if err == nil && len(done) == len(entries) {
+				continue // more may wait
+			}
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Debug("take the inbox", "err", err)
+		}
+		if l == nil {
+			sleep(ctx, poll)
+			continue
+		}
+		if _, err := l.Wait(ctx, poll); err != nil && ctx.Err() == nil {
+			l.Close()
+			l = nil
+		}
+	}
+	return nil
+}
+
+// LeadEngine is a Lead that runs the leader's engine for the term: it
+// loads the live rollouts from the store, shows their views to every
+// replica, takes the inbox into the engine and runs its clock, and runs
+// with (what else the leader does with the engine: the dispatchers) until
+// ctx ends.
+func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(ctx context.Context, e *engine.Engine)) Lead {
+	return func(ctx context.Context) error {
+		start := time.Now()
+		e, err := engine.New(n.db, cfg, n.log, now)
+		if err != nil {
+			return fmt.Errorf("load the rollouts: %w", err)
+		}
+		if err := n.db.ReplaceViews(e.Views()); err != nil {
+			return fmt.Errorf("show the rollouts to the replicas: %w", err)
+		}
+		n.log.Info("serving as leader", "rollouts", len(e.Views()), "took", time.Since(start).Round(time.Millisecond).String())
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = e.Run(ctx) })
+		wg.Go(func() { _ = Pump(ctx, n.db, e, n.cfg.Poll, n.log) })
+		if with != nil {
+			wg.Go(func() { with(ctx, e) })
+		}
+		wg.Wait()
+		return nil
+	}
+}

@@ -1,0 +1,157 @@
+package replica_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
+)
+
+var cfg = rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"dev@example.com"},
+	RoleOf: ingest.RoleOf, CommitOf: flux.GitCommit, DefaultCluster: "default", Verify: true}
+
+// running is one replica under test.
+type running struct {
+	node *replica.Node
+	db   *store.DB
+	stop func() // ends Run (the lease given up) and closes the store
+}
+
+func start(t *testing.T, conn, name string) *running {
+	t.Helper()
+	pcfg, err := store.ParsePostgres(conn, store.PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := store.OpenPostgres(context.Background(), pcfg, store.PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := rollout.NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := replica.New(db, replica.Config{Identity: name, LeaseTTL: 2 * time.Second, Renew: 200 * time.Millisecond, Poll: 100 * time.Millisecond},
+		model.Normalise, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = n.Run(ctx, n.LeadEngine(cfg, time.Now, nil))
+	}()
+	var once sync.Once
+	r := &running{node: n, db: db, stop: func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			db.Close()
+		})
+	}}
+	t.Cleanup(r.stop)
+	return r
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20 s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func verdict(r *running, hash string) rollout.Verdict {
+	v, err := r.node.Reader().Lookup(engine.Query{Hash: hash})
+	if err != nil {
+		return rollout.VerdictUnknown
+	}
+	return v.Verdict
+}
+
+// TestReplicas: either replica takes events; one leads; both show the
+// verdicts the leader decided; when the leader stops, the other takes over
+// at once (the lease given up) and goes on from the same state.
+func TestReplicas(t *testing.T) {
+	conn := pgtest.Start(t).NewDatabase(t)
+	a := start(t, conn, "a")
+	waitFor(t, "a to lead", a.node.Leading)
+	b := start(t, conn, "b")
+	waitFor(t, "b to catch up", b.node.CaughtUp)
+	if b.node.Leading() {
+		t.Fatal("b leads while a does")
+	}
+	obs := enginetest.ExampleObservations(time.Now().Add(-time.Hour).Truncate(time.Second))
+	half := len(obs) / 2
+	for i, o := range obs[:half] {
+		via := []*running{a, b}[i%2]
+		if err := via.node.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := obs[half-1].Hash
+	waitFor(t, "both to show the first half", func() bool {
+		return verdict(a, last) != rollout.VerdictUnknown && verdict(b, last) != rollout.VerdictUnknown
+	})
+	a.stop()
+	waitFor(t, "b to lead", b.node.Leading)
+	for _, o := range obs[half:] {
+		if err := b.node.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same as one engine decides from all of them.
+	ref := enginetest.Start(t, t.TempDir(), cfg, time.Now, false)
+	for _, o := range obs {
+		if err := ref.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]rollout.Verdict{}
+	for _, v := range ref.Views() {
+		want[v.Hash] = v.Verdict
+	}
+	waitFor(t, "b to show every verdict", func() bool {
+		for h, v := range want {
+			if verdict(b, h) != v {
+				return false
+			}
+		}
+		return true
+	})
+	// A third replica starts warm from the views.
+	c := start(t, conn, "c")
+	waitFor(t, "c to catch up", c.node.CaughtUp)
+	for h, v := range want {
+		if got := verdict(c, h); got != v {
+			t.Fatalf("c shows %s for %s, want %s", got, h, v)
+		}
+	}
+	if c.node.Leading() {
+		t.Fatal("c leads while b does")
+	}
+	if n, _ := b.node.AppendFailures(); n != 0 {
+		t.Fatalf("%d appends failed", n)
+	}
+	var errInvalid = rollout.Observation{Cluster: "prod"}
+	if err := c.node.Submit(context.Background(), errInvalid); !errors.Is(err, rollout.ErrInvalid) {
+		t.Fatalf("an invalid observation: %v, want ErrInvalid", err)
+	}
+}

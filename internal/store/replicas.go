@@ -1,0 +1,270 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// What several replicas on one PostgreSQL database share beyond the
+// records: the inbox, where any replica puts the observations it
+// acknowledges and the leader takes them from, and the live views the
+// leader's commits decided, which every replica reads. bbolt has neither:
+// one process is every part there.
+
+// Replicated reports whether other replicas read this store (PostgreSQL).
+func (d *DB) Replicated() bool { return d.path == "" }
+
+// inboxVersion is the first byte of an inbox row: the observations'
+// encoding (1: JSON, which a binary of another version reads too, as a
+// rolling update needs).
+const inboxVersion = 1
+
+// Entry is one row of the inbox: observations acknowledged together.
+type Entry struct {
+	ID           int64
+	Observations []rollout.Observation
+}
+
+// Append puts observations that belong together in the inbox as one
+// entry, and wakes the leader; once it returns they are committed. Any
+// replica appends, concurrently: no lock of this process is taken.
+func (d *DB) Append(ctx context.Context, obs []rollout.Observation) error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
+	body, err := encodeInbox(obs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	_, err = p.pool.Exec(ctx, `WITH e AS (INSERT INTO fdn_inbox (body) VALUES ($1))
+		SELECT pg_notify('fdn_inbox', '')`, append([]byte{inboxVersion}, body...))
+	return err
+}
+
+// Inbox returns up to limit entries, oldest first. An entry stays until
+// Consumed: a leader that dies before then leaves it to the next, which
+// applies it again (applying is idempotent).
+func (d *DB) Inbox(ctx context.Context, limit int) ([]Entry, error) {
+	p, err := d.postgres()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	rows, err := p.pool.Query(ctx, `SELECT id, body FROM fdn_inbox ORDER BY id LIMIT $1`, limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for rows.Next() {
+		var e Entry
+		var body []byte
+		if err := rows.Scan(&e.ID, &body); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if len(body) == 0 || body[0] != inboxVersion {
+			rows.Close()
+			return nil, fmt.Errorf("inbox entry %d: unknown encoding", e.ID)
+		}
+		if e.Observations, err = decodeInbox(body[1:]); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("inbox entry %d: %w", e.ID, err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// inboxObservation is an observation as the inbox keeps it: JSON, and the
+// emitters' roles, which their JSON leaves out.
+type inboxObservation struct {
+	rollout.Observation
+	EmitterRole rollout.Role
+	LayerRole   rollout.Role   `json:",omitempty"`
+	HoldRoles   []rollout.Role `json:",omitempty"`
+}
+
+func encodeInbox(obs []rollout.Observation) ([]byte, error) {
+	out := make([]inboxObservation, len(obs))
+	for i, o := range obs {
+		out[i] = inboxObservation{Observation: o, EmitterRole: o.Emitter.Role, LayerRole: o.Layer.Role}
+		for _, h := range o.Holds {
+			out[i].HoldRoles = append(out[i].HoldRoles, h.Role)
+		}
+	}
+	return json.Marshal(out)
+}
+
+func decodeInbox(b []byte) ([]rollout.Observation, error) {
+	var in []inboxObservation
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	out := make([]rollout.Observation, len(in))
+	for i, o := range in {
+		if len(o.HoldRoles) != len(o.Holds) {
+			return nil, errors.New("the releases held and their roles differ")
+		}
+		out[i] = o.Observation
+		out[i].Emitter.Role, out[i].Layer.Role = o.EmitterRole, o.LayerRole
+		for j := range out[i].Holds {
+			out[i].Holds[j].Role = o.HoldRoles[j]
+		}
+	}
+	return out, nil
+}
+
+// Consumed deletes inbox entries whose observations were committed.
+func (d *DB) Consumed(ctx context.Context, ids []int64) error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	_, err = p.pool.Exec(ctx, `DELETE FROM fdn_inbox WHERE id = ANY($1)`, ids)
+	return err
+}
+
+// The live views: one row a rollout, its view encoded as a settled
+// record, and a version from one sequence that every change takes. A
+// rollout that left (settled or collected) keeps a row without a view for
+// viewsKept, so that a replica reading changes since its last version
+// learns it left. Only the leader writes, one transaction at a time and
+// fenced, so versions are committed in their order: a reader that has
+// everything up to version v never misses a lower one later.
+const viewsKept = time.Hour
+
+// viewsFloor names the sequence row holding the highest version of a
+// removal forgotten: a replica behind it reads every view again.
+var viewsFloor = []byte("views-floor")
+
+// writeViews writes what b changed of the live views in tx, and wakes the
+// replicas when it commits.
+func (t *pgTx) writeViews(b *rollout.Batch, views [][]byte) {
+	for i, v := range b.Views {
+		t.queued.Queue(`INSERT INTO fdn_views (cluster, hash, version, view) VALUES ($1, $2, nextval('fdn_views_version'), $3)
+			ON CONFLICT (cluster, hash) DO UPDATE SET version = excluded.version, changed = now(), view = excluded.view`,
+			v.Cluster, v.Hash, views[i])
+	}
+	for _, k := range b.Forget {
+		t.queued.Queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
+			WHERE cluster = $1 AND hash = $2 AND view IS NOT NULL`, k.Cluster, k.Hash)
+	}
+	if !b.PurgeBefore.IsZero() {
+		t.queued.Queue(`WITH gone AS (DELETE FROM fdn_views WHERE view IS NULL AND changed < now() - $1::bigint * interval '1 millisecond' RETURNING version)
+			INSERT INTO fdn_sequence (bucket, value) SELECT $2::text, max(version) FROM gone HAVING count(*) > 0
+			ON CONFLICT (bucket) DO UPDATE SET value = greatest(fdn_sequence.value, excluded.value)`,
+			viewsKept.Milliseconds(), string(viewsFloor))
+	}
+	if len(b.Views) > 0 || len(b.Forget) > 0 {
+		t.queued.Queue(`SELECT pg_notify('fdn_views', '')`)
+	}
+}
+
+// ReplaceViews makes views the live ones, every other removed: what a new
+// leader's engine loaded. It is fenced as every write.
+func (d *DB) ReplaceViews(views []*rollout.View) error {
+	if _, err := d.postgres(); err != nil {
+		return err
+	}
+	enc := make([][]byte, len(views))
+	clusters, hashes := make([]string, len(views)), make([]string, len(views))
+	for i, v := range views {
+		var err error
+		if enc[i], err = d.records.encodeSettled(v); err != nil {
+			return err
+		}
+		clusters[i], hashes[i] = v.Cluster, v.Hash
+	}
+	return d.kv.update(func(tx txn) error {
+		t := tx.(*pgTx)
+		t.queued.Queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
+			WHERE view IS NOT NULL AND (cluster, hash) NOT IN (SELECT * FROM unnest($1::text[], $2::text[]))`, clusters, hashes)
+		t.writeViews(&rollout.Batch{Views: views}, enc)
+		t.queued.Queue(`SELECT pg_notify('fdn_views', '')`)
+		return nil
+	})
+}
+
+// ViewChanges are the live views' changes after a version.
+type ViewChanges struct {
+	Views   []*rollout.View
+	Removed []rollout.Key
+	// Reset: Views are every live view, to show in place of all others
+	// (the version asked for is older than the removals kept).
+	Reset bool
+	// Version is the last version read: ask for changes after it next.
+	Version int64
+}
+
+// ViewsSince returns the changes of the live views after version (all of
+// them when version is 0), in one snapshot.
+func (d *DB) ViewsSince(ctx context.Context, version int64) (ViewChanges, error) {
+	p, err := d.postgres()
+	if err != nil {
+		return ViewChanges{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	out := ViewChanges{Version: version}
+	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var floor int64
+		err := tx.QueryRow(ctx, `SELECT value FROM fdn_sequence WHERE bucket = $1`, string(viewsFloor)).Scan(&floor)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		q := `SELECT cluster, hash, version, view FROM fdn_views WHERE version > $1 ORDER BY version`
+		if version == 0 || version < floor {
+			out.Reset = true
+			q = `SELECT cluster, hash, version, view FROM fdn_views WHERE view IS NOT NULL AND version > $1 ORDER BY version`
+			version = 0
+		}
+		rows, err := tx.Query(ctx, q, version)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k rollout.Key
+			var v int64
+			var rec []byte
+			if err := rows.Scan(&k.Cluster, &k.Hash, &v, &rec); err != nil {
+				return err
+			}
+			out.Version = max(out.Version, v)
+			if rec == nil {
+				if !out.Reset {
+					out.Removed = append(out.Removed, k)
+				}
+				continue
+			}
+			view, err := d.records.decodeSettled(rec)
+			if err != nil {
+				return fmt.Errorf("view of %s/%s: %w", k.Cluster, k.Hash, err)
+			}
+			out.Views = append(out.Views, view)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if out.Reset {
+			// Versions up to the sequence's are taken; none lower can
+			// commit after this snapshot (see viewsKept).
+			return tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM fdn_views`).Scan(&out.Version)
+		}
+		return nil
+	})
+	return out, err
+}
