@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 )
 
 // clusterConfig is the cluster part of serve's configuration.
@@ -68,7 +67,7 @@ func (c *clusterConfig) restConfig(getenv func(string) string) (*rest.Config, st
 }
 
 // reader builds the cluster reader, or nil for events only.
-func (c *clusterConfig) reader(getenv func(string) string, eng *engine.Engine, clusterName string, statusMoved func(), log *slog.Logger) (*cluster.Reader, error) {
+func (c *clusterConfig) reader(getenv func(string) string, sub cluster.Submitter, clusterName string, statusMoved func(), log *slog.Logger) (*cluster.Reader, error) {
 	cfg, from, err := c.restConfig(getenv)
 	if err != nil {
 		return nil, err
@@ -85,7 +84,7 @@ func (c *clusterConfig) reader(getenv func(string) string, eng *engine.Engine, c
 		}
 	}
 	log.Info("reading the cluster", "config", from, "cluster", clusterName, "namespaces", len(namespaces))
-	return cluster.NewForConfig(cfg, eng, cluster.Config{
+	return cluster.NewForConfig(cfg, sub, cluster.Config{
 		Cluster: clusterName, Namespaces: namespaces, LayerSelector: *c.selector, StatusMoved: statusMoved,
 	}, log, time.Now)
 }

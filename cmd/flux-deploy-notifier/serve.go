@@ -31,6 +31,7 @@ type serveConfig struct {
 	mail           mailConfig
 	forge          forgeConfig
 	cluster        clusterConfig
+	postgres       postgresConfig
 	verdictToken   string
 	trustHeader    string
 }
@@ -56,6 +57,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	cc.flags(f)
 	var fc forgeConfig
 	fc.flags(f)
+	var pc postgresConfig
+	pc.flags(f)
 	level := f.String("log-level", "FDN_LOG_LEVEL", "info", "debug, info, warn or error")
 	format := f.String("log-format", "FDN_LOG_FORMAT", "json", "json or text")
 	if err := f.parse(args); err != nil {
@@ -68,9 +71,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf, CommitOf: flux.GitCommit},
 		mail:    mc,
 		forge:   fc,
-		cluster: cc, verdictToken: *verdictToken, trustHeader: *trustHeader,
+		cluster: cc, postgres: pc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}
 	if err := c.cluster.validate(); err != nil {
+		return c, err
+	}
+	if err := c.postgres.validate(); err != nil {
 		return c, err
 	}
 	if err := c.mail.finish(*dataDir); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,8 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
@@ -41,7 +44,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer s.close()
 	for _, part := range []func(context.Context) error{
 		s.loadTokens,   // the webhook's HMAC key and the verdict token
-		s.openState,    // bbolt, and the engine on it
+		s.openState,    // bbolt and the engine on it, or PostgreSQL and this replica
 		s.openMail,     // the outbox's dispatcher, and the metrics
 		s.openForge,    // with a forge: the forge outbox's dispatcher
 		s.watchCluster, // with cluster access: the reader, and the blindness watchdog
@@ -64,14 +67,26 @@ type service struct {
 
 	token, verdictToken []byte
 	db                  *store.DB
-	eng                 *engine.Engine
-	mailer              *mail.Dispatcher
-	forger              *forge.Dispatcher // nil: no forge
-	reader              *cluster.Reader   // nil: events only
-	watchdog            *blind.Watchdog   // with the reader
-	srv                 *http.Server
-	ln                  net.Listener
-	drain               context.CancelFunc
+	eng                 *engine.Engine // on bbolt; on PostgreSQL, the leader makes one each term
+	// What reads are answered from, what the cluster reader and the
+	// webhook hand observations to, and what says the store fails: the
+	// engine on bbolt, the replica on PostgreSQL.
+	rollouts     reads
+	submitter    cluster.Submitter
+	events       webhook.Submitter
+	storeWarning func() string
+	onVerdict    func(rollout.VerdictChange)
+
+	node         *replica.Node // with --postgres
+	replicaReads *replicaRollouts
+	leaderEngine atomic.Pointer[engine.Engine] // while this replica leads
+	mailer       *mail.Dispatcher
+	forger       *forge.Dispatcher // nil: no forge
+	reader       *cluster.Reader   // nil: events only
+	watchdog     *blind.Watchdog   // with the reader
+	srv          *http.Server
+	ln           net.Listener
+	drain        context.CancelFunc
 }
 
 func (s *service) loadTokens(context.Context) error {
@@ -93,13 +108,25 @@ func (s *service) loadTokens(context.Context) error {
 	return nil
 }
 
-func (s *service) openState(context.Context) error {
+// reads are what the API and the pages read rollouts from.
+type reads interface {
+	api.Rollouts
+	ui.Rollouts
+}
+
+func (s *service) openState(ctx context.Context) error {
+	if s.c.postgres.enabled() {
+		return s.openReplica(ctx)
+	}
 	var err error
 	if s.db, err = store.Open(s.c.dataDir); err != nil {
 		return err
 	}
-	s.eng, err = engine.New(s.db, s.c.engine, s.log, time.Now)
-	return err
+	if s.eng, err = engine.New(s.db, s.c.engine, s.log, time.Now); err != nil {
+		return err
+	}
+	s.rollouts, s.submitter, s.events, s.storeWarning = s.eng, s.eng, s.eng, s.eng.StoreWarning
+	return nil
 }
 
 func (s *service) openMail(context.Context) error {
@@ -108,8 +135,24 @@ func (s *service) openMail(context.Context) error {
 	if s.mailer, err = s.c.mail.dispatcher(s.db, s.log, s.reg, s.stdout); err != nil {
 		return err
 	}
-	s.eng.OnMail(s.mailer.Wake)
-	s.eng.OnVerdict(api.RegisterMetrics(s.reg, s.eng, s.db, time.Now))
+	s.onVerdict = api.RegisterMetrics(s.reg, s.rollouts, s.db, time.Now)
+	leading := func() float64 { return 1 }
+	if s.node != nil {
+		leading = func() float64 {
+			if s.node.Leading() {
+				return 1
+			}
+			return 0
+		}
+	}
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdn_leader",
+		Help: "1 on the replica that sends mail, delivers to the forge and runs the rollouts' clock; 0 on the others. One process on bbolt always leads.",
+	}, leading))
+	if s.eng != nil {
+		s.eng.OnMail(s.mailer.Wake)
+		s.eng.OnVerdict(s.onVerdict)
+	}
 	return nil
 }
 
@@ -125,7 +168,9 @@ func (s *service) openForge(context.Context) error {
 	if s.forger, err = s.c.forge.dispatcher(s.db, *s.c.mail.externalURL, sourceURL, s.log, s.reg); err != nil || s.forger == nil {
 		return err
 	}
-	s.eng.OnPublish(s.forger.Wake)
+	if s.eng != nil {
+		s.eng.OnPublish(s.forger.Wake)
+	}
 	return nil
 }
 
@@ -136,7 +181,7 @@ func (s *service) watchCluster(ctx context.Context) error {
 		}
 	}
 	var err error
-	if s.reader, err = s.c.cluster.reader(s.getenv, s.eng, s.c.engine.DefaultCluster, statusMoved, s.log); err != nil || s.reader == nil {
+	if s.reader, err = s.c.cluster.reader(s.getenv, s.submitter, s.c.engine.DefaultCluster, statusMoved, s.log); err != nil || s.reader == nil {
 		return err
 	}
 	// A missing permission is reported now, not retried in the background.
@@ -154,7 +199,7 @@ func (s *service) watchCluster(ctx context.Context) error {
 // warnings are what people must know of, on /readyz, /rollouts and the
 // status pages; none fails readiness (README "Health").
 func (s *service) warnings() []string {
-	sources := []func() string{s.eng.StoreWarning, s.mailer.Warning}
+	sources := []func() string{s.storeWarning, s.mailer.Warning}
 	if s.forger != nil {
 		sources = append(sources, s.forger.Warning)
 	}
@@ -174,11 +219,20 @@ func (s *service) listen(context.Context) error {
 	// Ends when the HTTP server begins shutting down: long polls answer.
 	draining, drain := context.WithCancel(context.Background())
 	s.drain = drain
-	hook := webhook.New(s.token, s.eng, s.log, s.reg)
+	hook := webhook.New(s.token, s.events, s.log, s.reg)
 	var checks []api.Check
 	if s.reader != nil {
-		hook.OnEvent(s.watchdog.Event)
+		if s.node != nil {
+			s.node.OnEvent(s.watchdog.Event) // the leader's, as it takes each event from the inbox
+		} else {
+			hook.OnEvent(s.watchdog.Event)
+		}
 		checks = append(checks, api.Check{Name: "cluster", OK: s.reader.Synced})
+	}
+	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining}
+	if s.node != nil {
+		apiOpts.Checks = append(apiOpts.Checks, api.Check{Name: "postgres", OK: s.node.CaughtUp})
+		apiOpts.Role = s.replicaReads.role
 	}
 	uiFS, err := fs.Sub(templates.UI, "ui")
 	if err != nil {
@@ -191,13 +245,13 @@ func (s *service) listen(context.Context) error {
 	if s.forger != nil {
 		opts.Forge, opts.ForgeName = s.db.Publication, s.c.forge.name()
 	}
-	pages, err := ui.New(s.eng, uiFS, opts)
+	pages, err := ui.New(s.rollouts, uiFS, opts)
 	if err != nil {
 		return err
 	}
 	s.srv = server.New(server.Routes(server.Parts{
 		Webhook:  hook,
-		API:      api.New(s.eng, s.log, api.Options{Checks: checks, Warnings: s.warnings, Draining: draining}),
+		API:      api.New(s.rollouts, s.log, apiOpts),
 		Verdicts: edge.NewAuth(s.verdictToken, "", time.Now),
 		UI:       pages,
 		Metrics:  promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}),
@@ -207,7 +261,11 @@ func (s *service) listen(context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	fmt.Fprintf(s.stdout, "flux-deploy-notifier listening on http://%s\n", s.ln.Addr())
-	s.log.Info("listening", "addr", s.ln.Addr().String(), "data_dir", s.c.dataDir, "layers", len(s.c.engine.Layers),
+	state := s.c.dataDir
+	if s.node != nil {
+		state = "postgres"
+	}
+	s.log.Info("listening", "addr", s.ln.Addr().String(), "state", state, "layers", len(s.c.engine.Layers),
 		"stuck_after", s.c.engine.StuckAfter.String(), "verify_evaluation", s.c.engine.Verify)
 	return nil
 }
@@ -215,9 +273,15 @@ func (s *service) listen(context.Context) error {
 // run starts the engine, the cluster reader, the mailer and the HTTP
 // server, and stops them in the order that loses nothing when ctx ends.
 func (s *service) run(ctx context.Context) error {
+	// On bbolt the engine runs; on PostgreSQL this replica follows, and
+	// runs the engine and what else leads while it leads.
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	engineDone := make(chan error, 1)
-	go func() { engineDone <- s.eng.Run(engineCtx) }()
+	if s.node != nil {
+		go func() { engineDone <- s.node.Run(engineCtx, s.node.LeadEngine(s.c.engine, time.Now, s.lead)) }()
+	} else {
+		go func() { engineDone <- s.eng.Run(engineCtx) }()
+	}
 	readerCtx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	readerDone := make(chan struct{})
 	go func() {
@@ -227,19 +291,25 @@ func (s *service) run(ctx context.Context) error {
 		}
 		// Awaited with the reader, so that it never writes to a closed store.
 		var wg sync.WaitGroup
-		wg.Go(func() { s.watchdog.Run(readerCtx) })
+		if s.node == nil { // on PostgreSQL, the leader's
+			wg.Go(func() { s.watchdog.Run(readerCtx) })
+		}
 		if err := s.reader.Run(readerCtx); err != nil {
 			s.log.Error("cluster reader stopped; serving on events alone", "err", err)
 		}
 		wg.Wait()
 	}()
 	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
-	mailDone := make(chan error, 1)
-	go func() { mailDone <- s.mailer.Run(mailCtx) }()
-	forgeDone := make(chan error, 1)
-	if s.forger == nil {
+	mailDone, forgeDone := make(chan error, 1), make(chan error, 1)
+	switch {
+	case s.node != nil: // the leader's
+		mailDone <- nil
 		forgeDone <- nil
-	} else {
+	case s.forger == nil:
+		forgeDone <- nil
+		go func() { mailDone <- s.mailer.Run(mailCtx) }()
+	default:
+		go func() { mailDone <- s.mailer.Run(mailCtx) }()
 		go func() { forgeDone <- s.forger.Run(mailCtx) }()
 	}
 	serveDone := make(chan error, 1)

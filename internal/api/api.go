@@ -55,13 +55,16 @@ type Options struct {
 	// Draining, when set, ends when the server shuts down: long polls
 	// answer at once instead of holding the shutdown up.
 	Draining context.Context
+	// Role, when set, names this replica's part among several (leader or
+	// follower) in /readyz.
+	Role func() string
 }
 
 // New returns the handlers of what pipelines and operators read; the
 // router (internal/server) puts them at their paths and requires the
 // verdict token where it applies.
 func New(rs Rollouts, log *slog.Logger, opts Options) *Server {
-	return &Server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warn: opts.Warnings, draining: opts.Draining}
+	return &Server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warn: opts.Warnings, draining: opts.Draining, role: opts.Role}
 }
 
 // Server answers GET /verdict, /commits/{rev}, /rollouts, /healthz and
@@ -72,6 +75,7 @@ type Server struct {
 	checks   []Check
 	warn     func() []string
 	draining context.Context
+	role     func() string
 	answers  answers
 }
 
@@ -298,5 +302,9 @@ func (s *Server) Readyz(w http.ResponseWriter, _ *http.Request) {
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
-	edge.WriteJSON(w, status, map[string]any{"ready": ready, "checks": detail, "warnings": s.warnings()})
+	body := map[string]any{"ready": ready, "checks": detail, "warnings": s.warnings()}
+	if s.role != nil {
+		body["role"] = s.role()
+	}
+	edge.WriteJSON(w, status, body)
 }

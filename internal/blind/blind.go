@@ -36,7 +36,7 @@ type Watchdog struct {
 	notify func()
 	log    *slog.Logger
 
-	started    time.Time
+	started    atomic.Int64 // unix nanos of the start (or of Begin)
 	lastEvent  atomic.Int64 // unix nanos of the last event received
 	lastStatus atomic.Int64 // unix nanos of the last status change seen in the cluster
 	// recordNext makes the next event be recorded at once rather than at
@@ -63,7 +63,8 @@ func New(after time.Duration, layers func() int, store Store, to []string, notif
 	if err != nil {
 		return nil, fmt.Errorf("read the time of the last Flux event: %w", err)
 	}
-	w := &Watchdog{after: after, now: now, layers: layers, store: store, to: to, notify: notify, log: log, started: now(), stored: stored}
+	w := &Watchdog{after: after, now: now, layers: layers, store: store, to: to, notify: notify, log: log, stored: stored}
+	w.started.Store(now().UnixNano())
 	w.recordNext.Store(true)
 	w.silent = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fdn_flux_events_silent",
@@ -77,6 +78,28 @@ func New(after time.Duration, layers func() int, store Store, to []string, notif
 		reg.MustRegister(w.silent, since)
 	}
 	return w, nil
+}
+
+// Begin starts watching afresh, as a restart does: a replica that begins
+// to lead has seen none of the events the leader before it took, and the
+// silence counts from now (or an event since), the episode named by the
+// last event the store kept.
+func (w *Watchdog) Begin() {
+	stored, err := w.store.LastEvent()
+	if err != nil {
+		w.log.Error("read the time of the last Flux event", "err", err)
+	}
+	w.storedMu.Lock()
+	if err == nil {
+		w.stored = stored
+	}
+	w.storedMu.Unlock()
+	w.mu.Lock()
+	w.since = time.Time{}
+	w.mu.Unlock()
+	w.started.Store(w.now().UnixNano())
+	w.lastEvent.Store(0)
+	w.recordNext.Store(true)
 }
 
 // Event records an event received from notification-controller.
@@ -114,7 +137,7 @@ func (w *Watchdog) last() time.Time {
 	if n := w.lastEvent.Load(); n != 0 {
 		return time.Unix(0, n)
 	}
-	return w.started
+	return time.Unix(0, w.started.Load())
 }
 
 // lastKnown is the last event ever received, across restarts: it names the
@@ -128,7 +151,7 @@ func (w *Watchdog) lastKnown() time.Time {
 	if !w.stored.IsZero() {
 		return w.stored
 	}
-	return w.started
+	return time.Unix(0, w.started.Load())
 }
 
 // Warning describes the current silence, or "" when the pipe is healthy.

@@ -142,7 +142,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	if len(msgs) == 0 {
 		return next
 	}
-	for i, res := range d.sender.Send(ctx, msgs) {
+	d.sender.SendEach(ctx, msgs, func(i int, res Result) {
 		q := due[i]
 		log := d.log.With(mailAttrs(q)...).With("message_id", msgs[i].MessageID)
 		switch {
@@ -172,7 +172,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		default:
 			d.deadLetter(q, res.Err)
 		}
-	}
+	})
 	return next
 }
 

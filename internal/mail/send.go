@@ -18,9 +18,19 @@ import (
 )
 
 // Sender delivers a burst of messages and says, per message, whether it
-// went out (nil) and, if not, whether a retry may succeed.
+// went out (nil) and, if not, whether a retry may succeed: done is called
+// with each outcome as soon as it is final, before the next message goes
+// where they go one by one, so that the dispatcher records each before
+// the next: a crash repeats at most the one under way.
 type Sender interface {
-	Send(ctx context.Context, msgs []Rendered) []Result
+	SendEach(ctx context.Context, msgs []Rendered, done func(i int, r Result))
+}
+
+// sendAll is SendEach's outcomes, in order.
+func sendAll(s Sender, ctx context.Context, msgs []Rendered) []Result {
+	res := make([]Result, len(msgs))
+	s.SendEach(ctx, msgs, func(i int, r Result) { res[i] = r })
+	return res
 }
 
 // Result is the outcome of one message.
@@ -114,14 +124,16 @@ func cmp(d, def time.Duration) time.Duration {
 	return def
 }
 
-// Send dials once and sends every message over that connection.
-func (s *SMTP) Send(ctx context.Context, msgs []Rendered) []Result {
-	res := make([]Result, len(msgs))
+// Send is SendEach's outcomes, in order.
+func (s *SMTP) Send(ctx context.Context, msgs []Rendered) []Result { return sendAll(s, ctx, msgs) }
+
+// SendEach dials once and sends every message over that connection.
+func (s *SMTP) SendEach(ctx context.Context, msgs []Rendered, done func(i int, r Result)) {
 	built := make([]*gomail.Msg, len(msgs))
 	for i, r := range msgs {
 		m, err := build(s.cfg.From, r)
 		if err != nil {
-			res[i] = Result{Err: err} // a bad address does not get better
+			done(i, Result{Err: err}) // a bad address does not get better
 			continue
 		}
 		built[i] = m
@@ -133,12 +145,12 @@ func (s *SMTP) Send(ctx context.Context, msgs []Rendered) []Result {
 	if err != nil {
 		// Nothing was sent: dial, TLS, timeouts and even a refused login
 		// (fixed by configuration) leave every mail to a later try.
-		for i := range res {
+		for i := range built {
 			if built[i] != nil {
-				res[i] = Result{Err: fmt.Errorf("connect to %s: %w", s.cfg.Host, err), Retry: true}
+				done(i, Result{Err: fmt.Errorf("connect to %s: %w", s.cfg.Host, err), Retry: true})
 			}
 		}
-		return res
+		return
 	}
 	defer c.Close()
 	for i, m := range built {
@@ -149,16 +161,17 @@ func (s *SMTP) Send(ctx context.Context, msgs []Rendered) []Result {
 		// without a context, each step bounded by the timeout); the rest
 		// wait for the next start.
 		if ctx.Err() != nil {
-			res[i] = Result{Untried: true}
+			done(i, Result{Untried: true})
 			continue
 		}
 		if err := c.Send(m); err != nil {
-			res[i] = Result{Err: err, Retry: transient(err)}
+			done(i, Result{Err: err, Retry: transient(err)})
 			// After a failed transaction, start the next one clean.
 			_ = c.Reset()
+			continue
 		}
+		done(i, Result{})
 	}
-	return res
 }
 
 // transient decides retryability of a failed message where it is known:
@@ -198,10 +211,13 @@ func NewDir(dir, from string) (*Dir, error) {
 	return &Dir{dir: dir, from: from, syncDir: fsync.Dir}, nil
 }
 
-// Send writes every message; failures to write are transient. The
+// Send is SendEach's outcomes, in order.
+func (d *Dir) Send(ctx context.Context, msgs []Rendered) []Result { return sendAll(d, ctx, msgs) }
+
+// SendEach writes every message; failures to write are transient. The
 // directory is synced once for the burst, after its renames: until then no
-// message of it is reported sent.
-func (d *Dir) Send(_ context.Context, msgs []Rendered) []Result {
+// message of it is reported sent (a crash before rewrites the same files).
+func (d *Dir) SendEach(_ context.Context, msgs []Rendered, done func(i int, r Result)) {
 	res := make([]Result, len(msgs))
 	var written []int
 	for i, r := range msgs {
@@ -224,7 +240,9 @@ func (d *Dir) Send(_ context.Context, msgs []Rendered) []Result {
 			}
 		}
 	}
-	return res
+	for i, r := range res {
+		done(i, r)
+	}
 }
 
 // writeAtomic writes m to path through a temporary file, synced before the

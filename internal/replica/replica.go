@@ -70,6 +70,7 @@ type Node struct {
 	log       *slog.Logger
 	reader    *engine.Reader
 	normalise func(*rollout.Observation) error
+	onEvent   func()
 
 	leading  atomic.Bool
 	caughtUp atomic.Bool
@@ -117,21 +118,20 @@ func (n *Node) Epoch() int64 { return n.epoch.Load() }
 // them (it read them once since it started, and reads their changes).
 func (n *Node) CaughtUp() bool { return n.caughtUp.Load() }
 
-// Submit appends an observation; see SubmitAll.
-func (n *Node) Submit(ctx context.Context, o rollout.Observation) error {
-	return n.SubmitAll(ctx, []rollout.Observation{o})
-}
-
 // SubmitAll appends observations that belong together to the inbox and
 // returns once they are committed (nil: acknowledge them), refused
 // (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).
 func (n *Node) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
+	return n.submit(ctx, obs, false)
+}
+
+func (n *Node) submit(ctx context.Context, obs []rollout.Observation, event bool) error {
 	for i := range obs {
 		if err := n.normalise(&obs[i]); err != nil {
 			return err
 		}
 	}
-	if err := n.db.Append(ctx, obs); err != nil {
+	if err := n.db.Append(ctx, obs, event); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -374,7 +374,7 @@ func sleep(ctx context.Context, d time.Duration) {
 // is of a binary that checks more, and a retry cannot pass). A leader that
 // dies between the two leaves the entry to the next, which applies it
 // again: applying is idempotent.
-func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duration, log *slog.Logger) error {
+func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duration, onEvent func(), log *slog.Logger) error {
 	const take = 512
 	var l *store.Listener
 	defer func() {
@@ -400,6 +400,9 @@ func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duratio
 				switch {
 				case err == nil:
 					done = append(done, entries[i].ID)
+					if entries[i].Event && onEvent != nil {
+						onEvent()
+					}
 				case errors.Is(err, rollout.ErrInvalid):
 					log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
 					done = append(done, entries[i].ID)
@@ -429,10 +432,10 @@ func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duratio
 
 // LeadEngine is a Lead that runs the leader's engine for the term: it
 // loads the live rollouts from the store, shows their views to every
-// replica, takes the inbox into the engine and runs its clock, and runs
-// with (what else the leader does with the engine: the dispatchers) until
-// ctx ends.
-func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(ctx context.Context, e *engine.Engine)) Lead {
+// replica, takes the inbox into the engine and runs its clock. with, when
+// set, is given the engine before it runs, and returns what else the
+// leader runs with it until the term ends (the dispatchers).
+func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e *engine.Engine) []func(ctx context.Context)) Lead {
 	return func(ctx context.Context) error {
 		start := time.Now()
 		e, err := engine.New(n.db, cfg, n.log, now)
@@ -443,13 +446,37 @@ func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(ct
 			return fmt.Errorf("show the rollouts to the replicas: %w", err)
 		}
 		n.log.Info("serving as leader", "rollouts", len(e.Views()), "took", time.Since(start).Round(time.Millisecond).String())
+		var also []func(context.Context)
+		if with != nil {
+			also = with(e)
+		}
 		var wg sync.WaitGroup
 		wg.Go(func() { _ = e.Run(ctx) })
-		wg.Go(func() { _ = Pump(ctx, n.db, e, n.cfg.Poll, n.log) })
-		if with != nil {
-			wg.Go(func() { with(ctx, e) })
+		wg.Go(func() { _ = Pump(ctx, n.db, e, n.cfg.Poll, n.onEvent, n.log) })
+		for _, f := range also {
+			wg.Go(func() { f(ctx) })
 		}
 		wg.Wait()
 		return nil
 	}
+}
+
+// OnEvent sets a function the leader calls for each entry of the inbox
+// that was an event from notification-controller (the blindness
+// watchdog's). Call it before Run.
+func (n *Node) OnEvent(f func()) { n.onEvent = f }
+
+// Events is the webhook's way in: its entries are events from
+// notification-controller.
+func (n *Node) Events() Submitter { return events{n} }
+
+// Submitter takes an observation, as the webhook's.
+type Submitter interface {
+	Submit(ctx context.Context, o rollout.Observation) error
+}
+
+type events struct{ n *Node }
+
+func (e events) Submit(ctx context.Context, o rollout.Observation) error {
+	return e.n.submit(ctx, []rollout.Observation{o}, true)
 }

@@ -102,7 +102,7 @@ func TestReplicas(t *testing.T) {
 	half := len(obs) / 2
 	for i, o := range obs[:half] {
 		via := []*running{a, b}[i%2]
-		if err := via.node.Submit(context.Background(), o); err != nil {
+		if err := via.node.Events().Submit(context.Background(), o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,7 +113,7 @@ func TestReplicas(t *testing.T) {
 	a.stop()
 	waitFor(t, "b to lead", b.node.Leading)
 	for _, o := range obs[half:] {
-		if err := b.node.Submit(context.Background(), o); err != nil {
+		if err := b.node.Events().Submit(context.Background(), o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestReplicas(t *testing.T) {
 		t.Fatalf("%d appends failed", n)
 	}
 	var errInvalid = rollout.Observation{Cluster: "prod"}
-	if err := c.node.Submit(context.Background(), errInvalid); !errors.Is(err, rollout.ErrInvalid) {
+	if err := c.node.Events().Submit(context.Background(), errInvalid); !errors.Is(err, rollout.ErrInvalid) {
 		t.Fatalf("an invalid observation: %v, want ErrInvalid", err)
 	}
 }

@@ -41,6 +41,7 @@ var migrations = []string{
 	CREATE TABLE fdn_inbox (
 		id bigserial PRIMARY KEY,
 		received timestamptz NOT NULL DEFAULT now(),
+		event boolean NOT NULL,
 		body bytea NOT NULL
 	);
 	CREATE SEQUENCE fdn_views_version;

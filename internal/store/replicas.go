@@ -30,12 +30,14 @@ const inboxVersion = 1
 type Entry struct {
 	ID           int64
 	Observations []rollout.Observation
+	Event        bool // an event from notification-controller (else: read from the cluster)
 }
 
 // Append puts observations that belong together in the inbox as one
-// entry, and wakes the leader; once it returns they are committed. Any
-// replica appends, concurrently: no lock of this process is taken.
-func (d *DB) Append(ctx context.Context, obs []rollout.Observation) error {
+// entry (event: from notification-controller), and wakes the leader; once
+// it returns they are committed. Any replica appends, concurrently: no
+// lock of this process is taken.
+func (d *DB) Append(ctx context.Context, obs []rollout.Observation, event bool) error {
 	p, err := d.postgres()
 	if err != nil {
 		return err
@@ -46,8 +48,8 @@ func (d *DB) Append(ctx context.Context, obs []rollout.Observation) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	_, err = p.pool.Exec(ctx, `WITH e AS (INSERT INTO fdn_inbox (body) VALUES ($1))
-		SELECT pg_notify('fdn_inbox', '')`, append([]byte{inboxVersion}, body...))
+	_, err = p.pool.Exec(ctx, `WITH e AS (INSERT INTO fdn_inbox (event, body) VALUES ($1, $2))
+		SELECT pg_notify('fdn_inbox', '')`, event, append([]byte{inboxVersion}, body...))
 	return err
 }
 
@@ -61,7 +63,7 @@ func (d *DB) Inbox(ctx context.Context, limit int) ([]Entry, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	rows, err := p.pool.Query(ctx, `SELECT id, body FROM fdn_inbox ORDER BY id LIMIT $1`, limit)
+	rows, err := p.pool.Query(ctx, `SELECT id, event, body FROM fdn_inbox ORDER BY id LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +71,7 @@ func (d *DB) Inbox(ctx context.Context, limit int) ([]Entry, error) {
 	for rows.Next() {
 		var e Entry
 		var body []byte
-		if err := rows.Scan(&e.ID, &body); err != nil {
+		if err := rows.Scan(&e.ID, &e.Event, &body); err != nil {
 			rows.Close()
 			return nil, err
 		}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+// postgresConfig is serve's PostgreSQL part: the store, and the lease of
+// several replicas on it.
+type postgresConfig struct {
+	conn, passwordFile *string
+	leaseTTL, renew    *time.Duration
+}
+
+func (c *postgresConfig) flags(f *flags) {
+	c.conn = f.String("postgres", "FDN_POSTGRES", "", "PostgreSQL connection, libpq keywords or a postgres:// URL: the state lives there instead of --data-dir, and several replicas may run (README \"Several replicas\")")
+	c.passwordFile = f.String("postgres-password-file", "FDN_POSTGRES_PASSWORD_FILE", "", "file holding PostgreSQL's password (else libpq's: the connection string, PGPASSWORD, PGPASSFILE)")
+	c.leaseTTL = f.Duration("lease-duration", "FDN_LEASE_DURATION", replica.DefaultLeaseTTL, "with --postgres: how long the leader's lease lasts unrenewed (a dead leader's successor takes over within it and --lease-renew)")
+	c.renew = f.Duration("lease-renew", "FDN_LEASE_RENEW", replica.DefaultRenew, "with --postgres: how often the leader renews its lease and the other replicas ask for it")
+}
+
+func (c *postgresConfig) enabled() bool { return *c.conn != "" }
+
+func (c *postgresConfig) validate() error {
+	switch {
+	case !c.enabled() && *c.passwordFile != "":
+		return errors.New("--postgres-password-file needs --postgres")
+	case *c.renew <= 0:
+		return errors.New("--lease-renew must be positive")
+	case *c.leaseTTL < 2**c.renew:
+		return errors.New("--lease-duration must be at least twice --lease-renew")
+	}
+	return nil
+}
+
+// open connects to the database and opens the store in it, its schema
+// created or migrated. The connection string is never logged: it may hold
+// a password.
+func (c *postgresConfig) open(ctx context.Context) (*store.DB, error) {
+	var opt store.PostgresOptions
+	if *c.passwordFile != "" {
+		pw, err := readSecret(*c.passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("read PostgreSQL's password: %w", err)
+		}
+		opt.Password = pw
+	}
+	cfg, err := store.ParsePostgres(*c.conn, opt)
+	if err != nil {
+		return nil, fmt.Errorf("--postgres: %w", err)
+	}
+	return store.OpenPostgres(ctx, cfg, opt)
+}
+
+// replicaRollouts answers reads on a replica: the live rollouts from the
+// views it follows, the settled ones from the store, and the counters of
+// the engine while this replica leads.
+type replicaRollouts struct {
+	*engine.Reader
+	node   *replica.Node
+	leader *atomic.Pointer[engine.Engine]
+	stats  engine.Stats // a follower's: it commits nothing
+}
+
+func (r *replicaRollouts) Stats() *engine.Stats {
+	if e := r.leader.Load(); e != nil {
+		return e.Stats()
+	}
+	return &r.stats
+}
+
+// CommitFailures are the appends of this replica that failed, and the
+// leader's commits.
+func (r *replicaRollouts) CommitFailures() (int64, time.Time) {
+	n, at := r.node.AppendFailures()
+	if e := r.leader.Load(); e != nil {
+		m, eat := e.CommitFailures()
+		n += m
+		if eat.After(at) {
+			at = eat
+		}
+	}
+	return n, at
+}
+
+// storeWarning says what fails of the store on this replica.
+func (r *replicaRollouts) storeWarning() string {
+	if w := r.node.Warning(); w != "" {
+		return w
+	}
+	if e := r.leader.Load(); e != nil {
+		return e.StoreWarning()
+	}
+	return ""
+}
+
+// role is this replica's, as /readyz says it.
+func (r *replicaRollouts) role() string {
+	if r.node.Leading() {
+		return "leader"
+	}
+	return "follower"
+}
+
+// openReplica opens the store in PostgreSQL and this replica on it.
+func (s *service) openReplica(ctx context.Context) error {
+	var err error
+	if s.db, err = s.c.postgres.open(ctx); err != nil {
+		return err
+	}
+	model, err := rollout.NewModel(s.c.engine)
+	if err != nil {
+		return err
+	}
+	cfg := replica.Config{Identity: replica.Identity(s.getenv), LeaseTTL: *s.c.postgres.leaseTTL, Renew: *s.c.postgres.renew}
+	if s.node, err = replica.New(s.db, cfg, model.Normalise, s.log); err != nil {
+		return err
+	}
+	s.replicaReads = &replicaRollouts{Reader: s.node.Reader(), node: s.node, leader: &s.leaderEngine}
+	s.rollouts, s.submitter, s.events = s.replicaReads, s.node, s.node.Events()
+	s.storeWarning = s.replicaReads.storeWarning
+	s.log.Info("state in PostgreSQL", "identity", cfg.Identity, "lease", cfg.LeaseTTL.String(), "renew", cfg.Renew.String())
+	return nil
+}
+
+// lead is what this replica does while it leads: the engine on the
+// inbox, the dispatchers and the blindness watchdog.
+func (s *service) lead(e *engine.Engine) []func(context.Context) {
+	e.OnMail(s.mailer.Wake)
+	e.OnVerdict(s.onVerdict)
+	s.leaderEngine.Store(e)
+	loops := []func(context.Context){
+		func(ctx context.Context) {
+			_ = s.mailer.Run(ctx)
+			// The term is over: its engine's counters are no longer this
+			// replica's.
+			s.leaderEngine.CompareAndSwap(e, nil)
+		},
+	}
+	if s.forger != nil {
+		e.OnPublish(s.forger.Wake)
+		loops = append(loops, func(ctx context.Context) { _ = s.forger.Run(ctx) })
+	}
+	if s.watchdog != nil {
+		s.watchdog.Begin()
+		loops = append(loops, s.watchdog.Run)
+	}
+	return loops
+}

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
+)
+
+// Several real replicas on one real PostgreSQL, one of them killed or
+// paused: every event acknowledged by any replica survives, every replica
+// shows the same verdicts, each mail goes out once (at most one duplicate
+// per crash, with the same Message-ID), and a successor takes over in
+// time.
+
+type replicas struct {
+	t      *testing.T
+	bin    string
+	conn   string
+	token  []byte
+	args   []string
+	smtp   *smtptest.Server
+	all    []*child
+	mu     sync.Mutex
+	killed map[*child]bool // or stopped: out of the round robin
+}
+
+func startReplicas(t *testing.T, n int, extra ...string) *replicas {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs several real binaries on a real PostgreSQL")
+	}
+	r := &replicas{t: t, bin: buildBinary(t, true), conn: pgtest.Start(t).NewDatabase(t), token: []byte("replica-token"),
+		smtp: smtptest.Start(t, smtptest.Options{}), killed: map[*child]bool{}}
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, r.token, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing settles during a test: the events' times are days old, and a
+	// settled rollout ignores what arrives about it later, by design.
+	r.args = append([]string{"--postgres", r.conn, "--hmac-token-file", tokenFile, "--stuck-after", "8760h", "--retention", "87600h", "--settle-after", "8760h",
+		"--smtp-addr", r.smtp.Addr, "--smtp-tls", "none", "--mail-to", "dev@example.com", "--data-dir", t.TempDir()}, extra...)
+	for range n {
+		r.start()
+	}
+	return r
+}
+
+func (r *replicas) start() *child {
+	c := startChild(r.t, r.bin, r.args...)
+	r.all = append(r.all, c)
+	return c
+}
+
+// out takes c out of the round robin (killed or stopped), or back in.
+func (r *replicas) out(c *child, gone bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gone {
+		r.killed[c] = true
+	} else {
+		delete(r.killed, c)
+	}
+}
+
+func (r *replicas) alive() []*child {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*child
+	for _, c := range r.all {
+		if !r.killed[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// role is what a replica's /readyz says it is ("" when it does not answer).
+func role(url string) string {
+	client := http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(url + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Role  string `json:"role"`
+		Ready bool   `json:"ready"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&body) != nil || !body.Ready {
+		return ""
+	}
+	return body.Role
+}
+
+// leader waits for exactly one live replica to lead, and returns it.
+func (r *replicas) leader(within time.Duration) *child {
+	r.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		var leaders []*child
+		for _, c := range r.alive() {
+			if role(c.url) == "leader" {
+				leaders = append(leaders, c)
+			}
+		}
+		if len(leaders) == 1 {
+			return leaders[0]
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%d leaders after %s", len(leaders), within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// postAll posts events through a round-robin client over the live
+// replicas with notification-controller's retries (up to 5 attempts, 2 s
+// backoff doubling, within 15 s; connection errors and 5xx retried, on the
+// next replica as a Service would pick), and reports which were
+// acknowledged. during is called with the count acknowledged so far after
+// each acknowledgement.
+func (r *replicas) postAll(events []crashEvent, during func(acked int64)) []bool {
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+	acked := make([]bool, len(events))
+	var n, next atomic.Int64
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range 24 {
+		wg.Go(func() {
+			for i := range work {
+				start := time.Now()
+				for attempt, backoff := 0, 2*time.Second; attempt < 5 && time.Since(start) < 15*time.Second; attempt, backoff = attempt+1, backoff*2 {
+					live := r.alive()
+					c := live[int(next.Add(1))%len(live)]
+					status := post(client, c.url, r.token, events[i])
+					if status == http.StatusAccepted {
+						acked[i] = true
+						if during != nil {
+							during(n.Add(1))
+						}
+						break
+					}
+					if status != 0 && status < 500 {
+						break // not retried
+					}
+					time.Sleep(min(backoff, 30*time.Second))
+				}
+			}
+		})
+	}
+	for i := range events {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return acked
+}
+
+// converged waits until every live replica shows every acknowledged event
+// and the same verdict for each rollout.
+func (r *replicas) converged(events []crashEvent, acked []bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		missing := 0
+		for _, c := range r.alive() {
+			missing += len(verifyReflected(r.t, c.url, events, func(i int) bool { return acked[i] }))
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, c := range r.alive() {
+				for _, i := range verifyReflected(r.t, c.url, events, func(i int) bool { return acked[i] }) {
+					r.t.Logf("%s misses %s on %s: %s", c.url, events[i].hash, events[i].layer, verdictOf(r.t, c.url, events[i].hash))
+				}
+			}
+			cfg, _ := store.ParsePostgres(r.conn, store.PostgresOptions{})
+			if db, err := store.OpenPostgres(context.Background(), cfg, store.PostgresOptions{}); err == nil {
+				in, err := db.Inbox(context.Background(), 100)
+				r.t.Logf("inbox: %d entries (%v)", len(in), err)
+				db.Close()
+			}
+			r.t.Fatalf("%d acknowledged events not shown after 30 s", missing)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	hashes := map[string]bool{}
+	for _, e := range events {
+		hashes[e.hash] = true
+	}
+	for h := range hashes {
+		var first string
+		for i, c := range r.alive() {
+			v := verdictOf(r.t, c.url, h)
+			if i == 0 {
+				first = v
+			} else if v != first {
+				r.t.Fatalf("replicas disagree on %s: %s against %s", h, v, first)
+			}
+		}
+	}
+}
+
+// verdictOf is a rollout's verdict and its layers' states as a replica
+// answers them.
+func verdictOf(t *testing.T, url, hash string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/verdict?rev=" + hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Verdict string                        `json:"verdict"`
+		Layers  []struct{ Name, State string } `json:"layers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(resp.StatusCode, v)
+}
+
+// mailsOnce waits until the outbox is empty, then checks that every mail
+// logged as sent reached the SMTP server, none more than twice, and at
+// most dups of them twice.
+func (r *replicas) mailsOnce(events []crashEvent, dups int) {
+	r.t.Helper()
+	cfg, err := store.ParsePostgres(r.conn, store.PostgresOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	db, err := store.OpenPostgres(context.Background(), cfg, store.PostgresOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer db.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pending, err := db.Pending()
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("%d mails still pending after 30 s", len(pending))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	logged := 0
+	seen := map[string]bool{}
+	for _, e := range events {
+		if seen[e.hash] {
+			continue
+		}
+		seen[e.hash] = true
+		log, err := db.MailLog(rollout.Key{Cluster: "default", Hash: e.hash})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for _, m := range log {
+			if m.State != "sent" {
+				r.t.Fatalf("a mail of %s is %s", e.hash, m.State)
+			}
+		}
+		logged += len(log)
+	}
+	ids := map[string]int{}
+	for _, m := range r.smtp.Messages() {
+		ids[m.Header.Get("Message-Id")]++
+	}
+	twice := 0
+	for id, n := range ids {
+		switch {
+		case n > 2:
+			r.t.Fatalf("%s sent %d times", id, n)
+		case n == 2:
+			twice++
+		}
+	}
+	if len(ids) != logged || twice > dups {
+		r.t.Fatalf("%d distinct mails reached the server (%d twice), %d logged sent; want them equal, at most %d twice", len(ids), twice, logged, dups)
+	}
+	r.t.Logf("%d mails, %d of them twice", logged, twice)
+}
+
+// TestReplicasSurviveLeaderKill: three replicas with the default lease;
+// events posted to all of them; the leader SIGKILLed mid-stream.
+func TestReplicasSurviveLeaderKill(t *testing.T) {
+	r := startReplicas(t, 3)
+	old := r.leader(20 * time.Second)
+	events := crashEvents(1500, 10)
+	var once sync.Once
+	took := make(chan time.Duration, 1)
+	acked := r.postAll(events, func(n int64) {
+		if n == int64(len(events)/3) {
+			once.Do(func() {
+				_ = old.cmd.Process.Kill() // the PID this test started
+				r.out(old, true)
+				go func(killed time.Time) {
+					r.leader(30 * time.Second)
+					took <- time.Since(killed)
+				}(time.Now())
+			})
+		}
+	})
+	_ = old.cmd.Wait()
+	takeover := <-took
+	successor := r.leader(time.Second)
+	n := 0
+	for _, a := range acked {
+		if a {
+			n++
+		}
+	}
+	t.Logf("%d of %d events acknowledged; %s leads %s after the kill (at most)", n, len(events), successor.url, takeover.Round(time.Millisecond))
+	if takeover > 15*time.Second {
+		t.Fatalf("the successor took %s to lead, want within 15 s", takeover)
+	}
+	r.converged(events, acked)
+	r.mailsOnce(events, 1)
+}
+
+// TestPausedLeaderSendsNothing: the leader is stopped (SIGSTOP) past its
+// lease; another takes over and sends the mails of events posted
+// meanwhile; the old one, continued, commits and sends nothing.
+func TestPausedLeaderSendsNothing(t *testing.T) {
+	r := startReplicas(t, 2, "--lease-duration", "2s", "--lease-renew", "500ms")
+	old := r.leader(20 * time.Second)
+	events := crashEvents(200, 10)
+	acked := r.postAll(events[:100], nil)
+	r.converged(events[:100], acked)
+	r.mailsOnce(events[:100], 0)
+
+	if err := old.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	r.out(old, true)
+	successor := r.leader(20 * time.Second)
+	acked2 := r.postAll(events[100:], nil)
+	r.converged(events[100:], acked2)
+	if err := old.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	r.out(old, false)
+	for deadline := time.Now().Add(20 * time.Second); role(old.url) != "follower"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the continued replica never follows: %q\n%s", role(old.url), tail(old.logs.String(), 3000))
+		}
+	}
+	if r.leader(5*time.Second) != successor {
+		t.Fatal("leadership moved back")
+	}
+	r.converged(events, append(acked, acked2...))
+	r.mailsOnce(events, 0)
+}
