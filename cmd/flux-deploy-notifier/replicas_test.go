@@ -225,7 +225,7 @@ func verdictOf(t *testing.T, url, hash string) string {
 	}
 	defer resp.Body.Close()
 	var v struct {
-		Verdict string                        `json:"verdict"`
+		Verdict string                         `json:"verdict"`
 		Layers  []struct{ Name, State string } `json:"layers"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
