@@ -49,6 +49,7 @@ Usage:
   flux-deploy-notifier sample [flags]   post a sample rollout to a running service
   flux-deploy-notifier wait   [flags]   wait for a commit's verdict: the pipeline gate
   flux-deploy-notifier manifests [flags] print the Provider, Alert and Secret for notification-controller
+  flux-deploy-notifier migrate [flags]  copy a bbolt state into PostgreSQL, for several replicas
 
 Run "flux-deploy-notifier <command> -h" for the flags of a command.
 Every flag can also be set with the environment variable shown in its help.
@@ -70,6 +71,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return waitCommand(ctx, args[1:], getenv, stdout, stderr)
 	case "manifests":
 		return manifests(ctx, args[1:], getenv, stdout, stderr)
+	case "migrate":
+		return migrate(ctx, args[1:], getenv, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
