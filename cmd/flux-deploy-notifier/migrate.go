@@ -39,7 +39,7 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer src.Close()
-	dst, err := pc.open(ctx)
+	dst, err := pc.open(ctx, "migrate")
 	if err != nil {
 		return err
 	}

@@ -44,8 +44,8 @@ func (c *postgresConfig) validate() error {
 // open connects to the database and opens the store in it, its schema
 // created or migrated. The connection string is never logged: it may hold
 // a password.
-func (c *postgresConfig) open(ctx context.Context) (*store.DB, error) {
-	var opt store.PostgresOptions
+func (c *postgresConfig) open(ctx context.Context, application string) (*store.DB, error) {
+	opt := store.PostgresOptions{Application: application}
 	if *c.passwordFile != "" {
 		pw, err := readSecret(*c.passwordFile)
 		if err != nil {
@@ -112,15 +112,16 @@ func (r *replicaRollouts) role() string {
 
 // openReplica opens the store in PostgreSQL and this replica on it.
 func (s *service) openReplica(ctx context.Context) error {
+	identity := replica.Identity(s.getenv)
 	var err error
-	if s.db, err = s.c.postgres.open(ctx); err != nil {
+	if s.db, err = s.c.postgres.open(ctx, identity); err != nil {
 		return err
 	}
 	model, err := rollout.NewModel(s.c.engine)
 	if err != nil {
 		return err
 	}
-	cfg := replica.Config{Identity: replica.Identity(s.getenv), LeaseTTL: *s.c.postgres.leaseTTL, Renew: *s.c.postgres.renew}
+	cfg := replica.Config{Identity: identity, LeaseTTL: *s.c.postgres.leaseTTL, Renew: *s.c.postgres.renew}
 	if s.node, err = replica.New(s.db, cfg, model.Normalise, s.log); err != nil {
 		return err
 	}

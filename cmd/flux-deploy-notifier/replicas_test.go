@@ -7,11 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -28,6 +31,7 @@ import (
 type replicas struct {
 	t      *testing.T
 	bin    string
+	pg     *pgtest.Server
 	conn   string
 	token  []byte
 	args   []string
@@ -42,8 +46,9 @@ func startReplicas(t *testing.T, n int, extra ...string) *replicas {
 	if testing.Short() {
 		t.Skip("runs several real binaries on a real PostgreSQL")
 	}
-	r := &replicas{t: t, bin: buildBinary(t, true), conn: pgtest.Start(t).NewDatabase(t), token: []byte("replica-token"),
+	r := &replicas{t: t, bin: buildBinary(t, true), pg: pgtest.Start(t), token: []byte("replica-token"),
 		smtp: smtptest.Start(t, smtptest.Options{}), killed: map[*child]bool{}}
+	r.conn = r.pg.NewDatabase(t)
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, r.token, 0o600); err != nil {
 		t.Fatal(err)
@@ -108,6 +113,15 @@ func role(url string) string {
 // leader waits for exactly one live replica to lead, and returns it.
 func (r *replicas) leader(within time.Duration) *child {
 	r.t.Helper()
+	c, err := r.awaitLeader(within)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return c
+}
+
+// awaitLeader is leader for a goroutine other than the test's.
+func (r *replicas) awaitLeader(within time.Duration) (*child, error) {
 	deadline := time.Now().Add(within)
 	for {
 		var leaders []*child
@@ -117,10 +131,10 @@ func (r *replicas) leader(within time.Duration) *child {
 			}
 		}
 		if len(leaders) == 1 {
-			return leaders[0]
+			return leaders[0], nil
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("%d leaders after %s", len(leaders), within)
+			return nil, fmt.Errorf("%d leaders after %s", len(leaders), within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -307,13 +321,14 @@ func TestReplicasSurviveLeaderKill(t *testing.T) {
 	events := crashEvents(1500, 10)
 	var once sync.Once
 	took := make(chan time.Duration, 1)
+	var awaitErr error
 	acked := r.postAll(events, func(n int64) {
 		if n == int64(len(events)/3) {
 			once.Do(func() {
 				_ = old.cmd.Process.Kill() // the PID this test started
 				r.out(old, true)
 				go func(killed time.Time) {
-					r.leader(30 * time.Second)
+					_, awaitErr = r.awaitLeader(30 * time.Second)
 					took <- time.Since(killed)
 				}(time.Now())
 			})
@@ -321,6 +336,9 @@ func TestReplicasSurviveLeaderKill(t *testing.T) {
 	})
 	_ = old.cmd.Wait()
 	takeover := <-took
+	if awaitErr != nil {
+		t.Fatal(awaitErr)
+	}
 	successor := r.leader(time.Second)
 	n := 0
 	for _, a := range acked {
@@ -367,5 +385,130 @@ func TestPausedLeaderSendsNothing(t *testing.T) {
 		t.Fatal("leadership moved back")
 	}
 	r.converged(events, append(acked, acked2...))
+	r.mailsOnce(events, 0)
+}
+
+// TestPostgresDown: while PostgreSQL is down, events are answered 503 and
+// /readyz is not ready, with one log line and a metric saying why; when it
+// is back every replica goes on without a restart. Then a restart of
+// PostgreSQL mid-stream, and the leader's connections terminated: no
+// acknowledged event or mail is lost, none sent twice but one a fault.
+func TestPostgresDown(t *testing.T) {
+	r := startReplicas(t, 2, "--lease-duration", "2s", "--lease-renew", "500ms")
+	r.leader(20 * time.Second)
+	events := crashEvents(900, 10)
+	acked := r.postAll(events[:300], nil)
+	r.converged(events[:300], acked)
+
+	r.pg.Stop()
+	client := &http.Client{Timeout: 15 * time.Second}
+	for i, c := range r.all {
+		for j := range 3 {
+			if status := post(client, c.url, r.token, events[300+i*3+j]); status != http.StatusServiceUnavailable {
+				t.Fatalf("an event while PostgreSQL is down: %d, want 503", status)
+			}
+		}
+		awaitReadyz(t, c.url, "not ready, saying why", func(status int, warnings []string) bool {
+			return status == http.StatusServiceUnavailable && len(warnings) > 0 && strings.Contains(warnings[0], "PostgreSQL fails")
+		})
+		if v := metric(t, c.url, "fdn_store_commit_failures_total"); v != "3" {
+			t.Fatalf("fdn_store_commit_failures_total %q, want 3", v)
+		}
+	}
+	r.pg.Resume(t)
+	for _, c := range r.all {
+		awaitReadyz(t, c.url, "ready again", func(status int, _ []string) bool { return status == http.StatusOK })
+		if n := strings.Count(c.logs.String(), "storing events in PostgreSQL fails"); n != 1 {
+			t.Fatalf("the failure logged %d times, want once:\n%s", n, tail(c.logs.String(), 3000))
+		}
+	}
+	r.leader(20 * time.Second)
+	// A restart mid-stream.
+	var once sync.Once
+	bounced := make(chan error, 1)
+	acked2 := r.postAll(events[300:600], func(n int64) {
+		if n == 100 {
+			once.Do(func() { go func() { bounced <- r.pg.Bounce() }() })
+		}
+	})
+	if err := <-bounced; err != nil {
+		t.Fatal(err)
+	}
+	r.converged(events[300:600], acked2)
+	for _, c := range r.all {
+		if !strings.Contains(c.logs.String(), "storing events in PostgreSQL succeeds again") {
+			t.Fatalf("the recovery is not logged:\n%s", tail(c.logs.String(), 3000))
+		}
+	}
+	// The leader's connections terminated mid-stream.
+	var once2 sync.Once
+	terminated := make(chan int, 1)
+	acked3 := r.postAll(events[600:], func(n int64) {
+		if n == 100 {
+			once2.Do(func() { terminated <- r.terminateLeader() })
+		}
+	})
+	if n := <-terminated; n == 0 {
+		t.Fatal("no connection of the leader was terminated")
+	}
+	all := append(append(acked, acked2...), acked3...)
+	r.leader(20 * time.Second)
+	r.converged(events, all)
+	r.mailsOnce(events, 2)
+}
+
+// terminateLeader ends every connection of the leader to PostgreSQL
+// (pg_terminate_backend), and returns how many it ended; 0 on failure.
+func (r *replicas) terminateLeader() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, r.conn)
+	if err != nil {
+		return 0
+	}
+	defer c.Close(context.Background())
+	var n int
+	err = c.QueryRow(ctx, `SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
+		WHERE a.application_name = 'flux-deploy-notifier ' || (SELECT holder FROM fdn_leader) AND a.pid <> pg_backend_pid()`).Scan(&n)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// TestRollingReplacement: every replica is replaced, one at a time (a new
+// one started and ready, then the old one out of the round robin and
+// stopped with SIGTERM, as a RollingUpdate with maxUnavailable 0 does),
+// while events are posted: every 202 survives, the replicas agree, and no
+// mail goes twice (a leader stopping gives its lease up after its last
+// send is recorded).
+func TestRollingReplacement(t *testing.T) {
+	r := startReplicas(t, 3)
+	r.leader(20 * time.Second)
+	events := crashEvents(3000, 10)
+	started := make(chan struct{})
+	var once sync.Once
+	posted := make(chan []bool, 1)
+	go func() {
+		posted <- r.postAll(events, func(n int64) {
+			if n == 100 {
+				once.Do(func() { close(started) })
+			}
+		})
+	}()
+	<-started
+	for _, old := range append([]*child(nil), r.all...) {
+		fresh := r.start()
+		for deadline := time.Now().Add(20 * time.Second); role(fresh.url) == ""; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the new replica is not ready:\n%s", tail(fresh.logs.String(), 20))
+			}
+		}
+		r.out(old, true)
+		stop(t, old)
+	}
+	acked := <-posted
+	r.leader(20 * time.Second)
+	r.converged(events, acked)
 	r.mailsOnce(events, 0)
 }

@@ -142,7 +142,12 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	if len(msgs) == 0 {
 		return next
 	}
-	d.sender.SendEach(ctx, msgs, func(i int, res Result) {
+	// A mail sent but not recorded goes again, with the same Message-ID;
+	// when recording fails the burst stops, so that the store's failure
+	// repeats one mail, not every mail after it.
+	burst, stop := context.WithCancel(ctx)
+	defer stop()
+	d.sender.SendEach(burst, msgs, func(i int, res Result) {
 		q := due[i]
 		log := d.log.With(mailAttrs(q)...).With("message_id", msgs[i].MessageID)
 		switch {
@@ -150,8 +155,8 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 			waiting = append(waiting, q.Enqueued)
 		case res.Err == nil:
 			if err := d.outbox.Sent(q.Seq, now); err != nil {
-				// Sent but not recorded: it goes again, with the same Message-ID.
 				d.warner.Warn("record sent mail", err)
+				stop()
 			}
 			d.sent.Inc()
 			log.Info("mail sent", "subject", msgs[i].Subject)
@@ -159,6 +164,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 			q.Retry(now.Add(outbox.Backoff(q.Attempts+1, backoffBase, backoffMax)), res.Err.Error())
 			if err := d.outbox.Record(q); err != nil {
 				d.warner.Warn("reschedule mail", err)
+				stop()
 			}
 			d.retried.Inc()
 			d.warner.Warn("send mail, will retry", res.Err)

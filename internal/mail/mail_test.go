@@ -21,6 +21,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fsync"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/templates"
@@ -528,5 +529,55 @@ func TestRunFinishesTheSendUnderWay(t *testing.T) {
 	}
 	if len(srv.Messages()) != 1 || len(pending) != 1 || pending[0].Attempts != 0 {
 		t.Fatalf("%d delivered, waiting %+v: want the send under way delivered and recorded, the next untried", len(srv.Messages()), pending)
+	}
+}
+
+// failingSent is the store with Sent failing: the mail went out, its
+// record did not.
+type failingSent struct {
+	outbox.Mails
+	calls int
+}
+
+func (f *failingSent) Sent(uint64, time.Time) error {
+	f.calls++
+	return errors.New("the store is unreachable")
+}
+
+// TestUnrecordedMailStopsTheBurst: when a sent mail cannot be recorded,
+// the burst stops there: the store's failure repeats that one mail (same
+// Message-ID) at the next flush, not every mail after it.
+func TestUnrecordedMailStopsTheBurst(t *testing.T) {
+	srv := smtptest.Start(t, smtpOptions)
+	e := start(t, t.TempDir(), srv)
+	e.submit(t, 1, cleanRollout("R0", -600)...)
+	pending, err := e.te.DB.Pending()
+	if err != nil || len(pending) < 2 {
+		t.Fatalf("%d mails pending (%v), want a burst", len(pending), err)
+	}
+	sender, err := mail.NewSMTP(mail.SMTPConfig{
+		Host: "127.0.0.1", Port: srv.Port, TLS: "starttls", Auth: "plain",
+		Username: smtpOptions.User, Password: smtpOptions.Password, From: "flux@example.com", TLSConfig: srv.ClientTLS,
+		Timeout: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := mail.NewRenderer(templates.FS, "https://fdn.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := &failingSent{Mails: e.te.DB}
+	d := mail.NewDispatcher(box, sender, r, slog.New(slog.NewTextHandler(io.Discard, nil)), e.clock.Now, 5*time.Minute, prometheus.NewRegistry())
+	d.Flush(context.Background())
+	if n := len(srv.Messages()); n != 1 || box.calls != 1 {
+		t.Fatalf("%d mails sent, %d recorded, of a burst of %d: want one sent, its record tried", n, box.calls, len(pending))
+	}
+	// The store again: the unrecorded mail goes again, with the same
+	// Message-ID, and the rest once.
+	e.flush()
+	msgs := srv.Messages()
+	if len(msgs) != len(pending)+1 || msgs[0].Header.Get("Message-Id") != msgs[1].Header.Get("Message-Id") {
+		t.Fatalf("%d mails after the store came back, want %d, the first twice", len(msgs), len(pending)+1)
 	}
 }

@@ -71,6 +71,9 @@ type PostgresOptions struct {
 	// Timeout bounds one transaction (a round trip to an unreachable
 	// server ends with an error, not a wait); zero is 10 s.
 	Timeout time.Duration
+	// Application names this process in PostgreSQL's views
+	// (pg_stat_activity's application_name), after the service's name.
+	Application string
 	// IdleInTransaction ends the session of a client that holds a
 	// transaction open, idle, for longer (a paused process keeping the
 	// leader's row locked); zero is 5 s.
@@ -96,7 +99,11 @@ func ParsePostgres(conn string, opt PostgresOptions) (*pgxpool.Config, error) {
 		idle = 5 * time.Second
 	}
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(idle.Milliseconds())
-	cfg.ConnConfig.RuntimeParams["application_name"] = "flux-deploy-notifier"
+	name := "flux-deploy-notifier"
+	if opt.Application != "" {
+		name += " " + opt.Application
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = name
 	return cfg, nil
 }
 

@@ -164,6 +164,40 @@ func (s *Server) stop() {
 	s.proc = nil
 }
 
+// Bounce is Restart for a goroutine other than the test's: it returns
+// the failure instead of failing the test.
+func (s *Server) Bounce() error {
+	s.stop()
+	return s.start()
+}
+
+// Stop shuts the server down until Resume: the database is unreachable.
+func (s *Server) Stop() { s.stop() }
+
+// Resume starts the server again on the same data after Stop.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Exec runs sql as the superuser in database db (a connection string's
+// dbname), for tests that act on the server itself.
+func (s *Server) Exec(t testing.TB, db, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, s.ConnString(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Restart stops the server and starts it again on the same data: what a
 // database restart does to the service's connections.
 func (s *Server) Restart(t testing.TB) {
