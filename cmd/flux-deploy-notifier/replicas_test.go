@@ -65,8 +65,17 @@ func startReplicas(t *testing.T, n int, extra ...string) *replicas {
 
 func (r *replicas) start() *child {
 	c := startChild(r.t, r.bin, r.args...)
+	r.mu.Lock()
 	r.all = append(r.all, c)
+	r.mu.Unlock()
 	return c
+}
+
+// every is each replica started, live or not.
+func (r *replicas) every() []*child {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*child(nil), r.all...)
 }
 
 // out takes c out of the round robin (killed or stopped), or back in.
@@ -402,7 +411,7 @@ func TestPostgresDown(t *testing.T) {
 
 	r.pg.Stop()
 	client := &http.Client{Timeout: 15 * time.Second}
-	for i, c := range r.all {
+	for i, c := range r.every() {
 		for j := range 3 {
 			if status := post(client, c.url, r.token, events[300+i*3+j]); status != http.StatusServiceUnavailable {
 				t.Fatalf("an event while PostgreSQL is down: %d, want 503", status)
@@ -416,7 +425,7 @@ func TestPostgresDown(t *testing.T) {
 		}
 	}
 	r.pg.Resume(t)
-	for _, c := range r.all {
+	for _, c := range r.every() {
 		awaitReadyz(t, c.url, "ready again", func(status int, _ []string) bool { return status == http.StatusOK })
 		if n := strings.Count(c.logs.String(), "storing events in PostgreSQL fails"); n != 1 {
 			t.Fatalf("the failure logged %d times, want once:\n%s", n, tail(c.logs.String(), 3000))
@@ -435,7 +444,7 @@ func TestPostgresDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.converged(events[300:600], acked2)
-	for _, c := range r.all {
+	for _, c := range r.every() {
 		if !strings.Contains(c.logs.String(), "storing events in PostgreSQL succeeds again") {
 			t.Fatalf("the recovery is not logged:\n%s", tail(c.logs.String(), 3000))
 		}
@@ -497,7 +506,7 @@ func TestRollingReplacement(t *testing.T) {
 		})
 	}()
 	<-started
-	for _, old := range append([]*child(nil), r.all...) {
+	for _, old := range r.every() {
 		fresh := r.start()
 		for deadline := time.Now().Add(20 * time.Second); role(fresh.url) == ""; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {

@@ -79,6 +79,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if err := c.postgres.validate(); err != nil {
 		return c, err
 	}
+	if c.postgres.enabled() && *c.mail.smtpAddr == "" && *c.mail.dir == "" {
+		// The .eml fallback is one directory of one process; replicas have
+		// no volume of their own to share.
+		return c, errors.New("with --postgres, mails need --smtp-addr (or --mail-dir, where the leader of the moment writes them)")
+	}
 	if err := c.mail.finish(*dataDir); err != nil {
 		return c, err
 	}
