@@ -36,9 +36,11 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	router "github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
@@ -71,7 +73,10 @@ func run(args []string, out io.Writer) error {
 	fs.DurationVar(&c.rateFor, "rate-duration", 5*time.Second, "how long the latency run lasts")
 	fs.IntVar(&c.rounds, "rounds", 5, "slices each run is cut into, the sides of a comparison taking turns")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the service to this file")
-	serve := fs.String("serve", "", "internal: serve bare or service and print the address")
+	serve := fs.String("serve", "", "internal: serve bare, service or replica and print the address")
+	conn := fs.String("conn", "", "internal: the replica's PostgreSQL database")
+	withPostgres := fs.Bool("postgres", true, "also measure the PostgreSQL store (a server of Debian's postgresql package, started for the run)")
+	onlyPostgres := fs.Bool("only-postgres", false, "measure the PostgreSQL store alone (against bbolt and the bare handler)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -80,26 +85,29 @@ func run(args []string, out io.Writer) error {
 	}
 	token := []byte("loadgen-token")
 	if *serve != "" {
-		return serveChild(*serve, token, *cpuProfile, out)
+		return serveChild(*serve, *conn, token, *cpuProfile, out)
 	}
 
 	// Each server runs in its own process, as the service does in a
 	// cluster: the load generator's goroutines do not share its scheduler.
-	bare, err := spawn("bare", "")
+	bare, err := spawn("bare", "", "")
 	if err != nil {
 		return err
 	}
 	defer bare.stop()
-	svc, err := spawn("service", *cpuProfile)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency * 2, MaxConnsPerHost: c.concurrency * 2}}
+	// Enough distinct events for the longest run at a generous rate.
+	n := int(max(c.duration.Seconds(), c.rateFor.Seconds()) * 40000)
+	if *onlyPostgres {
+		return postgresRuns(client, bare, token, n, c, out)
+	}
+	svc, err := spawn("service", *cpuProfile, "")
 	if err != nil {
 		return err
 	}
 	defer func() { svc.stop() }()
 
-	// Enough distinct events for the longest run at a generous rate.
-	n := int(max(c.duration.Seconds(), c.rateFor.Seconds()) * 40000)
 	events := newEvents(token, n, 20)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency * 2, MaxConnsPerHost: c.concurrency * 2}}
 
 	rates, err := saturate(client, []target{{"bare handler", bare, events}, {"service", svc, events}}, c)
 	if err != nil {
@@ -121,7 +129,7 @@ func run(args []string, out io.Writer) error {
 	half := c
 	half.concurrency = c.concurrency / 2
 	svc.stop()
-	if svc, err = spawn("service", ""); err != nil {
+	if svc, err = spawn("service", "", ""); err != nil {
 		return err
 	}
 	if rates, err = saturate(client, []target{{"bare handler", bare, events}, {"service", svc, events}}, half); err != nil {
@@ -132,12 +140,12 @@ func run(args []string, out io.Writer) error {
 
 	// Width: revisions rolling across 50 and 1,000 layers, each on a fresh
 	// service, at half the connections; then the ack latency at 1,000.
-	narrow, err := spawn("service", "")
+	narrow, err := spawn("service", "", "")
 	if err != nil {
 		return err
 	}
 	defer narrow.stop()
-	wide, err := spawn("service", "")
+	wide, err := spawn("service", "", "")
 	if err != nil {
 		return err
 	}
@@ -153,7 +161,70 @@ func run(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "width: %.0f events/s at 50 layers a revision, %.0f at 1000 (%.2f of it), ack p99 %.2f ms at %d events/s with 1000 (%s)\n",
 		rates[0], rates[1], rates[1]/rates[0], ms(wideLat.p99), c.rate, wideLat.floors())
-	return nil
+	if !*withPostgres {
+		return nil
+	}
+	return postgresRuns(client, bare, token, n, c, out)
+}
+
+// postgresRuns measures the PostgreSQL store against bbolt and the bare
+// handler in the same run: durable ingest at 32 connections, the ack's
+// latency at c.rate with 20 and 1,000 layers a revision, and how soon an
+// event acknowledged by one replica shows on another.
+func postgresRuns(client *http.Client, bare *server, token []byte, n int, c config, out io.Writer) error {
+	pg, err := pgtest.Launch()
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL (make postgres installs it; -postgres=false skips these runs): %w", err)
+	}
+	defer pg.Close()
+	replicaOn := func() (*server, error) {
+		conn, err := pg.CreateDatabase()
+		if err != nil {
+			return nil, err
+		}
+		return spawn("replica", "", conn)
+	}
+	svc, err := spawn("service", "", "")
+	if err != nil {
+		return err
+	}
+	defer svc.stop()
+	rep, err := replicaOn()
+	if err != nil {
+		return err
+	}
+	defer rep.stop()
+	events := newEvents(token, n, 20)
+	at32 := c
+	at32.concurrency = 32
+	rates, err := saturate(client, []target{{"bare handler", bare, events}, {"bbolt", svc, events}, {"postgres", rep, events}}, at32)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "postgres at 32 connections: %.0f events/s durable, %.2f of bbolt's (%.0f), %.2f of bare handler (%.0f)\n",
+		rates[2], rates[2]/rates[1], rates[1], rates[2]/rates[0], rates[0])
+	rep.stop()
+	if rep, err = replicaOn(); err != nil {
+		return err
+	}
+	lat, err := paced(client, rep, bare, events, c)
+	if err != nil {
+		return fmt.Errorf("postgres paced: %w", err)
+	}
+	fmt.Fprintf(out, "postgres ack latency at %d events/s: %v\n", c.rate, lat)
+	rep.stop()
+	wide, err := replicaOn()
+	if err != nil {
+		return err
+	}
+	defer wide.stop()
+	wideLat, err := paced(client, wide, bare, newEvents(token, n, 1000), c)
+	if err != nil {
+		return fmt.Errorf("postgres width 1000: %w", err)
+	}
+	fmt.Fprintf(out, "postgres width: ack p99 %.2f ms at %d events/s with 1000 layers a revision (%s)\n", ms(wideLat.p99), c.rate, wideLat.floors())
+	wide.stop()
+	return visibility(client, pg, token, c, out)
 }
 
 // cpuTime is the user and system time this process has used.
@@ -192,12 +263,12 @@ func (s *server) cpu() time.Duration {
 
 // spawn starts this program as a server of the given kind; stop ends it
 // (by its PID, the only process it ever kills).
-func spawn(kind, cpuProfile string) (*server, error) {
+func spawn(kind, cpuProfile, conn string) (*server, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-serve", kind, "-cpuprofile", cpuProfile)
+	cmd := exec.Command(self, "-serve", kind, "-cpuprofile", cpuProfile, "-conn", conn)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -227,14 +298,14 @@ func spawn(kind, cpuProfile string) (*server, error) {
 		return nil, fmt.Errorf("%s server: %w", kind, err)
 	}
 	url := strings.TrimSpace(line)
-	if kind == "service" {
+	if kind != "bare" {
 		url += "/webhook"
 	}
 	return &server{url: url, pid: cmd.Process.Pid, repeats: kind == "bare", stop: stop}, nil
 }
 
 // serveChild serves until its stdin closes, then reports its CPU use.
-func serveChild(kind string, token []byte, cpuProfile string, out io.Writer) error {
+func serveChild(kind, conn string, token []byte, cpuProfile string, out io.Writer) error {
 	var (
 		url  string
 		stop func()
@@ -245,6 +316,8 @@ func serveChild(kind string, token []byte, cpuProfile string, out io.Writer) err
 		url, stop, err = serveBare()
 	case "service":
 		url, stop, err = serveService(token)
+	case "replica":
+		url, stop, err = serveReplica(token, conn)
 	default:
 		return fmt.Errorf("unknown server %q", kind)
 	}
@@ -315,6 +388,54 @@ func serveService(token []byte) (string, func(), error) {
 		fmt.Fprintf(os.Stderr, "engine: %d observations in %d commits\n", st.Observations.Load(), st.Commits.Load())
 		db.Close()
 		os.RemoveAll(dir)
+	}, nil
+}
+
+// serveReplica serves a replica on the PostgreSQL database conn, as serve
+// --postgres does: events into the inbox, reads from the views it
+// follows, the engine while it leads.
+func serveReplica(token []byte, conn string) (string, func(), error) {
+	pcfg, err := store.ParsePostgres(conn, store.PostgresOptions{})
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	db, err := store.OpenPostgres(ctx, pcfg, store.PostgresOptions{})
+	if err != nil {
+		cancel()
+		return "", nil, err
+	}
+	cfg := rollout.Config{StuckAfter: 24 * time.Hour, Retention: 720 * time.Hour}
+	model, err := rollout.NewModel(cfg)
+	if err != nil {
+		cancel()
+		return "", nil, err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := replica.New(db, replica.Config{Identity: replica.Identity(os.Getenv)}, model.Normalise, log)
+	if err != nil {
+		cancel()
+		return "", nil, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.Run(ctx, n.LeadEngine(cfg, time.Now, nil)) }()
+	for deadline := time.Now().Add(30 * time.Second); !n.CaughtUp(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cancel()
+			return "", nil, errors.New("the replica never caught up")
+		}
+	}
+	reg := prometheus.NewRegistry()
+	url, stop, err := listen(router.Routes(router.Parts{Webhook: webhook.New(token, n.Events(), log, reg), API: api.New(n.Reads(), log, api.Options{})}))
+	if err != nil {
+		cancel()
+		return "", nil, err
+	}
+	return url, func() {
+		stop()
+		cancel()
+		<-done
+		db.Close()
 	}, nil
 }
 
@@ -649,4 +770,106 @@ func groupCommit(total int, interval time.Duration, commit func(i int) error) ([
 func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
 	slices.Sort(lat)
 	return lat[len(lat)/2], lat[len(lat)*99/100]
+}
+
+// visibility runs two replicas on one database and posts to the one that
+// does not lead, paced at c.rate: each event goes through the inbox to the
+// leader's engine and back as a view. For a sample of the successes it
+// measures the time from the 202 until the same replica's /verdict shows
+// the layer applied.
+func visibility(client *http.Client, pg *pgtest.Server, token []byte, c config, out io.Writer) error {
+	conn, err := pg.CreateDatabase()
+	if err != nil {
+		return err
+	}
+	leader, err := spawn("replica", "", conn)
+	if err != nil {
+		return err
+	}
+	defer leader.stop()
+	follower, err := spawn("replica", "", conn)
+	if err != nil {
+		return err
+	}
+	defer follower.stop()
+	total, interval := c.arrivals()
+	evs := newEvents(token, total, 20)
+	base := strings.TrimSuffix(follower.url, "/webhook")
+	var (
+		mu      sync.Mutex
+		delays  []time.Duration
+		missing int
+		wg      sync.WaitGroup
+	)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for i := range total {
+		<-tick.C
+		ev := evs.list[i]
+		var fe flux.Event
+		if err := json.Unmarshal(ev.body, &fe); err != nil {
+			return err
+		}
+		sample := fe.Reason == "ReconciliationSucceeded" && (i/4)%5 == 0 // one success in five
+		wg.Go(func() {
+			req, _ := http.NewRequest(http.MethodPost, follower.url, bytes.NewReader(ev.body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Signature", ev.sig)
+			resp, err := client.Do(req)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted || !sample {
+				return
+			}
+			acked := time.Now()
+			hash := fe.Metadata["revision"][strings.LastIndexByte(fe.Metadata["revision"], ':')+1:]
+			layer := fe.InvolvedObject.Namespace + "/" + fe.InvolvedObject.Name
+			for time.Since(acked) < 10*time.Second {
+				if layerApplied(client, base, hash, layer) {
+					mu.Lock()
+					delays = append(delays, time.Since(acked))
+					mu.Unlock()
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			mu.Lock()
+			missing++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if len(delays) == 0 {
+		return errors.New("visibility: no sample")
+	}
+	slices.Sort(delays)
+	pct := func(p float64) time.Duration { return delays[min(int(p*float64(len(delays))), len(delays)-1)] }
+	fmt.Fprintf(out, "replicas: an event acknowledged by a follower at %d events/s shows in its /verdict after p50 %.1f ms, p99 %.1f ms, max %.1f ms (%d samples, %d not within 10 s)\n",
+		c.rate, ms(pct(0.5)), ms(pct(0.99)), ms(delays[len(delays)-1]), len(delays), missing)
+	return nil
+}
+
+// layerApplied reports whether /verdict shows layer applied in the
+// rollout of hash.
+func layerApplied(client *http.Client, base, hash, layer string) bool {
+	resp, err := client.Get(base + "/verdict?rev=" + hash)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Layers []struct{ Name, State string } `json:"layers"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return false
+	}
+	for _, l := range v.Layers {
+		if l.Name == layer {
+			return l.State == "applied"
+		}
+	}
+	return false
 }

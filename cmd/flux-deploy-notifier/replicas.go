@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
@@ -60,56 +59,6 @@ func (c *postgresConfig) open(ctx context.Context, application string) (*store.D
 	return store.OpenPostgres(ctx, cfg, opt)
 }
 
-// replicaRollouts answers reads on a replica: the live rollouts from the
-// views it follows, the settled ones from the store, and the counters of
-// the engine while this replica leads.
-type replicaRollouts struct {
-	*engine.Reader
-	node   *replica.Node
-	leader *atomic.Pointer[engine.Engine]
-	stats  engine.Stats // a follower's: it commits nothing
-}
-
-func (r *replicaRollouts) Stats() *engine.Stats {
-	if e := r.leader.Load(); e != nil {
-		return e.Stats()
-	}
-	return &r.stats
-}
-
-// CommitFailures are the appends of this replica that failed, and the
-// leader's commits.
-func (r *replicaRollouts) CommitFailures() (int64, time.Time) {
-	n, at := r.node.AppendFailures()
-	if e := r.leader.Load(); e != nil {
-		m, eat := e.CommitFailures()
-		n += m
-		if eat.After(at) {
-			at = eat
-		}
-	}
-	return n, at
-}
-
-// storeWarning says what fails of the store on this replica.
-func (r *replicaRollouts) storeWarning() string {
-	if w := r.node.Warning(); w != "" {
-		return w
-	}
-	if e := r.leader.Load(); e != nil {
-		return e.StoreWarning()
-	}
-	return ""
-}
-
-// role is this replica's, as /readyz says it.
-func (r *replicaRollouts) role() string {
-	if r.node.Leading() {
-		return "leader"
-	}
-	return "follower"
-}
-
 // openReplica opens the store in PostgreSQL and this replica on it.
 func (s *service) openReplica(ctx context.Context) error {
 	identity := replica.Identity(s.getenv)
@@ -125,9 +74,7 @@ func (s *service) openReplica(ctx context.Context) error {
 	if s.node, err = replica.New(s.db, cfg, model.Normalise, s.log); err != nil {
 		return err
 	}
-	s.replicaReads = &replicaRollouts{Reader: s.node.Reader(), node: s.node, leader: &s.leaderEngine}
-	s.rollouts, s.submitter, s.events = s.replicaReads, s.node, s.node.Events()
-	s.storeWarning = s.replicaReads.storeWarning
+	s.rollouts, s.submitter, s.events, s.storeWarning = s.node.Reads(), s.node, s.node.Events(), s.node.StoreWarning
 	s.log.Info("state in PostgreSQL", "identity", cfg.Identity, "lease", cfg.LeaseTTL.String(), "renew", cfg.Renew.String())
 	return nil
 }
@@ -137,15 +84,7 @@ func (s *service) openReplica(ctx context.Context) error {
 func (s *service) lead(e *engine.Engine) []func(context.Context) {
 	e.OnMail(s.mailer.Wake)
 	e.OnVerdict(s.onVerdict)
-	s.leaderEngine.Store(e)
-	loops := []func(context.Context){
-		func(ctx context.Context) {
-			_ = s.mailer.Run(ctx)
-			// The term is over: its engine's counters are no longer this
-			// replica's.
-			s.leaderEngine.CompareAndSwap(e, nil)
-		},
-	}
+	loops := []func(context.Context){func(ctx context.Context) { _ = s.mailer.Run(ctx) }}
 	if s.forger != nil {
 		e.OnPublish(s.forger.Wake)
 		loops = append(loops, func(ctx context.Context) { _ = s.forger.Run(ctx) })
@@ -156,3 +95,10 @@ func (s *service) lead(e *engine.Engine) []func(context.Context) {
 	}
 	return loops
 }
+
+// loginAttempts counts the login form's wrong tokens in PostgreSQL, where
+// every replica counts them (ui.Attempts).
+type loginAttempts struct{ db *store.DB }
+
+func (a loginAttempts) Failures() (int, error) { return a.db.LoginFailures() }
+func (a loginAttempts) Failed() error          { return a.db.LoginFailed() }

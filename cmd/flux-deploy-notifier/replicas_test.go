@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -520,4 +521,51 @@ func TestRollingReplacement(t *testing.T) {
 	r.leader(20 * time.Second)
 	r.converged(events, acked)
 	r.mailsOnce(events, 0)
+}
+
+// TestLoginAcrossReplicas: a session made by the login form of one replica
+// is taken by the others, and the form's limit of wrong tokens a minute
+// holds across replicas: guesses spread over them are counted together.
+func TestLoginAcrossReplicas(t *testing.T) {
+	verdictFile := filepath.Join(t.TempDir(), "verdict-token")
+	if err := os.WriteFile(verdictFile, []byte("the-verdict-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startReplicas(t, 2, "--verdict-token-file", verdictFile)
+	a, b := r.all[0], r.all[1]
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	login := func(c *child, token string) *http.Response {
+		t.Helper()
+		resp, err := noRedirect.PostForm(c.url+"/ui/login", url.Values{"token": {token}, "next": {"/ui/"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	resp := login(a, "the-verdict-token")
+	if resp.StatusCode != http.StatusSeeOther || len(resp.Cookies()) == 0 {
+		t.Fatalf("login on a: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodGet, b.url+"/ui/", nil)
+	req.AddCookie(resp.Cookies()[0])
+	page, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page.Body.Close()
+	if page.StatusCode != http.StatusOK {
+		t.Fatalf("a's session on b: %d", page.StatusCode)
+	}
+	// Ten wrong tokens, five on each: the limit of the minute.
+	for i := range 10 {
+		if got := login([]*child{a, b}[i%2], "wrong").StatusCode; got != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d, want 401", i, got)
+		}
+	}
+	for _, c := range []*child{a, b} {
+		if got := login(c, "the-verdict-token").StatusCode; got != http.StatusTooManyRequests {
+			t.Fatalf("the right token after ten wrong ones on both replicas: %d, want 429", got)
+		}
+	}
 }

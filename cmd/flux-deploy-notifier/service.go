@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,16 +76,14 @@ type service struct {
 	storeWarning func() string
 	onVerdict    func(rollout.VerdictChange)
 
-	node         *replica.Node // with --postgres
-	replicaReads *replicaRollouts
-	leaderEngine atomic.Pointer[engine.Engine] // while this replica leads
-	mailer       *mail.Dispatcher
-	forger       *forge.Dispatcher // nil: no forge
-	reader       *cluster.Reader   // nil: events only
-	watchdog     *blind.Watchdog   // with the reader
-	srv          *http.Server
-	ln           net.Listener
-	drain        context.CancelFunc
+	node     *replica.Node // with --postgres
+	mailer   *mail.Dispatcher
+	forger   *forge.Dispatcher // nil: no forge
+	reader   *cluster.Reader   // nil: events only
+	watchdog *blind.Watchdog   // with the reader
+	srv      *http.Server
+	ln       net.Listener
+	drain    context.CancelFunc
 }
 
 func (s *service) loadTokens(context.Context) error {
@@ -232,7 +229,7 @@ func (s *service) listen(context.Context) error {
 	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining}
 	if s.node != nil {
 		apiOpts.Checks = append(apiOpts.Checks, api.Check{Name: "postgres", OK: s.node.CaughtUp})
-		apiOpts.Role = s.replicaReads.role
+		apiOpts.Role = s.node.Role
 	}
 	uiFS, err := fs.Sub(templates.UI, "ui")
 	if err != nil {
@@ -244,6 +241,11 @@ func (s *service) listen(context.Context) error {
 	}
 	if s.forger != nil {
 		opts.Forge, opts.ForgeName = s.db.Publication, s.c.forge.name()
+	}
+	if s.node != nil {
+		// A session's key derives from the verdict token, the same on
+		// every replica; the form's limit is counted where all count.
+		opts.Attempts = loginAttempts{s.db}
 	}
 	pages, err := ui.New(s.rollouts, uiFS, opts)
 	if err != nil {

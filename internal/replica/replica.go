@@ -74,7 +74,8 @@ type Node struct {
 
 	leading  atomic.Bool
 	caughtUp atomic.Bool
-	epoch    atomic.Int64 // of the term under way, 0 when following
+	current  atomic.Pointer[engine.Engine] // the leader's engine, during its term
+	epoch    atomic.Int64                  // of the term under way, 0 when following
 
 	appends  atomic.Int64 // failed appends since start
 	lastFail atomic.Int64 // unix nanos of the last
@@ -107,6 +108,60 @@ func New(db *store.DB, cfg Config, normalise func(*rollout.Observation) error, l
 
 // Reader is what this replica answers reads from.
 func (n *Node) Reader() *engine.Reader { return n.reader }
+
+// Reads answers reads on this replica: the live rollouts from the views
+// it follows, the settled ones from the store, the counters of the engine
+// while it leads (api.Rollouts).
+func (n *Node) Reads() *Reads { return &Reads{Reader: n.reader, n: n} }
+
+// Reads is Node.Reads.
+type Reads struct {
+	*engine.Reader
+	n     *Node
+	stats engine.Stats // a follower's: it commits nothing
+}
+
+// Stats are the leader's engine's counters while this replica leads.
+func (r *Reads) Stats() *engine.Stats {
+	if e := r.n.current.Load(); e != nil {
+		return e.Stats()
+	}
+	return &r.stats
+}
+
+// CommitFailures are this replica's failed appends and, while it leads,
+// its engine's failed commits; with the time of the last.
+func (r *Reads) CommitFailures() (int64, time.Time) {
+	n, at := r.n.AppendFailures()
+	if e := r.n.current.Load(); e != nil {
+		m, eat := e.CommitFailures()
+		n += m
+		if eat.After(at) {
+			at = eat
+		}
+	}
+	return n, at
+}
+
+// Role is this replica's part, as /readyz says it.
+func (n *Node) Role() string {
+	if n.Leading() {
+		return "leader"
+	}
+	return "follower"
+}
+
+// StoreWarning says what fails of the store on this replica, the leader's
+// commits included.
+func (n *Node) StoreWarning() string {
+	if w := n.Warning(); w != "" {
+		return w
+	}
+	if e := n.current.Load(); e != nil {
+		return e.StoreWarning()
+	}
+	return ""
+}
 
 // Leading reports whether this replica leads now.
 func (n *Node) Leading() bool { return n.leading.Load() }
@@ -446,6 +501,8 @@ func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e 
 			return fmt.Errorf("show the rollouts to the replicas: %w", err)
 		}
 		n.log.Info("serving as leader", "rollouts", len(e.Views()), "took", time.Since(start).Round(time.Millisecond).String())
+		n.current.Store(e)
+		defer n.current.CompareAndSwap(e, nil)
 		var also []func(context.Context)
 		if with != nil {
 			also = with(e)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,12 @@ var migrations = []string{
 		view bytea,
 		PRIMARY KEY (cluster, hash)
 	);
-	CREATE INDEX fdn_views_by_version ON fdn_views (version);`,
+	CREATE INDEX fdn_views_by_version ON fdn_views (version);
+	CREATE TABLE fdn_login (
+		name text PRIMARY KEY,
+		since timestamptz NOT NULL,
+		failures integer NOT NULL
+	);`,
 }
 
 // schemaLock serializes replicas creating or migrating the schema at once
@@ -91,8 +97,14 @@ func ParsePostgres(conn string, opt PostgresOptions) (*pgxpool.Config, error) {
 	if opt.Password != "" {
 		cfg.ConnConfig.Password = opt.Password
 	}
-	if opt.MaxConns > 0 {
+	switch {
+	case opt.MaxConns > 0:
 		cfg.MaxConns = opt.MaxConns
+	case !strings.Contains(conn, "pool_max_conns"):
+		// pgx's default is the cores' count, at least 4: a replica's
+		// appends, follower, and as leader its commits, inbox and
+		// dispatchers each hold one at times.
+		cfg.MaxConns = max(cfg.MaxConns, 8)
 	}
 	idle := opt.IdleInTransaction
 	if idle == 0 {
@@ -139,6 +151,8 @@ type pgBackend struct {
 	// leased: writes need a lease (Fence); without one they fail, so that
 	// a replica that is not the leader can write nothing by mistake.
 	leased atomic.Bool
+	// appends groups the inbox's appends of this process (replicas.go).
+	appends appender
 }
 
 func (p *pgBackend) migrate(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,8 +36,10 @@ type Entry struct {
 
 // Append puts observations that belong together in the inbox as one
 // entry (event: from notification-controller), and wakes the leader; once
-// it returns they are committed. Any replica appends, concurrently: no
-// lock of this process is taken.
+// it returns they are committed. Any replica appends, concurrently: the
+// appends under way in this process are written together, one statement
+// and one commit (group commit), so that a burst costs a flush of the
+// database's log, not one per event.
 func (d *DB) Append(ctx context.Context, obs []rollout.Observation, event bool) error {
 	p, err := d.postgres()
 	if err != nil {
@@ -46,11 +49,69 @@ func (d *DB) Append(ctx context.Context, obs []rollout.Observation, event bool) 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	_, err = p.pool.Exec(ctx, `WITH e AS (INSERT INTO fdn_inbox (event, body) VALUES ($1, $2))
-		SELECT pg_notify('fdn_inbox', '')`, event, append([]byte{inboxVersion}, body...))
-	return err
+	req := &appendReq{body: append([]byte{inboxVersion}, body...), event: event, done: make(chan error, 1)}
+	a := &p.appends
+	a.mu.Lock()
+	a.queue = append(a.queue, req)
+	lead := !a.leading
+	a.leading = true
+	a.mu.Unlock()
+	if lead {
+		a.lead(p)
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// appender groups the appends of one process.
+type appender struct {
+	mu      sync.Mutex
+	queue   []*appendReq
+	leading bool
+}
+
+type appendReq struct {
+	body  []byte
+	event bool
+	done  chan error
+}
+
+// maxAppend bounds one group: its statement's size, and the wait of the
+// first append in it.
+const maxAppend = 512
+
+// lead writes the queued appends as one group, the caller's among them,
+// and hands on to another goroutine when more wait: the caller answers
+// its client without waiting for later groups.
+func (a *appender) lead(p *pgBackend) {
+	a.mu.Lock()
+	n := min(len(a.queue), maxAppend)
+	group := a.queue[:n:n]
+	a.queue = append([]*appendReq(nil), a.queue[n:]...)
+	a.mu.Unlock()
+	events, bodies := make([]bool, n), make([][]byte, n)
+	for i, r := range group {
+		events[i], bodies[i] = r.event, r.body
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	_, err := p.pool.Exec(ctx, `WITH e AS (INSERT INTO fdn_inbox (event, body) SELECT * FROM unnest($1::boolean[], $2::bytea[]))
+		SELECT pg_notify('fdn_inbox', '')`, events, bodies)
+	cancel()
+	for _, r := range group {
+		r.done <- err
+	}
+	a.mu.Lock()
+	if len(a.queue) == 0 {
+		a.leading = false
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Unlock()
+	go a.lead(p)
 }
 
 // Inbox returns up to limit entries, oldest first. An entry stays until
@@ -269,4 +330,38 @@ func (d *DB) ViewsSince(ctx context.Context, version int64) (ViewChanges, error)
 		return nil
 	})
 	return out, err
+}
+
+// The login form's wrong tokens, counted by every replica in one row: a
+// window of a minute and its count.
+
+// LoginFailures is how many wrong tokens the login form took in the
+// minute under way.
+func (d *DB) LoginFailures() (int, error) {
+	p, err := d.postgres()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	var n int
+	err = p.pool.QueryRow(ctx, `SELECT coalesce(max(failures), 0) FROM fdn_login
+		WHERE name = 'login' AND since > now() - interval '1 minute'`).Scan(&n)
+	return n, err
+}
+
+// LoginFailed counts a wrong token, in a new window when the last one is
+// over. Any replica writes it: it is no leader's.
+func (d *DB) LoginFailed() error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	_, err = p.pool.Exec(ctx, `INSERT INTO fdn_login AS l (name, since, failures) VALUES ('login', now(), 1)
+		ON CONFLICT (name) DO UPDATE SET
+			since = CASE WHEN l.since > now() - interval '1 minute' THEN l.since ELSE now() END,
+			failures = CASE WHEN l.since > now() - interval '1 minute' THEN l.failures + 1 ELSE 1 END`)
+	return err
 }

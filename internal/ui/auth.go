@@ -17,7 +17,8 @@ const sessionFor = 12 * time.Hour
 // throttle.
 type auth struct {
 	*edge.Auth
-	now func() time.Time
+	now    func() time.Time
+	shared Attempts // when set, the count all replicas share
 
 	// Wrong tokens at the login form, per minute: guessing is slowed for
 	// everyone (a bound per client would be a map an attacker can grow).
@@ -30,8 +31,23 @@ type auth struct {
 // the ones after are refused without being compared until it passes.
 const maxFailures = 10
 
-// allow reports whether a login attempt may be checked now.
+// Attempts counts the wrong tokens at the login form where every replica
+// counts them (the store), so that the limit holds across replicas.
+type Attempts interface {
+	// Failures is how many wrong tokens came in the minute under way.
+	Failures() (int, error)
+	// Failed counts one more.
+	Failed() error
+}
+
+// allow reports whether a login attempt may be checked now. A shared
+// count that cannot be read allows none: guessing is not helped by a
+// store that fails.
 func (a *auth) allow() bool {
+	if a.shared != nil {
+		n, err := a.shared.Failures()
+		return err == nil && n < maxFailures
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if now := a.now(); now.Sub(a.window) >= time.Minute {
@@ -41,6 +57,10 @@ func (a *auth) allow() bool {
 }
 
 func (a *auth) failed() {
+	if a.shared != nil {
+		_ = a.shared.Failed() // unrecorded, it allows one more; the next is refused if the store stays down
+		return
+	}
 	a.mu.Lock()
 	a.failures++
 	a.mu.Unlock()

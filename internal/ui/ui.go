@@ -61,6 +61,9 @@ type Options struct {
 	ForgeName string
 	Now       func() time.Time
 	Log       *slog.Logger
+	// Attempts, when set, counts the login form's wrong tokens where
+	// every replica does; nil: in this process.
+	Attempts Attempts
 }
 
 // PageSize is how many rollouts a page of the list shows.
@@ -86,6 +89,7 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 		opts.Log = slog.Default()
 	}
 	s := &server{rs: rs, opts: opts, pages: map[string]*template.Template{}, auth: newAuth(opts.Token, opts.TrustHeader, opts.Now)}
+	s.auth.shared = opts.Attempts
 	funcs := template.FuncMap{
 		"age":   func(t time.Time) string { return since(opts.Now().Sub(t)) },
 		"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05 MST") },

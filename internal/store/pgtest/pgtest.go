@@ -39,15 +39,26 @@ type Server struct {
 // removes its files.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := binDir()
+	s, err := Launch()
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Launch is Start outside a test (the load generator's): Close stops the
+// server and removes its files.
+func Launch() (*Server, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
 	}
 	s := &Server{bin: bin}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			t.Fatalf("running as root, PostgreSQL needs an unprivileged user: %v", err)
+			return nil, fmt.Errorf("running as root, PostgreSQL needs an unprivileged user: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
@@ -56,23 +67,30 @@ func Start(t testing.TB) *Server {
 	// Not t.TempDir: its parents are private to this user, and the
 	// server's user must reach the directory.
 	if s.dir, err = os.MkdirTemp("", "pgtest-"); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(s.dir) })
 	if s.cred != nil {
 		if err := os.Chown(s.dir, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
-			t.Fatal(err)
+			os.RemoveAll(s.dir)
+			return nil, err
 		}
 	}
 	initdb := s.command(filepath.Join(bin, "initdb"), "-D", s.data(), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C")
 	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+		os.RemoveAll(s.dir)
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
-	t.Cleanup(s.stop)
 	if err := s.start(); err != nil {
-		t.Fatal(err)
+		s.Close()
+		return nil, err
 	}
-	return s
+	return s, nil
+}
+
+// Close stops the server and removes its files.
+func (s *Server) Close() {
+	s.stop()
+	os.RemoveAll(s.dir)
 }
 
 // binDir finds the server's binaries: pg_config's, else the newest of
@@ -218,6 +236,16 @@ func (s *Server) ConnString(db string) string {
 // its connection string.
 func (s *Server) NewDatabase(t testing.TB) string {
 	t.Helper()
+	conn, err := s.CreateDatabase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// CreateDatabase makes an empty database and returns its connection
+// string.
+func (s *Server) CreateDatabase() (string, error) {
 	s.mu.Lock()
 	s.n++
 	name := fmt.Sprintf("test_%d", s.n)
@@ -226,11 +254,11 @@ func (s *Server) NewDatabase(t testing.TB) string {
 	defer cancel()
 	c, err := pgx.Connect(ctx, s.ConnString("postgres"))
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer c.Close(context.Background())
 	if _, err := c.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	return s.ConnString(name)
+	return s.ConnString(name), nil
 }
