@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -360,6 +363,17 @@ func TestReplicasSurviveLeaderKill(t *testing.T) {
 	if takeover > 15*time.Second {
 		t.Fatalf("the successor took %s to lead, want within 15 s", takeover)
 	}
+	// Serving as leader (its engine loaded, the views shown) within 5 s of
+	// taking the lease.
+	serving := regexp.MustCompile(`msg="serving as leader" rollouts=\d+ took=(\S+)`).FindAllStringSubmatch(successor.logs.String(), -1)
+	if len(serving) == 0 {
+		t.Fatalf("the successor never said it serves as leader:\n%s", tail(successor.logs.String(), 20))
+	}
+	if d, err := time.ParseDuration(serving[len(serving)-1][1]); err != nil || d > 5*time.Second {
+		t.Fatalf("the successor served as leader %s after taking the lease (%v), want within 5 s", serving[len(serving)-1][1], err)
+	} else {
+		t.Logf("serving as leader %s after taking the lease", d)
+	}
 	r.converged(events, acked)
 	r.mailsOnce(events, 1)
 }
@@ -568,4 +582,121 @@ func TestLoginAcrossReplicas(t *testing.T) {
 			t.Fatalf("the right token after ten wrong ones on both replicas: %d, want 429", got)
 		}
 	}
+}
+
+// TestForgeAcrossTakeover: the leader is killed as soon as the forge made
+// a rollout's deployment, before its status: the successor finds that
+// deployment again (through its record and the forge's marker) and gives
+// it its status; none is made twice.
+func TestForgeAcrossTakeover(t *testing.T) {
+	gh := forgetest.StartGitHub(t, "ghs_replicas", time.Now, "acme/fleet")
+	ghToken := filepath.Join(t.TempDir(), "github-token")
+	if err := os.WriteFile(ghToken, []byte("ghs_replicas\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := startReplicas(t, 2, "--lease-duration", "2s", "--lease-renew", "500ms", "--external-url", "https://fdn.example.com",
+		"--github-api-url", gh.URL, "--github-token-file", ghToken, "--github-repo", "acme/fleet")
+	old := r.leader(20 * time.Second)
+	killed := make(chan struct{})
+	var once sync.Once
+	gh.AfterCreate(func(forgetest.Deployment) {
+		once.Do(func() {
+			_ = old.cmd.Process.Kill() // the PID this test started
+			r.out(old, true)
+			close(killed)
+		})
+	})
+	events := crashEvents(3, 3) // one rollout over three layers
+	acked := r.postAll(events, nil)
+	select {
+	case <-killed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no deployment made:\n%s", tail(old.logs.String(), 20))
+	}
+	_ = old.cmd.Wait()
+	r.leader(20 * time.Second)
+	r.converged(events, acked)
+	var deps []forgetest.Deployment
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		deps = gh.Deployments("acme/fleet")
+		if len(deps) > 0 && len(deps[0].Statuses) > 0 && deps[0].Statuses[len(deps[0].Statuses)-1].State == "success" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no success status after the takeover: %+v", deps)
+		}
+	}
+	if len(deps) != 1 {
+		t.Fatalf("%d deployments, want the one made before the kill", len(deps))
+	}
+}
+
+// TestClusterCatchUpAcrossTakeover: every replica reads the cluster and
+// appends what it reads; the leader is killed, and while none leads the
+// layers apply a new revision: the successor shows it (its inbox already
+// held what the others read), from cluster state alone.
+func TestClusterCatchUpAcrossTakeover(t *testing.T) {
+	c := clustertest.Start(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	w := c.NewWorld(t, "flux-system", now)
+	rev1, rev2 := "main@sha1:"+strings.Repeat("1a", 20), "main@sha1:"+strings.Repeat("2b", 20)
+	w.Source("fleet", rev1)
+	layers := []string{"infra", "apps"}
+	for _, l := range layers {
+		w.Layer(clustertest.Layer{Name: l, Source: "fleet", Applied: rev1, Attempted: rev1,
+			Ready: w.Ready("True", "ReconciliationSucceeded", "Applied revision: "+rev1, time.Minute)})
+	}
+	bind(t, c, "fdn-reader")
+	r := startReplicas(t, 2, "--lease-duration", "2s", "--lease-renew", "500ms", "--kubeconfig", c.KubeconfigFor(t, "fdn-reader"))
+	shows := func(ch *child, rev string) bool {
+		for _, l := range layers {
+			if !layerApplied(t, ch.url, rev[len("main@sha1:"):], "flux-system/"+l) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, ch := range r.every() {
+		for deadline := time.Now().Add(30 * time.Second); !shows(ch, rev1); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never shows the first revision from the cluster:\n%s", ch.url, tail(ch.logs.String(), 20))
+			}
+		}
+	}
+	old := r.leader(20 * time.Second)
+	_ = old.cmd.Process.Kill() // the PID this test started
+	r.out(old, true)
+	_ = old.cmd.Wait()
+	for _, l := range layers {
+		w.SetStatus(l, rev2, rev2, w.Ready("True", "ReconciliationSucceeded", "Applied revision: "+rev2, 0))
+	}
+	successor := r.leader(20 * time.Second)
+	for deadline := time.Now().Add(30 * time.Second); !shows(successor, rev2); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the successor never shows what the cluster applied while none led:\n%s", tail(successor.logs.String(), 20))
+		}
+	}
+}
+
+// layerApplied reports whether url's /verdict shows layer applied in the
+// rollout of hash.
+func layerApplied(t *testing.T, url, hash, layer string) bool {
+	t.Helper()
+	resp, err := http.Get(url + "/verdict?rev=" + hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Layers []struct{ Name, State string } `json:"layers"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return false
+	}
+	for _, l := range v.Layers {
+		if l.Name == layer {
+			return l.State == "applied"
+		}
+	}
+	return false
 }
