@@ -23,6 +23,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 )
 
 // rig is what every scenario shares: one cluster, the Flux controllers, the
@@ -32,6 +33,7 @@ type rig struct {
 	flux *Flux
 	arts *Artifacts
 	smtp *smtptest.Server
+	pg   *pgtest.Server
 	bin  string
 }
 
@@ -46,7 +48,7 @@ func TestFlux(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := clustertest.Start(t)
-	r := &rig{c: c, flux: StartFlux(t, c), arts: ServeArtifacts(t), smtp: smtptest.Start(t, smtptest.Options{}), bin: bin}
+	r := &rig{c: c, flux: StartFlux(t, c), arts: ServeArtifacts(t), smtp: smtptest.Start(t, smtptest.Options{}), pg: pgtest.Start(t), bin: bin}
 	scenarios := []struct {
 		name string
 		run  func(t *testing.T, w *world)
@@ -62,6 +64,7 @@ func TestFlux(t *testing.T) {
 		{"down", downDuringRollout},
 		{"down-two-commits", downDuringTwoCommits},
 		{"restart", restartMidRollout},
+		{"replicas", replicasLeaderKilled},
 		{"no-success-event", noSuccessEvent},
 		{"stuck", stuckBehindHealthCheck},
 		{"helm", helmReleases},
@@ -977,6 +980,55 @@ func restartMidRollout(t *testing.T, w *world) {
 	w.expectWait(t, r1, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1))
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictApplied}}, applying(r0), applied(r0), applying(r1), applied(r1))
+}
+
+// replicasLeaderKilled: two replicas on PostgreSQL behind one address, as
+// components/ha runs them; the leader is killed (SIGKILL) mid-rollout, its
+// applying mail sent, the commit waiting on a health check; the other
+// replica takes over and decides the commit applied, with every mail sent
+// once.
+func replicasLeaderKilled(t *testing.T, w *world) {
+	f0 := w.base("0")
+	r0 := w.repo.Publish(t, f0)
+	reps := StartReplicas(t, w.c, w.bin, w.ns, w.smtp.Addr, w.pg.NewDatabase(t), 2)
+	for i := range tiers {
+		w.applyTier(t, i, map[string]tier{"platform": {wait: true, timeout: "5m"}}[tiers[i]])
+	}
+	for _, s := range reps.Members {
+		s.AwaitVerdict(t, r0, rollout.VerdictApplied, 2*time.Minute)
+	}
+	r1 := w.repo.Publish(t, f0.with("platform/web.yaml", w.deployment("platform")))
+	w.awaitCluster(t, r1, "infra")
+	probe := reps.Members[0] // any replica reads the outbox the leader sends from
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		empty, err := probe.OutboxEmpty()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if empty && slices.Contains(w.mails(probe), applying(r1)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no applying mail for r1 within 1m: %q", w.mails(probe))
+		}
+	}
+	leader := reps.AwaitLeader(t, time.Minute)
+	reps.Kill(leader)
+	if got := lastApplied(w.kustomization(t, "apps")); got == r1.Revision {
+		t.Fatal("apps applied r1 before the kill: the kill was not mid-rollout")
+	}
+	w.makeReady(t, "platform", "web")
+	survivor := reps.Up()[0]
+	survivor.AwaitVerdict(t, r1, rollout.VerdictApplied, 2*time.Minute)
+	for _, n := range tiers {
+		if got := lastApplied(w.kustomization(t, n)); got != r1.Revision {
+			t.Fatalf("applied verdict for %s while %s's lastAppliedRevision is %s", r1.Hash[:7], n, got)
+		}
+	}
+	if reps.AwaitLeader(t, time.Minute) != survivor {
+		t.Fatal("the survivor does not lead")
+	}
+	w.awaitMails(t, survivor, applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
 // makeReady writes the status a controller-manager would give a
