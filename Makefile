@@ -230,8 +230,9 @@ fuzz:
 # Go benchmarks of the engine, the webhook and the cluster reader (on the
 # test kube-apiserver), then the load generator: the real webhook stack
 # against a bare read-and-decode handler over loopback, each in its own
-# process, in the same run.
-bench: testbin
+# process, in the same run; and the PostgreSQL store against both (a
+# server started for the run: make postgres installs it).
+bench: testbin postgres
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(GO) build -o bin/fdn-loadgen ./cmd/fdn-loadgen
 	bin/fdn-loadgen
@@ -240,7 +241,8 @@ bench: testbin
 # time: memory, data size, ingest, /verdict and /rollouts latency, and the
 # time to ready after a restart (see cmd/fdn-fleet), with three HelmReleases
 # in each application layer (FLEET="-releases 0" for none; FLEET="-github"
-# adds a forge: every verdict a deployment in a stand-in for GitHub). The full run
+# adds a forge: every verdict a deployment in a stand-in for GitHub;
+# FLEET="-postgres" keeps the state in PostgreSQL, outside the cgroup). The full run
 # (30 days) takes about 35 minutes on 2 cores; FLEET="-days 5" for a
 # shorter one. As
 # root, the service runs in a 256 MiB memory cgroup, as in its pod. Then the
@@ -248,7 +250,7 @@ bench: testbin
 # real binary with cluster access, as the Deployment runs it (about 4
 # minutes; BenchmarkServeClusterFleet).
 FLEET ?= $(if $(filter 0,$(shell id -u)),-memory-limit 256)
-bench-fleet: build testbin
+bench-fleet: build testbin postgres
 	$(GO) build -o bin/fdn-fleet ./cmd/fdn-fleet
 	bin/fdn-fleet -binary $(BIN) $(FLEET)
 	$(GO) test -run '^$$' -bench BenchmarkServeClusterFleet -benchtime 1x -timeout 30m ./cmd/flux-deploy-notifier

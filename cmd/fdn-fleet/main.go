@@ -17,6 +17,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"encoding/json"
@@ -40,8 +41,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
@@ -66,6 +70,7 @@ type config struct {
 	gogc        string // the service's GOGC, "" for Go's default
 	cgroup      int64  // when > 0, the service runs in a memory cgroup with this limit
 	github      string // when set, the service shows its verdicts as deployments there (-github)
+	postgres    string // when set, the service keeps its state in this database (-postgres)
 }
 
 func run(args []string, out io.Writer) (err error) {
@@ -83,6 +88,7 @@ func run(args []string, out io.Writer) (err error) {
 	limit := fs.String("memory-limit", "", "run the service in a memory cgroup (v1, as root) with this limit in MiB, as a pod's limit, and report OOM kills")
 	fs.StringVar(&c.memLimit, "gomemlimit", "192MiB", "GOMEMLIMIT of the service, as manifests/deployment.yaml sets it (\"\" for none)")
 	fs.StringVar(&c.gogc, "gogc", "", "GOGC of the service alone (\"\": Go's default, 100), to weigh collections against heap and latency")
+	withPostgres := fs.Bool("postgres", false, "keep the state in PostgreSQL (a server of Debian's postgresql package, started for the run, outside the service's cgroup): data is the database's size")
 	withGitHub := fs.Bool("github", false, "show the verdicts as GitHub deployments in a stand-in for its API, and check that every one got there")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -105,6 +111,16 @@ func run(args []string, out io.Writer) (err error) {
 	token := []byte("fleet-token")
 	if err := os.WriteFile(filepath.Join(c.dir, "token"), token, 0o600); err != nil {
 		return err
+	}
+	if *withPostgres {
+		pg, err := pgtest.Launch()
+		if err != nil {
+			return err
+		}
+		defer pg.Close()
+		if c.postgres, err = pg.CreateDatabase(); err != nil {
+			return err
+		}
 	}
 	var gh *github
 	if *withGitHub {
@@ -190,6 +206,13 @@ func run(args []string, out io.Writer) (err error) {
 		// samples below and add the load generator's pauses to the
 		// service's latency.
 		runtime.GC()
+		if c.postgres != "" {
+			// Acknowledged is in the inbox: what is sampled is what the
+			// leader has taken.
+			if err := drained(client, svc.url); err != nil {
+				return fmt.Errorf("day %d: %w", day+1, err)
+			}
+		}
 		v, err := fleet.verdicts(client, svc.url, c.samples)
 		if err != nil {
 			return fmt.Errorf("day %d: %w", day+1, err)
@@ -204,6 +227,9 @@ func run(args []string, out io.Writer) (err error) {
 			return err
 		}
 		data, err := dirSize(svc.dataDir)
+		if c.postgres != "" {
+			data, err = databaseSize(c.postgres)
+		}
 		if err != nil {
 			return err
 		}
@@ -276,10 +302,14 @@ type service struct {
 func startService(c config, cg *memcg) (*service, error) {
 	data := filepath.Join(c.dir, "data")
 	horizon := (time.Duration(c.days) + 2) * 24 * time.Hour
-	cmd := exec.Command(c.binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", data,
+	state := []string{"--data-dir", data}
+	if c.postgres != "" {
+		state = []string{"--postgres", c.postgres}
+	}
+	cmd := exec.Command(c.binary, append(append([]string{"serve", "--listen", "127.0.0.1:0"}, state...),
 		"--hmac-token-file", filepath.Join(c.dir, "token"), "--cluster=off", "--log-level", "warn",
 		"--stuck-after", horizon.String(), "--retention", horizon.String(),
-		"--mail-to", "fleet@localhost", "--mail-dir", filepath.Join(c.dir, "mail"))
+		"--mail-to", "fleet@localhost", "--mail-dir", filepath.Join(c.dir, "mail"))...)
 	if c.github != "" {
 		cmd.Args = append(cmd.Args, "--github-api-url", c.github, "--github-token-file", filepath.Join(c.dir, "github-token"),
 			"--github-repo", "acme/fleet")
@@ -345,6 +375,45 @@ func heapInUse(client *http.Client, url string) (float64, error) {
 		}
 	}
 	return 0, errors.New("no go_memstats_heap_inuse_bytes in /metrics")
+}
+
+// drained waits until the leader has taken every acknowledged event from
+// the inbox (fdn_inbox_depth 0).
+func drained(client *http.Client, url string) error {
+	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := client.Get(url + "/metrics")
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "\nfdn_inbox_depth 0\n") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the inbox was not drained within 10 minutes")
+		}
+	}
+}
+
+// databaseSize is the PostgreSQL database's size (pg_database_size), in
+// MiB: what its volume must hold, its write-ahead log aside.
+func databaseSize(conn string) (float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(context.Background())
+	var n int64
+	if err := c.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n); err != nil {
+		return 0, err
+	}
+	return float64(n) / (1 << 20), nil
 }
 
 // dirSize is the apparent size of every file under dir, in MiB: what a

@@ -14,33 +14,13 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 )
 
-// withHA is manifests/ with the components/ha component, as an overlay of
-// a user's builds it.
-func withHA(t *testing.T) []*unstructured.Unstructured {
-	t.Helper()
-	dir := t.TempDir()
-	abs, err := filepath.Abs(manifestsDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := filepath.Rel(dir, abs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	overlay := "resources: [" + base + "]\ncomponents: [" + base + "/components/ha]\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return kustomize(t, dir)
-}
-
 // TestHAComponent: components/ha runs two replicas or more that never go
 // below one (RollingUpdate with maxUnavailable 0, a PodDisruptionBudget of
 // minAvailable 1 over the same pods, spread across nodes), with no volume
 // and the connection from a Secret; serve takes its arguments and
 // environment; the API server takes its objects.
 func TestHAComponent(t *testing.T) {
-	docs := withHA(t)
+	docs := overlay(t, "components/ha")
 	var dep, pdb *unstructured.Unstructured
 	for _, u := range docs {
 		switch u.GetKind() {

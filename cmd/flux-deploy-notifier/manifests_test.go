@@ -46,6 +46,13 @@ func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
 // overlay of the user's would.
 func withComponents(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
+	return overlay(t, "components/servicemonitor", "components/prometheusrule")
+}
+
+// overlay is manifests/ with components (paths under manifests/), as an
+// overlay of a user's builds it.
+func overlay(t *testing.T, components ...string) []*unstructured.Unstructured {
+	t.Helper()
 	dir := t.TempDir()
 	abs, err := filepath.Abs(manifestsDir)
 	if err != nil {
@@ -56,8 +63,12 @@ func withComponents(t *testing.T) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	overlay := "resources: [" + base + "]\ncomponents: [" + base + "/components/servicemonitor, " + base + "/components/prometheusrule]\n"
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(overlay), 0o644); err != nil {
+	var paths []string
+	for _, c := range components {
+		paths = append(paths, base+"/"+c)
+	}
+	k := "resources: [" + base + "]\ncomponents: [" + strings.Join(paths, ", ") + "]\n"
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return kustomize(t, dir)

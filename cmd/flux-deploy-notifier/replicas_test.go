@@ -365,9 +365,15 @@ func TestReplicasSurviveLeaderKill(t *testing.T) {
 	}
 	// Serving as leader (its engine loaded, the views shown) within 5 s of
 	// taking the lease.
-	serving := regexp.MustCompile(`msg="serving as leader" rollouts=\d+ took=(\S+)`).FindAllStringSubmatch(successor.logs.String(), -1)
-	if len(serving) == 0 {
-		t.Fatalf("the successor never said it serves as leader:\n%s", tail(successor.logs.String(), 20))
+	servingRE := regexp.MustCompile(`msg="serving as leader" rollouts=\d+ took=(\S+)`)
+	var serving [][]string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if serving = servingRE.FindAllStringSubmatch(successor.logs.String(), -1); len(serving) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the successor never said it serves as leader:\n%s", tail(successor.logs.String(), 20))
+		}
 	}
 	if d, err := time.ParseDuration(serving[len(serving)-1][1]); err != nil || d > 5*time.Second {
 		t.Fatalf("the successor served as leader %s after taking the lease (%v), want within 5 s", serving[len(serving)-1][1], err)

@@ -142,6 +142,15 @@ func (s *service) openMail(context.Context) error {
 			return 0
 		}
 	}
+	if s.node != nil {
+		s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fdn_inbox_depth",
+			Help: "Events acknowledged by a replica that the leader has not taken into its engine yet (PostgreSQL).",
+		}, func() float64 {
+			n, _ := s.db.InboxDepth(context.Background())
+			return float64(n)
+		}))
+	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fdn_leader",
 		Help: "1 on the replica that sends mail, delivers to the forge and runs the rollouts' clock; 0 on the others. One process on bbolt always leads.",

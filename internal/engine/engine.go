@@ -228,23 +228,24 @@ func (e *Engine) Settle(ctx context.Context) error {
 // do queues a request, leads the batch when none is under way, and waits
 // for the request's answer.
 func (e *Engine) do(ctx context.Context, req *request) error {
-	return e.doAll(ctx, []*request{req})[0]
+	if !e.enqueue(req) {
+		return ErrStopped
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-// doAll queues requests together, leads when no batch is under way, and
-// waits for their answers.
-func (e *Engine) doAll(ctx context.Context, reqs []*request) []error {
-	errs := make([]error, len(reqs))
-	if len(reqs) == 0 {
-		return errs
-	}
+// enqueue queues requests together and leads when no batch is under way;
+// false when the engine has stopped.
+func (e *Engine) enqueue(reqs ...*request) bool {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		for i := range errs {
-			errs[i] = ErrStopped
-		}
-		return errs
+		return false
 	}
 	e.queue = append(e.queue, reqs...)
 	lead := !e.leading
@@ -252,6 +253,21 @@ func (e *Engine) doAll(ctx context.Context, reqs []*request) []error {
 	e.mu.Unlock()
 	if lead {
 		e.lead()
+	}
+	return true
+}
+
+// doAll is do of requests queued together.
+func (e *Engine) doAll(ctx context.Context, reqs []*request) []error {
+	errs := make([]error, len(reqs))
+	if len(reqs) == 0 {
+		return errs
+	}
+	if !e.enqueue(reqs...) {
+		for i := range errs {
+			errs[i] = ErrStopped
+		}
+		return errs
 	}
 	for i, req := range reqs {
 		select {

@@ -430,7 +430,10 @@ func sleep(ctx context.Context, d time.Duration) {
 // dies between the two leaves the entry to the next, which applies it
 // again: applying is idempotent.
 func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duration, onEvent func(), log *slog.Logger) error {
-	const take = 512
+	const (
+		take   = 2048
+		linger = 10 * time.Millisecond
+	)
 	var l *store.Listener
 	defer func() {
 		if l != nil {
@@ -467,6 +470,12 @@ func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duratio
 				err = db.Consumed(ctx, done)
 			}
 			if err == nil && len(done) == len(entries) {
+				if len(entries) < take {
+					// Gather what arrives meanwhile: fewer, larger commits,
+					// each a flush of the log the replicas' appends wait
+					// on too (ack p99 at 1,000 events/s: make bench).
+					sleep(ctx, linger)
+				}
 				continue // more may wait
 			}
 		}

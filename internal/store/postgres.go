@@ -260,13 +260,68 @@ func (p *pgBackend) close() error {
 }
 
 // pgTx queues writes and sends them together before the next read (or the
-// commit): one round trip for a batch's records.
+// commit): one round trip for a batch's records. The puts and deletes of
+// keys are gathered per bucket, the last of each key winning, into one
+// statement of arrays each: a commit of a thousand records is two
+// statements, not a thousand.
 type pgTx struct {
-	ctx    context.Context
-	tx     pgx.Tx
-	queued pgx.Batch
-	writes int // writes so far: a cursor's page read before the last is read again
-	err    error
+	ctx     context.Context
+	tx      pgx.Tx
+	queued  pgx.Batch
+	keys    map[string]map[string]keyOp // bucket -> key -> the last write, not queued yet
+	buckets []string                    // of keys, in the order first written
+	writes  int                         // writes so far: a cursor's page read before the last is read again
+	err     error
+}
+
+// keyOp is a key's last write: its value, or deleted.
+type keyOp struct {
+	value   []byte
+	deleted bool
+}
+
+// write records a key's write.
+func (t *pgTx) write(bucket string, k []byte, op keyOp) {
+	if t.keys == nil {
+		t.keys = map[string]map[string]keyOp{}
+	}
+	m := t.keys[bucket]
+	if m == nil {
+		m = map[string]keyOp{}
+		t.keys[bucket] = m
+		t.buckets = append(t.buckets, bucket)
+	}
+	m[string(k)] = op
+	t.writes++
+}
+
+// seal queues the gathered key writes, before a statement that must
+// follow them.
+func (t *pgTx) seal() {
+	for _, bucket := range t.buckets {
+		var putKeys, putValues, deleted [][]byte
+		for k, op := range t.keys[bucket] {
+			if op.deleted {
+				deleted = append(deleted, []byte(k))
+			} else {
+				putKeys, putValues = append(putKeys, []byte(k)), append(putValues, op.value)
+			}
+		}
+		if len(deleted) > 0 {
+			t.queued.Queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key = ANY($2::bytea[])`, bucket, deleted)
+		}
+		if len(putKeys) > 0 {
+			t.queued.Queue(`INSERT INTO fdn_kv (bucket, key, value) SELECT $1, k, v FROM unnest($2::bytea[], $3::bytea[]) AS u(k, v)
+				ON CONFLICT (bucket, key) DO UPDATE SET value = excluded.value`, bucket, putKeys, putValues)
+		}
+	}
+	t.keys, t.buckets = nil, nil
+}
+
+// queue queues a statement after the writes before it.
+func (t *pgTx) queue(sql string, args ...any) {
+	t.seal()
+	t.queued.Queue(sql, args...)
 }
 
 func (t *pgTx) fail(err error) {
@@ -280,6 +335,7 @@ func (t *pgTx) flush() bool {
 	if t.err != nil {
 		return false
 	}
+	t.seal()
 	if t.queued.Len() == 0 {
 		return true
 	}
@@ -358,9 +414,7 @@ func (b *pgBucket) Put(k, v []byte) error {
 	if v == nil {
 		v = []byte{} // NULL is not a value
 	}
-	b.t.queued.Queue(`INSERT INTO fdn_kv (bucket, key, value) VALUES ($1, $2, $3)
-		ON CONFLICT (bucket, key) DO UPDATE SET value = excluded.value`, b.name, k, v)
-	b.t.writes++
+	b.t.write(b.name, k, keyOp{value: v})
 	return nil
 }
 
@@ -368,8 +422,7 @@ func (b *pgBucket) Delete(k []byte) error {
 	if b.t.err != nil {
 		return b.t.err
 	}
-	b.t.queued.Queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key = $2`, b.name, k)
-	b.t.writes++
+	b.t.write(b.name, k, keyOp{deleted: true})
 	return nil
 }
 
@@ -378,9 +431,9 @@ func (b *pgBucket) DeletePrefix(prefix []byte) error {
 		return b.t.err
 	}
 	if end := prefixEnd(prefix); end != nil {
-		b.t.queued.Queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key >= $2 AND key < $3`, b.name, prefix, end)
+		b.t.queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key >= $2 AND key < $3`, b.name, prefix, end)
 	} else {
-		b.t.queued.Queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key >= $2`, b.name, prefix)
+		b.t.queue(`DELETE FROM fdn_kv WHERE bucket = $1 AND key >= $2`, b.name, prefix)
 	}
 	b.t.writes++
 	return nil
@@ -439,7 +492,7 @@ func (b *pgBucket) SetSequence(n uint64) error {
 	if b.t.err != nil {
 		return b.t.err
 	}
-	b.t.queued.Queue(`INSERT INTO fdn_sequence (bucket, value) VALUES ($1, $2)
+	b.t.queue(`INSERT INTO fdn_sequence (bucket, value) VALUES ($1, $2)
 		ON CONFLICT (bucket) DO UPDATE SET value = excluded.value`, b.name, int64(n))
 	b.t.writes++
 	return nil

@@ -188,6 +188,19 @@ func decodeInbox(b []byte) ([]rollout.Observation, error) {
 	return out, nil
 }
 
+// InboxDepth is how many entries wait in the inbox for the leader.
+func (d *DB) InboxDepth(ctx context.Context) (int, error) {
+	p, err := d.postgres()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	var n int
+	err = p.pool.QueryRow(ctx, `SELECT count(*) FROM fdn_inbox`).Scan(&n)
+	return n, err
+}
+
 // Consumed deletes inbox entries whose observations were committed.
 func (d *DB) Consumed(ctx context.Context, ids []int64) error {
 	p, err := d.postgres()
@@ -196,8 +209,16 @@ func (d *DB) Consumed(ctx context.Context, ids []int64) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	_, err = p.pool.Exec(ctx, `DELETE FROM fdn_inbox WHERE id = ANY($1)`, ids)
-	return err
+	// Not waiting for the log's flush: a delete lost in a crash applies its
+	// entries again, which changes nothing; waiting would be one more
+	// flush the replicas' appends queue behind.
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM fdn_inbox WHERE id = ANY($1)`, ids)
+		return err
+	})
 }
 
 // The live views: one row a rollout, its view encoded as a settled
@@ -217,22 +238,22 @@ var viewsFloor = []byte("views-floor")
 // replicas when it commits.
 func (t *pgTx) writeViews(b *rollout.Batch, views [][]byte) {
 	for i, v := range b.Views {
-		t.queued.Queue(`INSERT INTO fdn_views (cluster, hash, version, view) VALUES ($1, $2, nextval('fdn_views_version'), $3)
+		t.queue(`INSERT INTO fdn_views (cluster, hash, version, view) VALUES ($1, $2, nextval('fdn_views_version'), $3)
 			ON CONFLICT (cluster, hash) DO UPDATE SET version = excluded.version, changed = now(), view = excluded.view`,
 			v.Cluster, v.Hash, views[i])
 	}
 	for _, k := range b.Forget {
-		t.queued.Queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
+		t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
 			WHERE cluster = $1 AND hash = $2 AND view IS NOT NULL`, k.Cluster, k.Hash)
 	}
 	if !b.PurgeBefore.IsZero() {
-		t.queued.Queue(`WITH gone AS (DELETE FROM fdn_views WHERE view IS NULL AND changed < now() - $1::bigint * interval '1 millisecond' RETURNING version)
+		t.queue(`WITH gone AS (DELETE FROM fdn_views WHERE view IS NULL AND changed < now() - $1::bigint * interval '1 millisecond' RETURNING version)
 			INSERT INTO fdn_sequence (bucket, value) SELECT $2::text, max(version) FROM gone HAVING count(*) > 0
 			ON CONFLICT (bucket) DO UPDATE SET value = greatest(fdn_sequence.value, excluded.value)`,
 			viewsKept.Milliseconds(), string(viewsFloor))
 	}
 	if len(b.Views) > 0 || len(b.Forget) > 0 {
-		t.queued.Queue(`SELECT pg_notify('fdn_views', '')`)
+		t.queue(`SELECT pg_notify('fdn_views', '')`)
 	}
 }
 
@@ -253,10 +274,10 @@ func (d *DB) ReplaceViews(views []*rollout.View) error {
 	}
 	return d.kv.update(func(tx txn) error {
 		t := tx.(*pgTx)
-		t.queued.Queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
+		t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
 			WHERE view IS NOT NULL AND (cluster, hash) NOT IN (SELECT * FROM unnest($1::text[], $2::text[]))`, clusters, hashes)
 		t.writeViews(&rollout.Batch{Views: views}, enc)
-		t.queued.Queue(`SELECT pg_notify('fdn_views', '')`)
+		t.queue(`SELECT pg_notify('fdn_views', '')`)
 		return nil
 	})
 }
