@@ -55,6 +55,12 @@ var migrations = []string{
 		PRIMARY KEY (cluster, hash)
 	);
 	CREATE INDEX fdn_views_by_version ON fdn_views (version);
+	-- Rows of the inbox live milliseconds, the evidence's and the views'
+	-- are rewritten at every change: vacuumed early, their space is
+	-- reused instead of growing the files.
+	ALTER TABLE fdn_inbox SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_cost_delay = 0);
+	ALTER TABLE fdn_kv SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
+	ALTER TABLE fdn_views SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
 	CREATE TABLE fdn_login (
 		name text PRIMARY KEY,
 		since timestamptz NOT NULL,
@@ -185,23 +191,28 @@ func (p *pgBackend) migrate(ctx context.Context) error {
 	})
 }
 
+// view runs fn's reads on one connection, each a statement of its own,
+// not in a transaction: a lookup is one round trip, not three (BEGIN, the
+// query, COMMIT), which is most of a settled /verdict's time. Reads of one
+// view may therefore see commits made between them; every view tolerates
+// that as bbolt's ScanSettled does between its chunks: its pages go on
+// after the last key read (keyset), never repeating one, and a record an
+// index names but that is gone is skipped. Only the leader writes, so a
+// view of the leader's (Load, at a term's start) sees no commit but its
+// own.
 func (p *pgBackend) view(fn func(txn) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
-	// A snapshot: every read of fn sees the same commits.
-	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(context.Background())
-	t := &pgTx{ctx: ctx, tx: tx}
+	defer conn.Release()
+	t := &pgTx{ctx: ctx, tx: conn, readOnly: true}
 	if err := fn(t); err != nil {
 		return err
 	}
-	if t.err != nil {
-		return t.err
-	}
-	return tx.Commit(ctx)
+	return t.err
 }
 
 // ErrFenced is returned by a write of a replica that is no longer the
@@ -265,13 +276,21 @@ func (p *pgBackend) close() error {
 // statement of arrays each: a commit of a thousand records is two
 // statements, not a thousand.
 type pgTx struct {
-	ctx     context.Context
-	tx      pgx.Tx
-	queued  pgx.Batch
-	keys    map[string]map[string]keyOp // bucket -> key -> the last write, not queued yet
-	buckets []string                    // of keys, in the order first written
-	writes  int                         // writes so far: a cursor's page read before the last is read again
-	err     error
+	ctx      context.Context
+	tx       querier
+	readOnly bool // a view's: it writes nothing
+	queued   pgx.Batch
+	keys     map[string]map[string]keyOp // bucket -> key -> the last write, not queued yet
+	buckets  []string                    // of keys, in the order first written
+	writes   int                         // writes so far: a cursor's page read before the last is read again
+	err      error
+}
+
+// querier is a transaction, or a connection for a view's reads.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // keyOp is a key's last write: its value, or deleted.
@@ -282,6 +301,10 @@ type keyOp struct {
 
 // write records a key's write.
 func (t *pgTx) write(bucket string, k []byte, op keyOp) {
+	if t.readOnly {
+		t.fail(errors.New("a write in a view"))
+		return
+	}
 	if t.keys == nil {
 		t.keys = map[string]map[string]keyOp{}
 	}
@@ -320,6 +343,10 @@ func (t *pgTx) seal() {
 
 // queue queues a statement after the writes before it.
 func (t *pgTx) queue(sql string, args ...any) {
+	if t.readOnly {
+		t.fail(errors.New("a write in a view"))
+		return
+	}
 	t.seal()
 	t.queued.Queue(sql, args...)
 }
@@ -415,7 +442,7 @@ func (b *pgBucket) Put(k, v []byte) error {
 		v = []byte{} // NULL is not a value
 	}
 	b.t.write(b.name, k, keyOp{value: v})
-	return nil
+	return b.t.err
 }
 
 func (b *pgBucket) Delete(k []byte) error {
@@ -423,7 +450,7 @@ func (b *pgBucket) Delete(k []byte) error {
 		return b.t.err
 	}
 	b.t.write(b.name, k, keyOp{deleted: true})
-	return nil
+	return b.t.err
 }
 
 func (b *pgBucket) DeletePrefix(prefix []byte) error {
