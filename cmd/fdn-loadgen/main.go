@@ -395,12 +395,8 @@ func serveService(token []byte) (string, func(), error) {
 // --postgres does: events into the inbox, reads from the views it
 // follows, the engine while it leads.
 func serveReplica(token []byte, conn string) (string, func(), error) {
-	pcfg, err := store.ParsePostgres(conn, store.PostgresOptions{})
-	if err != nil {
-		return "", nil, err
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := store.OpenPostgres(ctx, pcfg, store.PostgresOptions{})
+	db, err := store.OpenPostgres(ctx, conn, store.PostgresOptions{})
 	if err != nil {
 		cancel()
 		return "", nil, err

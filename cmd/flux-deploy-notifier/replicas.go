@@ -52,11 +52,7 @@ func (c *postgresConfig) open(ctx context.Context, application string) (*store.D
 		}
 		opt.Password = pw
 	}
-	cfg, err := store.ParsePostgres(*c.conn, opt)
-	if err != nil {
-		return nil, fmt.Errorf("--postgres: %w", err)
-	}
-	return store.OpenPostgres(ctx, cfg, opt)
+	return store.OpenPostgres(ctx, *c.conn, opt)
 }
 
 // openReplica opens the store in PostgreSQL and this replica on it.

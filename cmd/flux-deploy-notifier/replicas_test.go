@@ -215,8 +215,7 @@ func (r *replicas) converged(events []crashEvent, acked []bool) {
 					r.t.Logf("%s misses %s on %s: %s", c.url, events[i].hash, events[i].layer, verdictOf(r.t, c.url, events[i].hash))
 				}
 			}
-			cfg, _ := store.ParsePostgres(r.conn, store.PostgresOptions{})
-			if db, err := store.OpenPostgres(context.Background(), cfg, store.PostgresOptions{}); err == nil {
+			if db, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{}); err == nil {
 				in, err := db.Inbox(context.Background(), 100)
 				r.t.Logf("inbox: %d entries (%v)", len(in), err)
 				db.Close()
@@ -266,11 +265,7 @@ func verdictOf(t *testing.T, url, hash string) string {
 // most dups of them twice.
 func (r *replicas) mailsOnce(events []crashEvent, dups int) {
 	r.t.Helper()
-	cfg, err := store.ParsePostgres(r.conn, store.PostgresOptions{})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	db, err := store.OpenPostgres(context.Background(), cfg, store.PostgresOptions{})
+	db, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -133,32 +133,13 @@ func (s *service) openMail(context.Context) error {
 		return err
 	}
 	s.onVerdict = api.RegisterMetrics(s.reg, s.rollouts, s.db, time.Now)
-	leading := func() float64 { return 1 }
 	if s.node != nil {
-		leading = func() float64 {
-			if s.node.Leading() {
-				return 1
-			}
-			return 0
-		}
+		s.node.RegisterMetrics(s.reg)
+		return nil
 	}
-	if s.node != nil {
-		s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "fdn_inbox_depth",
-			Help: "Events acknowledged by a replica that the leader has not taken into its engine yet (PostgreSQL).",
-		}, func() float64 {
-			n, _ := s.db.InboxDepth(context.Background())
-			return float64(n)
-		}))
-	}
-	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fdn_leader",
-		Help: "1 on the replica that sends mail, delivers to the forge and runs the rollouts' clock; 0 on the others. One process on bbolt always leads.",
-	}, leading))
-	if s.eng != nil {
-		s.eng.OnMail(s.mailer.Wake)
-		s.eng.OnVerdict(s.onVerdict)
-	}
+	s.reg.MustRegister(replica.LeaderGauge(func() bool { return true })) // one process on bbolt always leads
+	s.eng.OnMail(s.mailer.Wake)
+	s.eng.OnVerdict(s.onVerdict)
 	return nil
 }
 

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/episode"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -141,6 +143,31 @@ func (r *Reads) CommitFailures() (int64, time.Time) {
 		}
 	}
 	return n, at
+}
+
+// LeaderGauge is fdn_leader: 1 while leading says so.
+func LeaderGauge(leading func() bool) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdn_leader",
+		Help: "1 on the replica that sends mail, delivers to the forge and runs the rollouts' clock; 0 on the others. One process on bbolt always leads.",
+	}, func() float64 {
+		if leading() {
+			return 1
+		}
+		return 0
+	})
+}
+
+// RegisterMetrics registers this replica's gauges: fdn_leader, and
+// fdn_inbox_depth (the events acknowledged that no leader took yet).
+func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(LeaderGauge(n.Leading), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdn_inbox_depth",
+		Help: "Events acknowledged by a replica that the leader has not taken into its engine yet (PostgreSQL).",
+	}, func() float64 {
+		d, _ := n.db.InboxDepth(context.Background())
+		return float64(d)
+	}))
 }
 
 // Role is this replica's part, as /readyz says it.

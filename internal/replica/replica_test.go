@@ -31,11 +31,7 @@ type running struct {
 
 func start(t *testing.T, conn, name string) *running {
 	t.Helper()
-	pcfg, err := store.ParsePostgres(conn, store.PostgresOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := store.OpenPostgres(context.Background(), pcfg, store.PostgresOptions{})
+	db, err := store.OpenPostgres(context.Background(), conn, store.PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,8 @@ func Copy(dst, src *DB) (map[string]int, error) {
 			b := tx.Bucket(name)
 			seq = b.Sequence()
 			return b.ForEach(func(k, v []byte) error {
-				if string(name) == string(bucketMeta) && string(k) == string(keyWALGen) {
-					return nil // bbolt's own
+				if !portable(name, k) {
+					return nil
 				}
 				chunk = append(chunk, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
 				counts[string(name)]++
@@ -65,6 +65,13 @@ func Copy(dst, src *DB) (map[string]int, error) {
 		}
 	}
 	return counts, nil
+}
+
+// portable reports whether a record is the state's, not one backend's
+// own (bbolt's write-ahead log generation), which Copy leaves and Compare
+// skips.
+func portable(bucket, k []byte) bool {
+	return string(bucket) != string(bucketMeta) || string(k) != string(keyWALGen)
 }
 
 // copyChunk is how many records one transaction of Copy writes.
@@ -134,8 +141,8 @@ func page(d *DB, name, after []byte) (keys, values [][]byte, seq uint64, err err
 			}
 		}
 		for ; k != nil && len(keys) < copyChunk; k, v = c.Next() {
-			if string(name) == string(bucketMeta) && string(k) == string(keyWALGen) {
-				continue // bbolt's own
+			if !portable(name, k) {
+				continue
 			}
 			keys, values = append(keys, bytes.Clone(k)), append(values, bytes.Clone(v))
 		}

@@ -18,11 +18,7 @@ func twoReplicas(t *testing.T, opt PostgresOptions) (a, b *DB) {
 	t.Helper()
 	conn := pgtest.Start(t).NewDatabase(t)
 	open := func() *DB {
-		cfg, err := ParsePostgres(conn, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := OpenPostgres(context.Background(), cfg, opt)
+		d, err := OpenPostgres(context.Background(), conn, opt)
 		if err != nil {
 			t.Fatal(err)
 		}

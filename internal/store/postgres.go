@@ -92,10 +92,10 @@ type PostgresOptions struct {
 	IdleInTransaction time.Duration
 }
 
-// ParsePostgres reads a connection string (libpq keywords or a URL) with
+// parsePostgres reads a connection string (libpq keywords or a URL) with
 // the options applied; its errors never repeat the string, which may hold
 // a password.
-func ParsePostgres(conn string, opt PostgresOptions) (*pgxpool.Config, error) {
+func parsePostgres(conn string, opt PostgresOptions) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(conn)
 	if err != nil {
 		return nil, errors.New("the PostgreSQL connection string does not parse (libpq keywords or a postgres:// URL)")
@@ -125,9 +125,15 @@ func ParsePostgres(conn string, opt PostgresOptions) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
-// OpenPostgres opens the store in a PostgreSQL database, creating or
-// migrating its schema. A schema newer than this binary knows is refused.
-func OpenPostgres(ctx context.Context, cfg *pgxpool.Config, opt PostgresOptions) (*DB, error) {
+// OpenPostgres opens the store in the PostgreSQL database conn (libpq
+// keywords or a URL), creating or migrating its schema. A schema newer
+// than this binary knows is refused. No error repeats conn, which may
+// hold a password.
+func OpenPostgres(ctx context.Context, conn string, opt PostgresOptions) (*DB, error) {
+	cfg, err := parsePostgres(conn, opt)
+	if err != nil {
+		return nil, err
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
@@ -258,7 +264,9 @@ func (p *pgBackend) size() int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	var n int64
-	err := p.pool.QueryRow(ctx, `SELECT pg_total_relation_size('fdn_kv') + pg_total_relation_size('fdn_sequence')`).Scan(&n)
+	// The whole database's: the inbox and the views too, and what their
+	// rewrites leave until vacuumed (what its volume must hold).
+	err := p.pool.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n)
 	if err != nil {
 		return 0
 	}
@@ -746,17 +754,6 @@ func (d *DB) RequireLease() error {
 	}
 	p.leased.Store(true)
 	return nil
-}
-
-// Ping checks that the database answers.
-func (d *DB) Ping(ctx context.Context) error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	return p.pool.Ping(ctx)
 }
 
 // Listener waits for notifications on its channels, on a connection of its

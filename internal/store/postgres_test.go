@@ -18,13 +18,7 @@ func TestPostgresSchema(t *testing.T) {
 	done := make(chan *DB, 2)
 	for range 2 {
 		go func() {
-			cfg, err := ParsePostgres(conn, PostgresOptions{})
-			if err != nil {
-				t.Error(err)
-				done <- nil
-				return
-			}
-			d, err := OpenPostgres(context.Background(), cfg, PostgresOptions{})
+			d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -40,11 +34,7 @@ func TestPostgresSchema(t *testing.T) {
 		t.FailNow()
 	}
 	open := func() error {
-		cfg, err := ParsePostgres(conn, PostgresOptions{})
-		if err != nil {
-			return err
-		}
-		d, err := OpenPostgres(context.Background(), cfg, PostgresOptions{})
+		d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
 		if err == nil {
 			d.Close()
 		}
@@ -63,14 +53,10 @@ func TestPostgresSchema(t *testing.T) {
 	if err := open(); err == nil || !strings.Contains(err.Error(), "PostgreSQL schema 99, this binary knows 1") {
 		t.Fatalf("a newer schema: %v", err)
 	}
-	if _, err := ParsePostgres("postgres://u:s3cret@%zz/db", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
+	if _, err := OpenPostgres(context.Background(), "postgres://u:s3cret@%zz/db", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("a bad connection string: %v", err)
 	}
-	cfg, err := ParsePostgres(conn+" password=s3cret user=nobody", PostgresOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := OpenPostgres(context.Background(), cfg, PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
+	if _, err := OpenPostgres(context.Background(), conn+" password=s3cret user=nobody", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("a refused login: %v", err)
 	}
 }

@@ -20,7 +20,10 @@ import (
 // one process is every part there.
 
 // Replicated reports whether other replicas read this store (PostgreSQL).
-func (d *DB) Replicated() bool { return d.path == "" }
+func (d *DB) Replicated() bool {
+	_, err := d.postgres()
+	return err == nil
+}
 
 // inboxVersion is the first byte of an inbox row: the observations'
 // encoding (1: JSON, which a binary of another version reads too, as a
@@ -277,7 +280,9 @@ func (d *DB) ReplaceViews(views []*rollout.View) error {
 		t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
 			WHERE view IS NOT NULL AND (cluster, hash) NOT IN (SELECT * FROM unnest($1::text[], $2::text[]))`, clusters, hashes)
 		t.writeViews(&rollout.Batch{Views: views}, enc)
-		t.queue(`SELECT pg_notify('fdn_views', '')`)
+		if len(views) == 0 { // else writeViews wakes them
+			t.queue(`SELECT pg_notify('fdn_views', '')`)
+		}
 		return nil
 	})
 }

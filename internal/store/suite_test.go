@@ -63,11 +63,7 @@ var Backends = []Backend{
 // openPG opens the store of database conn; the test's cleanup closes it.
 func openPG(t *testing.T, conn string) *DB {
 	t.Helper()
-	cfg, err := ParsePostgres(conn, PostgresOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := OpenPostgres(context.Background(), cfg, PostgresOptions{})
+	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
