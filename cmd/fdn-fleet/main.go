@@ -240,6 +240,11 @@ func run(args []string, out io.Writer) (err error) {
 		}
 		fmt.Fprintf(out, "%4d %8.0f %8.0f %8.0f %8.0f %9.0f %8.0f %8.2f %8.2f %8.2f %8.2f %6.0f%% %8.2f\n",
 			day+1, rss, peak, anon, heap, data, rate, ms(ackP99), ms(v.p50), ms(v.p99), ms(v.healthP99), 100*v.stolen, ms(lp99))
+		if c.postgres != "" {
+			if rel, err := relationSizes(c.postgres); err == nil {
+				fmt.Fprintf(out, "     database: %s\n", rel)
+			}
+		}
 	}
 
 	// Every revision of the history, once more: all applied, none lost.
@@ -414,6 +419,36 @@ func databaseSize(conn string) (float64, error) {
 		return 0, err
 	}
 	return float64(n) / (1 << 20), nil
+}
+
+// relationSizes names the database's largest tables with their size
+// (TOAST and indexes included) and dead rows: where the size goes.
+func relationSizes(conn string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close(context.Background())
+	rows, err := c.Query(ctx, `SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup
+		FROM pg_stat_user_tables ORDER BY 2 DESC LIMIT 4`)
+	if err != nil {
+		return "", err
+	}
+	var parts []string
+	for rows.Next() {
+		var (
+			name       string
+			size       int64
+			live, dead int64
+		)
+		if err := rows.Scan(&name, &size, &live, &dead); err != nil {
+			return "", err
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f MiB (%d rows, %d dead)", name, float64(size)/(1<<20), live, dead))
+	}
+	return strings.Join(parts, ", "), rows.Err()
 }
 
 // dirSize is the apparent size of every file under dir, in MiB: what a

@@ -76,9 +76,6 @@ type Engine struct {
 	*Reader
 	store Store
 	now   func() time.Time
-	// replicated: other replicas read the views from the store, so a step
-	// that changed only views is committed too.
-	replicated bool
 
 	mu      sync.Mutex // guards queue, leading and closed
 	idle    *sync.Cond // signalled when leadership ends
@@ -95,6 +92,7 @@ type Engine struct {
 	rearm       chan struct{} // tells Run an earlier deadline was armed
 	notify      func()        // told when mails were enqueued
 	notifyForge func()        // told when verdicts were published
+	onShow      func(views []*rollout.View, removed []rollout.Key)
 	onVerdict   func(ch rollout.VerdictChange)
 
 	stats  Stats
@@ -121,17 +119,21 @@ type request struct {
 // New loads the stored state into a model and publishes a view of every
 // rollout.
 func New(store Store, cfg rollout.Config, log *slog.Logger, now func() time.Time) (*Engine, error) {
+	return NewOn(NewReader(store, log), store, cfg, now)
+}
+
+// NewOn is New publishing into r, whose views it replaces: a replica's
+// leader answers reads from the reader it kept while following, instead
+// of holding every view twice.
+func NewOn(r *Reader, store Store, cfg rollout.Config, now func() time.Time) (*Engine, error) {
 	model, err := rollout.NewModel(cfg)
 	if err != nil {
 		return nil, err
 	}
 	e := &Engine{
-		Reader: NewReader(store, log),
+		Reader: r,
 		store:  store, now: now, model: model,
 		rearm: make(chan struct{}, 1),
-	}
-	if r, ok := store.(interface{ Replicated() bool }); ok {
-		e.replicated = r.Replicated()
 	}
 	e.idle = sync.NewCond(&e.mu)
 	if err := e.load(); err != nil {
@@ -164,6 +166,12 @@ func (e *Engine) told(c *rollout.Change) {
 		e.notifyForge()
 	}
 }
+
+// OnShow sets a function called, after each commit, with the views it
+// changed and the rollouts it removed (settled or collected), as readers
+// are shown them: a replica's leader shows them to the others. Call it
+// before Run.
+func (e *Engine) OnShow(f func(views []*rollout.View, removed []rollout.Key)) { e.onShow = f }
 
 // OnVerdict sets a function called, after the commit, for each rollout
 // whose verdict changed (metrics). Call it before Run.
@@ -439,7 +447,7 @@ func (e *Engine) step(batch []*request) error {
 // write commits c and publishes what it decided; on failure it restores
 // the model from the store, so that nothing unstored is ever acknowledged.
 func (e *Engine) write(c *rollout.Change) error {
-	if !c.Empty() || (e.replicated && len(c.Views) > 0) {
+	if !c.Empty() {
 		c.At = e.now()
 		if err := e.store.Commit(&c.Batch); err != nil {
 			// Restored here, or by the next batch when this fails too;
@@ -466,6 +474,9 @@ func (e *Engine) write(c *rollout.Change) error {
 		}
 	}
 	e.snap.publish(c.Views, c.Forget, false)
+	if e.onShow != nil && (len(c.Views) > 0 || len(c.Forget) > 0) {
+		e.onShow(c.Views, c.Forget)
+	}
 	e.armDeadline()
 	e.told(c)
 	return nil

@@ -74,6 +74,9 @@ type Node struct {
 	normalise func(*rollout.Observation) error
 	onEvent   func()
 
+	// shown guards what shows in reader: the views followed, or while
+	// this replica leads, its engine's (which publishes into reader).
+	shown    sync.Mutex
 	leading  atomic.Bool
 	caughtUp atomic.Bool
 	current  atomic.Pointer[engine.Engine] // the leader's engine, during its term
@@ -84,6 +87,8 @@ type Node struct {
 	appendEp episode.Tracker
 	followEp episode.Tracker
 	electEp  episode.Tracker
+	pumpEp   episode.Tracker
+	viewEp   episode.Tracker
 }
 
 // New returns a replica on db. normalise checks an observation before it
@@ -197,8 +202,9 @@ func (n *Node) Leading() bool { return n.leading.Load() }
 func (n *Node) Epoch() int64 { return n.epoch.Load() }
 
 // CaughtUp reports whether this replica shows the views as the store has
-// them (it read them once since it started, and reads their changes).
-func (n *Node) CaughtUp() bool { return n.caughtUp.Load() }
+// them: it leads (its engine's views are the store's), or it read them
+// once since it started, or since its term ended, and reads their changes.
+func (n *Node) CaughtUp() bool { return n.leading.Load() || n.caughtUp.Load() }
 
 // SubmitAll appends observations that belong together to the inbox and
 // returns once they are committed (nil: acknowledge them), refused
@@ -242,10 +248,13 @@ func (n *Node) AppendFailures() (int64, time.Time) {
 
 // Warning says, while the store fails this replica, since when and why.
 func (n *Node) Warning() string {
-	for _, ep := range []*episode.Tracker{&n.appendEp, &n.followEp, &n.electEp} {
+	for _, ep := range []*episode.Tracker{&n.appendEp, &n.followEp, &n.electEp, &n.viewEp} {
 		if since, _, why := ep.UnderWay(); !since.IsZero() {
 			return fmt.Sprintf("PostgreSQL fails since %s: %s", since.UTC().Format(time.RFC3339), why)
 		}
+	}
+	if since, _, why := n.pumpEp.UnderWay(); !since.IsZero() {
+		return fmt.Sprintf("the leader cannot take the events from the inbox since %s: %s", since.UTC().Format(time.RFC3339), why)
 	}
 	return ""
 }
@@ -281,25 +290,7 @@ func (n *Node) follow(ctx context.Context) {
 				l = nil // polled until it can listen again
 			}
 		}
-		ch, err := n.db.ViewsSince(ctx, version)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			if n.followEp.Fail(time.Now(), err.Error()) {
-				n.log.Error("reading the rollouts from PostgreSQL fails: this replica shows them as they were", "err", err)
-			}
-			n.caughtUp.Store(false)
-			n.reader.SetReady(false)
-		} else {
-			if count, since, ended := n.followEp.Ok(); ended {
-				n.log.Warn("reading the rollouts from PostgreSQL succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
-			}
-			n.reader.Publish(ch.Views, ch.Removed, ch.Reset)
-			version = ch.Version
-			n.caughtUp.Store(true)
-			n.reader.SetReady(true)
-		}
+		version = n.catchUp(ctx, version)
 		if l == nil {
 			sleep(ctx, n.cfg.Poll)
 			continue
@@ -309,6 +300,38 @@ func (n *Node) follow(ctx context.Context) {
 			l = nil // notifications sent meanwhile are lost: the read above finds their changes
 		}
 	}
+}
+
+// catchUp shows the views' changes since version and returns the version
+// shown: 0 while this replica leads, since its engine shows its own views
+// (newer than any read here), so that all are read again after the term.
+func (n *Node) catchUp(ctx context.Context, version int64) int64 {
+	if n.leading.Load() {
+		return 0
+	}
+	ch, err := n.db.ViewsSince(ctx, version)
+	n.shown.Lock()
+	defer n.shown.Unlock()
+	switch {
+	case n.leading.Load():
+		return 0
+	case ctx.Err() != nil:
+		return version
+	case err != nil:
+		if n.followEp.Fail(time.Now(), err.Error()) {
+			n.log.Error("reading the rollouts from PostgreSQL fails: this replica shows them as they were", "err", err)
+		}
+		n.caughtUp.Store(false)
+		n.reader.SetReady(false)
+		return version
+	}
+	if count, since, ended := n.followEp.Ok(); ended {
+		n.log.Warn("reading the rollouts from PostgreSQL succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
+	}
+	n.reader.Publish(ch.Views, ch.Removed, ch.Reset)
+	n.caughtUp.Store(true)
+	n.reader.SetReady(true)
+	return ch.Version
 }
 
 // elect campaigns every Renew while following, and renews while leading.
@@ -324,7 +347,10 @@ func (n *Node) elect(ctx context.Context, lead Lead) {
 			return
 		}
 		t.end()
+		n.shown.Lock()
 		n.leading.Store(false)
+		n.caughtUp.Store(false) // until the views are read again
+		n.shown.Unlock()
 		n.epoch.Store(0)
 		n.log.Warn("no longer leading", "epoch", t.lease.Epoch, "why", why)
 		if resign {
@@ -417,7 +443,9 @@ func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid ti
 	}
 	termCtx, stop := context.WithCancel(ctx)
 	t := &term{db: n.db, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal)}
+	n.shown.Lock()
 	n.leading.Store(true)
+	n.shown.Unlock()
 	n.epoch.Store(lease.Epoch)
 	n.log.Info("leading", "epoch", lease.Epoch, "identity", n.cfg.Identity)
 	go func() {
@@ -450,31 +478,53 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// Pump takes the inbox into e until ctx ends: the leader's half of every
+// pump takes the inbox into e until ctx ends: the leader's half of every
 // replica's SubmitAll. An entry is deleted once its observations are
 // committed, or refused (they were checked when appended: a refusal here
 // is of a binary that checks more, and a retry cannot pass). A leader that
 // dies between the two leaves the entry to the next, which applies it
-// again: applying is idempotent.
-func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duration, onEvent func(), log *slog.Logger) error {
+// again: applying is idempotent. An entry this binary cannot read (a newer
+// one's, during an update) stays, and holds up those after it until a
+// replica that reads it leads: said once in the log and on /readyz.
+func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 	const (
 		take   = 2048
 		linger = 10 * time.Millisecond
 	)
-	var l *store.Listener
+	var (
+		l         *store.Listener
+		taken     int       // entries taken since the tables were last vacuumed
+		vacuumed  time.Time // when
+		vacuums   sync.WaitGroup
+		vacuuming atomic.Bool
+	)
 	defer func() {
 		if l != nil {
 			l.Close()
 		}
+		vacuums.Wait()
+		n.pumpEp.Ok() // a warning of this term's
 	}()
 	for ctx.Err() == nil {
 		if l == nil {
 			var err error
-			if l, err = db.Listen(ctx, "fdn_inbox"); err != nil {
+			if l, err = n.db.Listen(ctx, "fdn_inbox"); err != nil {
 				l = nil
 			}
 		}
-		entries, err := db.Inbox(ctx, take)
+		entries, err := n.db.Inbox(ctx, take)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if n.pumpEp.Fail(time.Now(), err.Error()) {
+				n.log.Error("taking the events from the inbox fails: they wait there", "err", err)
+			}
+		default:
+			if count, since, ended := n.pumpEp.Ok(); ended {
+				n.log.Warn("taking the events from the inbox succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
+			}
+		}
 		if err == nil && len(entries) > 0 {
 			groups := make([][]rollout.Observation, len(entries))
 			for i, en := range entries {
@@ -485,16 +535,25 @@ func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duratio
 				switch {
 				case err == nil:
 					done = append(done, entries[i].ID)
-					if entries[i].Event && onEvent != nil {
-						onEvent()
+					if entries[i].Event && n.onEvent != nil {
+						n.onEvent()
 					}
 				case errors.Is(err, rollout.ErrInvalid):
-					log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
+					n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
 					done = append(done, entries[i].ID)
 				}
 			}
 			if len(done) > 0 {
-				err = db.Consumed(ctx, done)
+				if err = n.db.Consumed(ctx, done); err == nil {
+					taken += len(done)
+					if taken >= vacuumAfter && time.Since(vacuumed) >= vacuumEvery && vacuuming.CompareAndSwap(false, true) {
+						taken, vacuumed = 0, time.Now()
+						vacuums.Go(func() {
+							defer vacuuming.Store(false)
+							n.vacuum(ctx)
+						})
+					}
+				}
 			}
 			if err == nil && len(done) == len(entries) {
 				if len(entries) < take {
@@ -506,19 +565,30 @@ func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duratio
 				continue // more may wait
 			}
 		}
-		if err != nil && ctx.Err() == nil {
-			log.Debug("take the inbox", "err", err)
-		}
 		if l == nil {
-			sleep(ctx, poll)
+			sleep(ctx, n.cfg.Poll)
 			continue
 		}
-		if _, err := l.Wait(ctx, poll); err != nil && ctx.Err() == nil {
+		if _, err := l.Wait(ctx, n.cfg.Poll); err != nil && ctx.Err() == nil {
 			l.Close()
 			l = nil
 		}
 	}
-	return nil
+}
+
+// The leader vacuums the tables once this many inbox entries were taken,
+// at most every vacuumEvery (store.DB.Vacuum).
+const (
+	vacuumAfter = 20000
+	vacuumEvery = 10 * time.Second
+)
+
+func (n *Node) vacuum(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := n.db.Vacuum(ctx); err != nil && ctx.Err() == nil {
+		n.log.Warn("vacuum", "err", err)
+	}
 }
 
 // LeadEngine is a Lead that runs the leader's engine for the term: it
@@ -529,7 +599,7 @@ func Pump(ctx context.Context, db *store.DB, e *engine.Engine, poll time.Duratio
 func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e *engine.Engine) []func(ctx context.Context)) Lead {
 	return func(ctx context.Context) error {
 		start := time.Now()
-		e, err := engine.New(n.db, cfg, n.log, now)
+		e, err := engine.NewOn(n.reader, n.db, cfg, now)
 		if err != nil {
 			return fmt.Errorf("load the rollouts: %w", err)
 		}
@@ -539,18 +609,117 @@ func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e 
 		n.log.Info("serving as leader", "rollouts", len(e.Views()), "took", time.Since(start).Round(time.Millisecond).String())
 		n.current.Store(e)
 		defer n.current.CompareAndSwap(e, nil)
+		w := &viewWriter{n: n, due: map[rollout.Key]*rollout.View{}, wake: make(chan struct{}, 1)}
+		e.OnShow(w.add)
 		var also []func(context.Context)
 		if with != nil {
 			also = with(e)
 		}
 		var wg sync.WaitGroup
+		wg.Go(func() { w.run(ctx) })
 		wg.Go(func() { _ = e.Run(ctx) })
-		wg.Go(func() { _ = Pump(ctx, n.db, e, n.cfg.Poll, n.onEvent, n.log) })
+		wg.Go(func() { n.pump(ctx, e) })
 		for _, f := range also {
 			wg.Go(func() { f(ctx) })
 		}
 		wg.Wait()
 		return nil
+	}
+}
+
+// viewWriter shows the other replicas the views the leader's commits
+// changed: the latest of each rollout, written every flushEvery apart
+// from the commits. An acknowledgement then waits for its evidence alone,
+// not for views as wide as their rollouts, and a view that each batch of
+// a burst rewrites is written once. A view is written after the commit
+// that decided it, so no replica shows what is not stored; one not yet
+// written when a leader dies is written by the next, which writes every
+// view it loads (ReplaceViews).
+type viewWriter struct {
+	n    *Node
+	mu   sync.Mutex
+	due  map[rollout.Key]*rollout.View // nil: removed
+	wake chan struct{}
+}
+
+// flushEvery gathers the views changed meanwhile into one write: well
+// within the second in which an event shows on every replica.
+const flushEvery = 20 * time.Millisecond
+
+func (w *viewWriter) add(views []*rollout.View, removed []rollout.Key) {
+	w.mu.Lock()
+	for _, v := range views {
+		w.due[v.Key()] = v
+	}
+	for _, k := range removed {
+		w.due[k] = nil
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run writes the due views until ctx ends, then once more: a term that
+// ends with its lease given up shows its last commits' views at once.
+func (w *viewWriter) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			w.flush()
+			w.n.viewEp.Ok() // a warning of this term's
+			return
+		case <-w.wake:
+		}
+		w.flush()
+		sleep(ctx, flushEvery)
+	}
+}
+
+func (w *viewWriter) flush() {
+	w.mu.Lock()
+	due := w.due
+	w.due = make(map[rollout.Key]*rollout.View, len(due))
+	w.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	var (
+		views   []*rollout.View
+		removed []rollout.Key
+	)
+	for k, v := range due {
+		if v == nil {
+			removed = append(removed, k)
+		} else {
+			views = append(views, v)
+		}
+	}
+	err := w.n.db.WriteViews(views, removed)
+	if err == nil {
+		if count, since, ended := w.n.viewEp.Ok(); ended {
+			w.n.log.Warn("showing the rollouts to the other replicas succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
+		}
+		return
+	}
+	if errors.Is(err, store.ErrFenced) {
+		return // the term is over: the next leader writes every view
+	}
+	if w.n.viewEp.Fail(time.Now(), err.Error()) {
+		w.n.log.Error("showing the rollouts to the other replicas fails: they show them as they were", "err", err)
+	}
+	// Retried with what changed meanwhile, the newer of each.
+	w.mu.Lock()
+	for k, v := range due {
+		if _, newer := w.due[k]; !newer {
+			w.due[k] = v
+		}
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 

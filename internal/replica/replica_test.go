@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ type running struct {
 	node *replica.Node
 	db   *store.DB
 	stop func() // ends Run (the lease given up) and closes the store
+	// terms receives the engine of each term it leads.
+	terms chan *engine.Engine
 }
 
 func start(t *testing.T, conn, name string) *running {
@@ -47,12 +50,16 @@ func start(t *testing.T, conn, name string) *running {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	terms := make(chan *engine.Engine, 16)
 	go func() {
 		defer close(done)
-		_ = n.Run(ctx, n.LeadEngine(cfg, time.Now, nil))
+		_ = n.Run(ctx, n.LeadEngine(cfg, time.Now, func(e *engine.Engine) []func(context.Context) {
+			terms <- e
+			return nil
+		}))
 	}()
 	var once sync.Once
-	r := &running{node: n, db: db, stop: func() {
+	r := &running{node: n, db: db, terms: terms, stop: func() {
 		once.Do(func() {
 			cancel()
 			<-done
@@ -150,4 +157,87 @@ func TestReplicas(t *testing.T) {
 	if err := c.node.Events().Submit(context.Background(), errInvalid); !errors.Is(err, rollout.ErrInvalid) {
 		t.Fatalf("an invalid observation: %v, want ErrInvalid", err)
 	}
+}
+
+// TestTermEnds: a leader shows its engine's views, held once; when its
+// lease is taken, it follows the new leader's commits, all read again.
+func TestTermEnds(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	a := start(t, conn, "a")
+	waitFor(t, "a to lead", a.node.Leading)
+	if e := <-a.terms; e.Reader != a.node.Reader() {
+		t.Fatal("the leader's engine publishes into a reader of its own: every view held twice")
+	}
+	b := start(t, conn, "b")
+	waitFor(t, "b to catch up", b.node.CaughtUp)
+	obs := enginetest.ExampleObservations(time.Now().Add(-time.Hour).Truncate(time.Second))
+	half := len(obs) / 2
+	for _, o := range obs[:half] {
+		if err := a.node.Events().Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := obs[half-1].Hash
+	waitFor(t, "both to show the first half", func() bool {
+		return verdict(a, last) != rollout.VerdictUnknown && verdict(b, last) != rollout.VerdictUnknown
+	})
+	// b takes the lease, as after a's lease ran out: a's renewal fails.
+	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
+	db, _, _ = strings.Cut(db, " ")
+	srv.Exec(t, db, `UPDATE fdn_leader SET holder = 'b', epoch = epoch + 1, expires = now() + interval '1 hour'`)
+	waitFor(t, "b to lead and a to follow", func() bool { return b.node.Leading() && !a.node.Leading() })
+	for _, o := range obs[half:] {
+		if err := b.node.Events().Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e := <-b.terms; e.Reader != b.node.Reader() {
+		t.Fatal("the new leader's engine publishes into a reader of its own")
+	}
+	waitFor(t, "b to decide the second half", func() bool { return verdict(b, obs[len(obs)-1].Hash) != rollout.VerdictUnknown })
+	want := map[string]rollout.Verdict{}
+	for _, v := range b.node.Reader().Views() {
+		want[v.Hash] = v.Verdict
+	}
+	waitFor(t, "a to show b's verdicts", func() bool {
+		if !a.node.CaughtUp() || !a.node.Reader().Ready() {
+			return false
+		}
+		for h, v := range want {
+			if verdict(a, h) != v {
+				return false
+			}
+		}
+		return len(a.node.Reader().Views()) == len(want)
+	})
+}
+
+// TestUnreadableEntry: an inbox entry this binary cannot read (a newer
+// one's) stays, holds up the events after it (never dropped), and says so
+// on the leader's warning until it is gone.
+func TestUnreadableEntry(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	a := start(t, conn, "a")
+	waitFor(t, "a to lead", a.node.Leading)
+	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
+	db, _, _ = strings.Cut(db, " ")
+	srv.Exec(t, db, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x027b7d')`)
+	all := enginetest.ExampleObservations(time.Now().Add(-time.Hour).Truncate(time.Second))
+	obs := all[len(all)-1]
+	if err := a.node.SubmitAll(context.Background(), all); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leader to warn", func() bool { return strings.Contains(a.node.StoreWarning(), "newer version") })
+	if d, err := a.db.InboxDepth(context.Background()); err != nil || d != 2 {
+		t.Fatalf("inbox depth %d (%v), want both entries kept", d, err)
+	}
+	if verdict(a, obs.Hash) != rollout.VerdictUnknown {
+		t.Fatal("events behind the unreadable entry were taken before it")
+	}
+	// A replica of the newer version took it.
+	srv.Exec(t, db, `DELETE FROM fdn_inbox WHERE body = '\x027b7d'`)
+	waitFor(t, "the events behind it", func() bool { return verdict(a, obs.Hash) != rollout.VerdictUnknown })
+	waitFor(t, "the warning to clear", func() bool { return a.node.StoreWarning() == "" })
 }

@@ -67,10 +67,6 @@ type Batch struct {
 	// older (retention).
 	PurgeBefore time.Time
 	At          time.Time
-	// Views are the views the step changed, published once it is stored.
-	// A store that other replicas read from keeps them too; they alone
-	// are no reason to commit to one that only this process reads.
-	Views []*View
 }
 
 // Empty reports whether b has nothing to store.
@@ -100,6 +96,9 @@ type Floor struct {
 // it: a failed commit must be undone by loading the model again.
 type Change struct {
 	Batch
+	// Views are the views the step changed, published once it is stored;
+	// they follow from the batch, and alone are no reason to commit.
+	Views    []*View
 	Verdicts []VerdictChange
 }
 

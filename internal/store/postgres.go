@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,12 @@ var migrations = []string{
 		since timestamptz NOT NULL,
 		failures integer NOT NULL
 	);`,
+	// Room in each page for the next version of its rows: an evidence
+	// row rewritten (a layer's next event) stays on its page (a HOT
+	// update), and the page's dead versions are pruned when it is next
+	// written, without a vacuum or a new index entry.
+	`ALTER TABLE fdn_kv SET (fillfactor = 80);
+	ALTER TABLE fdn_views SET (fillfactor = 80);`,
 }
 
 // schemaLock serializes replicas creating or migrating the schema at once
@@ -535,8 +542,14 @@ func (b *pgBucket) SetSequence(n uint64) error {
 
 func (b *pgBucket) Cursor() cursor { return &pgCursor{b: b} }
 
-// cursorPage is how many records a cursor reads at once.
-const cursorPage = 256
+// A cursor reads firstPage records after a seek, then pages four times
+// larger each, up to cursorPage: most seeks read a key or two (a lookup
+// by hash), and a settled record is kilobytes, so a full first page would
+// carry hundreds of them for one; a scan soon reads in full pages.
+const (
+	firstPage  = 4
+	cursorPage = 256
+)
 
 // pgCursor walks a bucket a page at a time. A write in the transaction
 // since the page was read makes the next step read again from where the
@@ -549,6 +562,7 @@ type pgCursor struct {
 	desc   bool
 	full   bool // the page was full: there may be more beyond it
 	writes int  // the transaction's writes when the page was read
+	page   int  // the size of the page read last
 }
 
 func (c *pgCursor) current() (k, v []byte) {
@@ -562,6 +576,7 @@ func (c *pgCursor) current() (k, v []byte) {
 // (last) page, inclusive: from itself too.
 func (c *pgCursor) read(from []byte, inclusive, desc bool) (k, v []byte) {
 	c.keys, c.values, c.i, c.desc, c.full = c.keys[:0], c.values[:0], 0, desc, false
+	c.page = min(max(c.page*4, firstPage), cursorPage)
 	t := c.b.t
 	if !t.flush() {
 		return nil, nil
@@ -580,7 +595,7 @@ func (c *pgCursor) read(from []byte, inclusive, desc bool) (k, v []byte) {
 		q += ` AND key ` + op + ` $2`
 		args = append(args, from)
 	}
-	q += ` ORDER BY key ` + order + ` LIMIT ` + fmt.Sprint(cursorPage)
+	q += ` ORDER BY key ` + order + ` LIMIT ` + strconv.Itoa(c.page)
 	rows, err := t.tx.Query(t.ctx, q, args...)
 	if err != nil {
 		t.fail(err)
@@ -602,13 +617,13 @@ func (c *pgCursor) read(from []byte, inclusive, desc bool) (k, v []byte) {
 		t.fail(err)
 		return nil, nil
 	}
-	c.full = len(c.keys) == cursorPage
+	c.full = len(c.keys) == c.page
 	return c.current()
 }
 
-func (c *pgCursor) First() (k, v []byte)           { return c.read(nil, false, false) }
-func (c *pgCursor) Last() (k, v []byte)            { return c.read(nil, false, true) }
-func (c *pgCursor) Seek(seek []byte) (k, v []byte) { return c.read(seek, true, false) }
+func (c *pgCursor) First() (k, v []byte)           { c.page = 0; return c.read(nil, false, false) }
+func (c *pgCursor) Last() (k, v []byte)            { c.page = 0; return c.read(nil, false, true) }
+func (c *pgCursor) Seek(seek []byte) (k, v []byte) { c.page = 0; return c.read(seek, true, false) }
 
 func (c *pgCursor) Next() (k, v []byte) { return c.step(false) }
 func (c *pgCursor) Prev() (k, v []byte) { return c.step(true) }

@@ -2,9 +2,15 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 )
 
@@ -50,7 +56,7 @@ func TestPostgresSchema(t *testing.T) {
 		t.Fatalf("newer records: %v", err)
 	}
 	srv.Exec(t, db, `UPDATE fdn_schema SET version = 99`)
-	if err := open(); err == nil || !strings.Contains(err.Error(), "PostgreSQL schema 99, this binary knows 1") {
+	if err := open(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("PostgreSQL schema 99, this binary knows %d", len(migrations))) {
 		t.Fatalf("a newer schema: %v", err)
 	}
 	if _, err := OpenPostgres(context.Background(), "postgres://u:s3cret@%zz/db", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
@@ -58,5 +64,121 @@ func TestPostgresSchema(t *testing.T) {
 	}
 	if _, err := OpenPostgres(context.Background(), conn+" password=s3cret user=nobody", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("a refused login: %v", err)
+	}
+}
+
+// TestPostgresMigrates: a database of schema 1 (as its first binary left
+// it) is migrated to the latest at start, once.
+func TestPostgresMigrates(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
+	db = db[:strings.IndexByte(db, ' ')]
+	srv.Exec(t, db, migrations[0]+`; CREATE TABLE fdn_schema (version integer NOT NULL); INSERT INTO fdn_schema VALUES (1)`)
+	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := pgx.Connect(context.Background(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var (
+		versions []int
+		opts     []string
+	)
+	rows, _ := c.Query(context.Background(), `SELECT version FROM fdn_schema`)
+	if versions, err = pgx.CollectRows(rows, pgx.RowTo[int]); err != nil || !slices.Equal(versions, []int{len(migrations)}) {
+		t.Fatalf("schema versions %v (%v), want [%d]", versions, err, len(migrations))
+	}
+	if err := c.QueryRow(context.Background(), `SELECT reloptions FROM pg_class WHERE relname = 'fdn_kv'`).Scan(&opts); err != nil || !slices.Contains(opts, "fillfactor=80") {
+		t.Fatalf("fdn_kv's options %v (%v): migration 2 not applied", opts, err)
+	}
+}
+
+// TestInbox: appends are taken in their order, each with what it holds;
+// an entry this binary cannot read holds up those after it, the ones
+// before it taken; taken entries deleted, and their space given back by
+// Vacuum.
+func TestInbox(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
+	db = db[:strings.IndexByte(db, ' ')]
+	ctx := context.Background()
+	obs := func(i int) rollout.Observation {
+		return rollout.Observation{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Revision: fmt.Sprintf("main@sha1:%040x", i)}
+	}
+	for i := range 3 {
+		if err := d.Append(ctx, []rollout.Observation{obs(i), obs(i + 100)}, i%2 == 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Exec(t, db, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x02')`)
+	if err := d.Append(ctx, []rollout.Observation{obs(9)}, true); err != nil {
+		t.Fatal(err)
+	}
+	in, err := d.Inbox(ctx, 100)
+	if err != nil || len(in) != 3 {
+		t.Fatalf("took %d entries (%v), want the 3 before the unreadable one", len(in), err)
+	}
+	for i, e := range in {
+		if len(e.Observations) != 2 || e.Observations[0].Hash != obs(i).Hash || e.Observations[1].Hash != obs(i+100).Hash || e.Event != (i%2 == 0) {
+			t.Fatalf("entry %d: %+v", i, e)
+		}
+	}
+	if err := d.Consumed(ctx, []int64{in[0].ID, in[1].ID, in[2].ID}); err != nil {
+		t.Fatal(err)
+	}
+	var unreadable *UnreadableError
+	if _, err := d.Inbox(ctx, 100); !errors.As(err, &unreadable) || !unreadable.Newer {
+		t.Fatalf("the unreadable entry first: %v", err)
+	}
+	if n, err := d.InboxDepth(ctx); err != nil || n != 2 {
+		t.Fatalf("depth %d (%v), want 2", n, err)
+	}
+	srv.Exec(t, db, `DELETE FROM fdn_inbox WHERE body = '\x02'`)
+	if in, err = d.Inbox(ctx, 100); err != nil || len(in) != 1 || in[0].Observations[0].Hash != obs(9).Hash {
+		t.Fatalf("after it: %+v (%v)", in, err)
+	}
+	// A burst's rows, all taken: Vacuum gives their pages back.
+	for range 20 {
+		batch := make([]rollout.Observation, 200)
+		for i := range batch {
+			batch[i] = obs(i)
+		}
+		if err := d.Append(ctx, batch, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := d.Inbox(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]int64, len(all))
+	for i, e := range all {
+		ids[i] = e.ID
+	}
+	if err := d.Consumed(ctx, ids); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var pages int64
+	if err := c.QueryRow(ctx, `SELECT pg_relation_size('fdn_inbox') / current_setting('block_size')::int`).Scan(&pages); err != nil || pages != 0 {
+		t.Fatalf("the inbox keeps %d pages after its rows were taken and vacuumed (%v)", pages, err)
 	}
 }

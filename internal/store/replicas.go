@@ -19,12 +19,6 @@ import (
 // leader's commits decided, which every replica reads. bbolt has neither:
 // one process is every part there.
 
-// Replicated reports whether other replicas read this store (PostgreSQL).
-func (d *DB) Replicated() bool {
-	_, err := d.postgres()
-	return err == nil
-}
-
 // inboxVersion is the first byte of an inbox row: the observations'
 // encoding (1: JSON, which a binary of another version reads too, as a
 // rolling update needs).
@@ -131,25 +125,49 @@ func (d *DB) Inbox(ctx context.Context, limit int) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	var out []Entry
 	for rows.Next() {
 		var e Entry
 		var body []byte
 		if err := rows.Scan(&e.ID, &e.Event, &body); err != nil {
-			rows.Close()
 			return nil, err
 		}
 		if len(body) == 0 || body[0] != inboxVersion {
-			rows.Close()
-			return nil, fmt.Errorf("inbox entry %d: unknown encoding", e.ID)
+			return unreadable(out, &UnreadableError{ID: e.ID, Newer: len(body) > 0 && body[0] > inboxVersion,
+				Err: errors.New("unknown encoding")})
 		}
 		if e.Observations, err = decodeInbox(body[1:]); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("inbox entry %d: %w", e.ID, err)
+			return unreadable(out, &UnreadableError{ID: e.ID, Err: err})
 		}
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// UnreadableError is an inbox entry this binary cannot read: written by a
+// newer one (Newer), or damaged. It stays in the inbox, and the entries
+// after it wait behind it: the inbox's order is the events'.
+type UnreadableError struct {
+	ID    int64
+	Newer bool
+	Err   error
+}
+
+func (e *UnreadableError) Error() string {
+	if e.Newer {
+		return fmt.Sprintf("inbox entry %d was written by a newer version of the service: a replica of that version must lead", e.ID)
+	}
+	return fmt.Sprintf("inbox entry %d cannot be read: %v", e.ID, e.Err)
+}
+
+// unreadable returns the entries before an unreadable one, or, when it is
+// the first, the error.
+func unreadable(before []Entry, err *UnreadableError) ([]Entry, error) {
+	if len(before) > 0 {
+		return before, nil
+	}
+	return nil, err
 }
 
 // inboxObservation is an observation as the inbox keeps it: JSON, and the
@@ -224,6 +242,22 @@ func (d *DB) Consumed(ctx context.Context, ids []int64) error {
 	})
 }
 
+// Vacuum makes the space of the rows the leader's work left dead reusable
+// now: each event is an inbox row inserted and deleted within
+// milliseconds, and a version of its layer's evidence row and of its
+// rollout's view; at a burst's rate these outrun autovacuum, which visits
+// a database about once a minute, and the files would grow by the burst's
+// rows instead of by what is live. The leader calls it every so many
+// events; only it writes.
+func (d *DB) Vacuum(ctx context.Context) error {
+	p, err := d.postgres()
+	if err != nil {
+		return err
+	}
+	_, err = p.pool.Exec(ctx, `VACUUM fdn_inbox, fdn_kv, fdn_views`)
+	return err
+}
+
 // The live views: one row a rollout, its view encoded as a settled
 // record, and a version from one sequence that every change takes. A
 // rollout that left (settled or collected) keeps a row without a view for
@@ -237,32 +271,30 @@ const viewsKept = time.Hour
 // removal forgotten: a replica behind it reads every view again.
 var viewsFloor = []byte("views-floor")
 
-// writeViews writes what b changed of the live views in tx, and wakes the
-// replicas when it commits.
-func (t *pgTx) writeViews(b *rollout.Batch, views [][]byte) {
-	for i, v := range b.Views {
-		t.queue(`INSERT INTO fdn_views (cluster, hash, version, view) VALUES ($1, $2, nextval('fdn_views_version'), $3)
-			ON CONFLICT (cluster, hash) DO UPDATE SET version = excluded.version, changed = now(), view = excluded.view`,
-			v.Cluster, v.Hash, views[i])
-	}
-	for _, k := range b.Forget {
-		t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
-			WHERE cluster = $1 AND hash = $2 AND view IS NOT NULL`, k.Cluster, k.Hash)
-	}
-	if !b.PurgeBefore.IsZero() {
-		t.queue(`WITH gone AS (DELETE FROM fdn_views WHERE view IS NULL AND changed < now() - $1::bigint * interval '1 millisecond' RETURNING version)
-			INSERT INTO fdn_sequence (bucket, value) SELECT $2::text, max(version) FROM gone HAVING count(*) > 0
-			ON CONFLICT (bucket) DO UPDATE SET value = greatest(fdn_sequence.value, excluded.value)`,
-			viewsKept.Milliseconds(), string(viewsFloor))
-	}
-	if len(b.Views) > 0 || len(b.Forget) > 0 {
-		t.queue(`SELECT pg_notify('fdn_views', '')`)
-	}
+// purgeViews forgets the removals older than viewsKept, raising the
+// floor below which a replica reads every view again.
+func (t *pgTx) purgeViews() {
+	t.queue(`WITH gone AS (DELETE FROM fdn_views WHERE view IS NULL AND changed < now() - $1::bigint * interval '1 millisecond' RETURNING version)
+		INSERT INTO fdn_sequence (bucket, value) SELECT $2::text, max(version) FROM gone HAVING count(*) > 0
+		ON CONFLICT (bucket) DO UPDATE SET value = greatest(fdn_sequence.value, excluded.value)`,
+		viewsKept.Milliseconds(), string(viewsFloor))
+}
+
+// WriteViews shows views to every replica in place of the ones before,
+// and removes the rollouts removed: the leader's, after the commits that
+// decided them (replica's view writer), each key once. Fenced as every
+// write; one statement each, however many.
+func (d *DB) WriteViews(views []*rollout.View, removed []rollout.Key) error {
+	return d.writeViews(views, removed, false)
 }
 
 // ReplaceViews makes views the live ones, every other removed: what a new
 // leader's engine loaded. It is fenced as every write.
 func (d *DB) ReplaceViews(views []*rollout.View) error {
+	return d.writeViews(views, nil, true)
+}
+
+func (d *DB) writeViews(views []*rollout.View, removed []rollout.Key, replace bool) error {
 	if _, err := d.postgres(); err != nil {
 		return err
 	}
@@ -275,14 +307,27 @@ func (d *DB) ReplaceViews(views []*rollout.View) error {
 		}
 		clusters[i], hashes[i] = v.Cluster, v.Hash
 	}
+	rc, rh := make([]string, len(removed)), make([]string, len(removed))
+	for i, k := range removed {
+		rc[i], rh[i] = k.Cluster, k.Hash
+	}
 	return d.kv.update(func(tx txn) error {
 		t := tx.(*pgTx)
-		t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
-			WHERE view IS NOT NULL AND (cluster, hash) NOT IN (SELECT * FROM unnest($1::text[], $2::text[]))`, clusters, hashes)
-		t.writeViews(&rollout.Batch{Views: views}, enc)
-		if len(views) == 0 { // else writeViews wakes them
-			t.queue(`SELECT pg_notify('fdn_views', '')`)
+		if replace {
+			t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
+				WHERE view IS NOT NULL AND (cluster, hash) NOT IN (SELECT * FROM unnest($1::text[], $2::text[]))`, clusters, hashes)
 		}
+		if len(removed) > 0 {
+			t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
+				WHERE view IS NOT NULL AND (cluster, hash) IN (SELECT * FROM unnest($1::text[], $2::text[]))`, rc, rh)
+		}
+		if len(views) > 0 {
+			t.queue(`INSERT INTO fdn_views (cluster, hash, version, view)
+				SELECT c, h, nextval('fdn_views_version'), v FROM unnest($1::text[], $2::text[], $3::bytea[]) AS u(c, h, v)
+				ON CONFLICT (cluster, hash) DO UPDATE SET version = excluded.version, changed = now(), view = excluded.view`,
+				clusters, hashes, enc)
+		}
+		t.queue(`SELECT pg_notify('fdn_views', '')`)
 		return nil
 	})
 }

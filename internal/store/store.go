@@ -376,7 +376,6 @@ type encoded struct {
 	puts    map[string][]byte // evidence key -> record
 	deletes []string
 	settled [][]byte // of b.Settle
-	views   [][]byte // of b.Views, for a replicated store
 }
 
 func (d *DB) encode(b *rollout.Batch) (encoded, error) {
@@ -391,15 +390,6 @@ func (d *DB) encode(b *rollout.Batch) (encoded, error) {
 		var err error
 		if e.settled[i], err = d.records.encodeSettled(v); err != nil {
 			return encoded{}, err
-		}
-	}
-	if d.Replicated() {
-		e.views = make([][]byte, len(b.Views))
-		for i, v := range b.Views {
-			var err error
-			if e.views[i], err = d.records.encodeSettled(v); err != nil {
-				return encoded{}, err
-			}
 		}
 	}
 	return e, nil
@@ -440,8 +430,8 @@ func (d *DB) commitTx(tx txn, b *rollout.Batch, e encoded) error {
 	if err := publish(tx, b.Published); err != nil {
 		return err
 	}
-	if t, ok := tx.(*pgTx); ok {
-		t.writeViews(b, e.views)
+	if t, ok := tx.(*pgTx); ok && !b.PurgeBefore.IsZero() {
+		t.purgeViews()
 	}
 	return enqueue(tx, b.Mails, b.At)
 }
