@@ -491,18 +491,18 @@ func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 		take   = 2048
 		linger = 10 * time.Millisecond
 	)
-	var (
-		l         *store.Listener
-		taken     int       // entries taken since the tables were last vacuumed
-		vacuumed  time.Time // when
-		vacuums   sync.WaitGroup
-		vacuuming atomic.Bool
-	)
+	var l *store.Listener
+	vacuums := []*vacuum{
+		{tables: []store.Table{store.TableInbox}, after: 20000, every: 5 * time.Second},
+		{tables: []store.Table{store.TableKV, store.TableViews}, after: 100000, every: 30 * time.Second},
+	}
 	defer func() {
 		if l != nil {
 			l.Close()
 		}
-		vacuums.Wait()
+		for _, v := range vacuums {
+			v.wait()
+		}
 		n.pumpEp.Ok() // a warning of this term's
 	}()
 	for ctx.Err() == nil {
@@ -545,13 +545,8 @@ func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 			}
 			if len(done) > 0 {
 				if err = n.db.Consumed(ctx, done); err == nil {
-					taken += len(done)
-					if taken >= vacuumAfter && time.Since(vacuumed) >= vacuumEvery && vacuuming.CompareAndSwap(false, true) {
-						taken, vacuumed = 0, time.Now()
-						vacuums.Go(func() {
-							defer vacuuming.Store(false)
-							n.vacuum(ctx)
-						})
+					for _, v := range vacuums {
+						v.taken(ctx, n, len(done))
 					}
 				}
 			}
@@ -576,20 +571,35 @@ func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 	}
 }
 
-// The leader vacuums the tables once this many inbox entries were taken,
-// at most every vacuumEvery (store.DB.Vacuum).
-const (
-	vacuumAfter = 20000
-	vacuumEvery = 10 * time.Second
-)
-
-func (n *Node) vacuum(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := n.db.Vacuum(ctx); err != nil && ctx.Err() == nil {
-		n.log.Warn("vacuum", "err", err)
-	}
+// vacuum vacuums tables once after entries were taken, at most every
+// every, one at a time, outside the pump (store.DB.Vacuum).
+type vacuum struct {
+	tables  []store.Table
+	after   int
+	every   time.Duration
+	count   int       // entries taken since the last
+	last    time.Time // when it began
+	running atomic.Bool
+	wg      sync.WaitGroup
 }
+
+func (v *vacuum) taken(ctx context.Context, n *Node, entries int) {
+	v.count += entries
+	if v.count < v.after || time.Since(v.last) < v.every || !v.running.CompareAndSwap(false, true) {
+		return
+	}
+	v.count, v.last = 0, time.Now()
+	v.wg.Go(func() {
+		defer v.running.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := n.db.Vacuum(ctx, v.tables...); err != nil && ctx.Err() == nil {
+			n.log.Warn("vacuum", "tables", v.tables, "err", err)
+		}
+	})
+}
+
+func (v *vacuum) wait() { v.wg.Wait() }
 
 // LeadEngine is a Lead that runs the leader's engine for the term: it
 // loads the live rollouts from the store, shows their views to every

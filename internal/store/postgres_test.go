@@ -169,7 +169,7 @@ func TestInbox(t *testing.T) {
 	if err := d.Consumed(ctx, ids); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Vacuum(ctx); err != nil {
+	if err := d.Vacuum(ctx, TableInbox, TableKV, TableViews); err != nil {
 		t.Fatal(err)
 	}
 	c, err := pgx.Connect(ctx, conn)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -242,21 +243,34 @@ func (d *DB) Consumed(ctx context.Context, ids []int64) error {
 	})
 }
 
-// Vacuum makes the space of the rows the leader's work left dead reusable
-// now: each event is an inbox row inserted and deleted within
-// milliseconds, and a version of its layer's evidence row and of its
-// rollout's view; at a burst's rate these outrun autovacuum, which visits
-// a database about once a minute, and the files would grow by the burst's
-// rows instead of by what is live. The leader calls it every so many
-// events; only it writes.
-func (d *DB) Vacuum(ctx context.Context) error {
+// Vacuum makes the space of the rows the leader's work left dead in
+// tables reusable now: each event is an inbox row inserted and deleted
+// within milliseconds, and a version of its layer's evidence row and of
+// its rollout's view; at a burst's rate these outrun autovacuum, which
+// visits a database about once a minute, and the files would grow by the
+// burst's rows instead of by what is live. The leader calls it every so
+// many events: the inbox (small, all of it dead) often, the others less.
+func (d *DB) Vacuum(ctx context.Context, tables ...Table) error {
 	p, err := d.postgres()
 	if err != nil {
 		return err
 	}
-	_, err = p.pool.Exec(ctx, `VACUUM fdn_inbox, fdn_kv, fdn_views`)
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = string(t)
+	}
+	_, err = p.pool.Exec(ctx, `VACUUM `+strings.Join(names, ", "))
 	return err
 }
+
+// Table is a table the leader vacuums.
+type Table string
+
+const (
+	TableInbox Table = "fdn_inbox"
+	TableKV    Table = "fdn_kv"
+	TableViews Table = "fdn_views"
+)
 
 // The live views: one row a rollout, its view encoded as a settled
 // record, and a version from one sequence that every change takes. A
