@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -180,5 +181,54 @@ func TestInbox(t *testing.T) {
 	var pages int64
 	if err := c.QueryRow(ctx, `SELECT pg_relation_size('fdn_inbox') / current_setting('block_size')::int`).Scan(&pages); err != nil || pages != 0 {
 		t.Fatalf("the inbox keeps %d pages after its rows were taken and vacuumed (%v)", pages, err)
+	}
+}
+
+// TestListenerHoldsNoSnapshot: a listener whose owner does not wait (a
+// leader busy with its inbox) still reads every notification, so that its
+// backend never blocks sending them, holding a snapshot that keeps every
+// dead row in the database from being vacuumed.
+func TestListenerHoldsNoSnapshot(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{Application: "listener-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	l, err := d.Listen(ctx, "fdn_inbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	// Megabytes of notifications, more than the socket's buffers hold,
+	// and nobody waiting.
+	for range 5 {
+		if _, err := c.Exec(ctx, `SELECT pg_notify('fdn_inbox', repeat('x', 200) || i) FROM generate_series(1, 5000) AS i`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var held int
+		if err := c.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND backend_xmin IS NOT NULL`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listener's backend holds a snapshot 20 s after the notifications: it blocks sending them")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ok, err := l.Wait(ctx, 5*time.Second); !ok || err != nil {
+		t.Fatalf("Wait after the notifications: %v, %v", ok, err)
 	}
 }
