@@ -226,14 +226,10 @@ func (n *Node) submit(ctx context.Context, obs []rollout.Observation, event bool
 		now := time.Now()
 		n.appends.Add(1)
 		n.lastFail.Store(now.UnixNano())
-		if n.appendEp.Fail(now, err.Error()) {
-			n.log.Error("storing events in PostgreSQL fails: they are answered 503 (notification-controller retries them)", "err", err)
-		}
+		n.failed(&n.appendEp, now, err, "storing events in PostgreSQL fails: they are answered 503 (notification-controller retries them)")
 		return fmt.Errorf("%w: %v", engine.ErrStore, err)
 	}
-	if count, since, ended := n.appendEp.Ok(); ended {
-		n.log.Warn("storing events in PostgreSQL succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
-	}
+	n.succeeded(&n.appendEp, "storing events in PostgreSQL succeeds again")
 	return nil
 }
 
@@ -274,31 +270,53 @@ func (n *Node) Run(ctx context.Context, lead Lead) error {
 // then their changes, woken by the leader's notifications and at least
 // every Poll.
 func (n *Node) follow(ctx context.Context) {
-	var (
-		version int64
-		l       *store.Listener
-	)
-	defer func() {
-		if l != nil {
-			l.Close()
-		}
-	}()
+	w := n.wakeups("fdn_views")
+	defer w.close()
+	var version int64
 	for ctx.Err() == nil {
-		if l == nil {
-			var err error
-			if l, err = n.db.Listen(ctx, "fdn_views"); err != nil {
-				l = nil // polled until it can listen again
-			}
-		}
+		w.listen(ctx)
 		version = n.catchUp(ctx, version)
-		if l == nil {
-			sleep(ctx, n.cfg.Poll)
-			continue
-		}
-		if _, err := l.Wait(ctx, n.cfg.Poll); err != nil && ctx.Err() == nil {
-			l.Close()
-			l = nil // notifications sent meanwhile are lost: the read above finds their changes
-		}
+		w.wait(ctx)
+	}
+}
+
+// wakeups are the notifications on one channel, or, while it cannot be
+// listened to, a poll: a loop listens before it reads what changed, then
+// waits.
+type wakeups struct {
+	db      *store.DB
+	channel string
+	poll    time.Duration
+	l       *store.Listener
+}
+
+func (n *Node) wakeups(channel string) *wakeups {
+	return &wakeups{db: n.db, channel: channel, poll: n.cfg.Poll}
+}
+
+// listen listens unless it does: before the read, so that a change after
+// it wakes the wait.
+func (w *wakeups) listen(ctx context.Context) {
+	if w.l == nil {
+		w.l, _ = w.db.Listen(ctx, w.channel) // nil: polled until it can listen again
+	}
+}
+
+// wait returns at a notification, after the poll, or when ctx ends.
+func (w *wakeups) wait(ctx context.Context) {
+	if w.l == nil {
+		sleep(ctx, w.poll)
+		return
+	}
+	if _, err := w.l.Wait(ctx, w.poll); err != nil && ctx.Err() == nil {
+		w.close() // notifications sent meanwhile are lost: the next read finds their changes
+	}
+}
+
+func (w *wakeups) close() {
+	if w.l != nil {
+		w.l.Close()
+		w.l = nil
 	}
 }
 
@@ -318,16 +336,12 @@ func (n *Node) catchUp(ctx context.Context, version int64) int64 {
 	case ctx.Err() != nil:
 		return version
 	case err != nil:
-		if n.followEp.Fail(time.Now(), err.Error()) {
-			n.log.Error("reading the rollouts from PostgreSQL fails: this replica shows them as they were", "err", err)
-		}
+		n.failed(&n.followEp, time.Now(), err, "reading the rollouts from PostgreSQL fails: this replica shows them as they were")
 		n.caughtUp.Store(false)
 		n.reader.SetReady(false)
 		return version
 	}
-	if count, since, ended := n.followEp.Ok(); ended {
-		n.log.Warn("reading the rollouts from PostgreSQL succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
-	}
+	n.succeeded(&n.followEp, "reading the rollouts from PostgreSQL succeeds again")
 	n.reader.Publish(ch.Views, ch.Removed, ch.Reset)
 	n.caughtUp.Store(true)
 	n.reader.SetReady(true)
@@ -385,9 +399,7 @@ func (n *Node) elect(ctx context.Context, lead Lead) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			if n.electEp.Fail(time.Now(), err.Error()) {
-				n.log.Error("the lease cannot be read or renewed in PostgreSQL", "err", err)
-			}
+			n.failed(&n.electEp, time.Now(), err, "the lease cannot be read or renewed in PostgreSQL")
 		case t != nil && !ok:
 			end("another replica holds the lease", false)
 		case t != nil:
@@ -413,9 +425,19 @@ func (n *Node) elect(ctx context.Context, lead Lead) {
 	}
 }
 
-func (n *Node) electOk() {
-	if count, since, ended := n.electEp.Ok(); ended {
-		n.log.Warn("the lease is read again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
+func (n *Node) electOk() { n.succeeded(&n.electEp, "the lease is read again") }
+
+// failed records a failure in ep's episode, said in the log when it
+// begins one; succeeded ends the episode, said once too.
+func (n *Node) failed(ep *episode.Tracker, now time.Time, err error, said string) {
+	if ep.Fail(now, err.Error()) {
+		n.log.Error(said, "err", err)
+	}
+}
+
+func (n *Node) succeeded(ep *episode.Tracker, said string) {
+	if count, since, ended := ep.Ok(); ended {
+		n.log.Warn(said, "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
 	}
 }
 
@@ -491,39 +513,28 @@ func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 		take   = 2048
 		linger = 10 * time.Millisecond
 	)
-	var l *store.Listener
+	w := n.wakeups("fdn_inbox")
 	vacuums := []*vacuum{
 		{tables: []store.Table{store.TableInbox}, after: 20000, every: 5 * time.Second},
 		{tables: []store.Table{store.TableKV, store.TableViews}, after: 100000, every: 30 * time.Second},
 	}
 	defer func() {
-		if l != nil {
-			l.Close()
-		}
+		w.close()
 		for _, v := range vacuums {
-			v.wait()
+			v.wg.Wait()
 		}
 		n.pumpEp.Ok() // a warning of this term's
 	}()
 	for ctx.Err() == nil {
-		if l == nil {
-			var err error
-			if l, err = n.db.Listen(ctx, "fdn_inbox"); err != nil {
-				l = nil
-			}
-		}
+		w.listen(ctx)
 		entries, err := n.db.Inbox(ctx, take)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			if n.pumpEp.Fail(time.Now(), err.Error()) {
-				n.log.Error("taking the events from the inbox fails: they wait there", "err", err)
-			}
+			n.failed(&n.pumpEp, time.Now(), err, "taking the events from the inbox fails: they wait there")
 		default:
-			if count, since, ended := n.pumpEp.Ok(); ended {
-				n.log.Warn("taking the events from the inbox succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
-			}
+			n.succeeded(&n.pumpEp, "taking the events from the inbox succeeds again")
 		}
 		if err == nil && len(entries) > 0 {
 			groups := make([][]rollout.Observation, len(entries))
@@ -560,14 +571,7 @@ func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 				continue // more may wait
 			}
 		}
-		if l == nil {
-			sleep(ctx, n.cfg.Poll)
-			continue
-		}
-		if _, err := l.Wait(ctx, n.cfg.Poll); err != nil && ctx.Err() == nil {
-			l.Close()
-			l = nil
-		}
+		w.wait(ctx)
 	}
 }
 
@@ -598,8 +602,6 @@ func (v *vacuum) taken(ctx context.Context, n *Node, entries int) {
 		}
 	})
 }
-
-func (v *vacuum) wait() { v.wg.Wait() }
 
 // LeadEngine is a Lead that runs the leader's engine for the term: it
 // loads the live rollouts from the store, shows their views to every
@@ -708,17 +710,13 @@ func (w *viewWriter) flush() {
 	}
 	err := w.n.db.WriteViews(views, removed)
 	if err == nil {
-		if count, since, ended := w.n.viewEp.Ok(); ended {
-			w.n.log.Warn("showing the rollouts to the other replicas succeeds again", "failed", count, "for", time.Since(since).Round(time.Millisecond).String())
-		}
+		w.n.succeeded(&w.n.viewEp, "showing the rollouts to the other replicas succeeds again")
 		return
 	}
 	if errors.Is(err, store.ErrFenced) {
 		return // the term is over: the next leader writes every view
 	}
-	if w.n.viewEp.Fail(time.Now(), err.Error()) {
-		w.n.log.Error("showing the rollouts to the other replicas fails: they show them as they were", "err", err)
-	}
+	w.n.failed(&w.n.viewEp, time.Now(), err, "showing the rollouts to the other replicas fails: they show them as they were")
 	// Retried with what changed meanwhile, the newer of each.
 	w.mu.Lock()
 	for k, v := range due {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
@@ -240,4 +242,38 @@ func TestUnreadableEntry(t *testing.T) {
 	srv.Exec(t, db, `DELETE FROM fdn_inbox WHERE body = '\x027b7d'`)
 	waitFor(t, "the events behind it", func() bool { return verdict(a, obs.Hash) != rollout.VerdictUnknown })
 	waitFor(t, "the warning to clear", func() bool { return a.node.StoreWarning() == "" })
+}
+
+// TestLeaderIsCaughtUp: a replica that wins the lease before it ever read
+// the views (its read held up here by a lock on them) is caught up as
+// leader: its engine's views are the store's. It was never ready before.
+func TestLeaderIsCaughtUp(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	db, err := store.OpenPostgres(context.Background(), conn, store.PostgresOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close() // the schema made
+	c, err := pgx.Connect(context.Background(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	tx, err := c.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(context.Background(), `LOCK TABLE fdn_views IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, conn, "a")
+	waitFor(t, "a to lead", a.node.Leading)
+	if !a.node.CaughtUp() {
+		t.Fatal("the leader is not caught up: its first read of the views has not returned")
+	}
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to serve", a.node.Reader().Ready)
 }
