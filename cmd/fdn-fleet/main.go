@@ -222,13 +222,18 @@ func run(args []string, out io.Writer) (err error) {
 			return fmt.Errorf("day %d: %w", day+1, err)
 		}
 		rss, peak, anon := procstat.Memory(svc.pid)
-		heap, err := heapInUse(client, svc.url)
+		heap, err := metric(client, svc.url, "go_memstats_heap_inuse_bytes")
 		if err != nil {
 			return err
 		}
-		data, err := dirSize(svc.dataDir)
+		heap /= 1 << 20
+		var data float64
 		if c.postgres != "" {
-			data, err = databaseSize(c.postgres)
+			// The database's size, as the service reports it.
+			data, err = metric(client, svc.url, "fdn_store_bytes")
+			data /= 1 << 20
+		} else {
+			data, err = dirSize(svc.dataDir)
 		}
 		if err != nil {
 			return err
@@ -366,7 +371,9 @@ func startService(c config, cg *memcg) (*service, error) {
 	return nil, errors.New("the service exited before it listened")
 }
 
-func heapInUse(client *http.Client, url string) (float64, error) {
+// metric is the value of the gauge name (without labels) on the
+// service's /metrics.
+func metric(client *http.Client, url, name string) (float64, error) {
 	resp, err := client.Get(url + "/metrics")
 	if err != nil {
 		return 0, err
@@ -374,51 +381,28 @@ func heapInUse(client *http.Client, url string) (float64, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			return f / (1 << 20), err
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
 		}
 	}
-	return 0, errors.New("no go_memstats_heap_inuse_bytes in /metrics")
+	return 0, fmt.Errorf("no %s in /metrics", name)
 }
 
 // drained waits until the leader has taken every acknowledged event from
 // the inbox (fdn_inbox_depth 0).
 func drained(client *http.Client, url string) error {
 	for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := client.Get(url + "/metrics")
+		depth, err := metric(client, url, "fdn_inbox_depth")
 		if err != nil {
 			return err
 		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if strings.Contains(string(b), "\nfdn_inbox_depth 0\n") {
+		if depth == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return errors.New("the inbox was not drained within 10 minutes")
 		}
 	}
-}
-
-// databaseSize is the PostgreSQL database's size (pg_database_size), in
-// MiB: what its volume must hold, its write-ahead log aside.
-func databaseSize(conn string) (float64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := pgx.Connect(ctx, conn)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close(context.Background())
-	var n int64
-	if err := c.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&n); err != nil {
-		return 0, err
-	}
-	return float64(n) / (1 << 20), nil
 }
 
 // relationSizes names the database's largest tables with their size

@@ -54,7 +54,7 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 	}))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "fdn_store_bytes",
-		Help: "Size of the state database file.",
+		Help: "Size of the state: the bbolt file, or the PostgreSQL database.",
 	}, func() float64 { return float64(store.Size()) }))
 	reg.MustRegister(&outboxCollector{outbox: store, now: now,
 		depth:  prometheus.NewDesc("fdn_outbox_depth", "Mails waiting in the outbox.", nil, nil),

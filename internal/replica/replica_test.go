@@ -185,9 +185,7 @@ func TestTermEnds(t *testing.T) {
 		return verdict(a, last) != rollout.VerdictUnknown && verdict(b, last) != rollout.VerdictUnknown
 	})
 	// b takes the lease, as after a's lease ran out: a's renewal fails.
-	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
-	db, _, _ = strings.Cut(db, " ")
-	srv.Exec(t, db, `UPDATE fdn_leader SET holder = 'b', epoch = epoch + 1, expires = now() + interval '1 hour'`)
+	srv.Exec(t, conn, `UPDATE fdn_leader SET holder = 'b', epoch = epoch + 1, expires = now() + interval '1 hour'`)
 	waitFor(t, "b to lead and a to follow", func() bool { return b.node.Leading() && !a.node.Leading() })
 	for _, o := range obs[half:] {
 		if err := b.node.Events().Submit(context.Background(), o); err != nil {
@@ -223,9 +221,7 @@ func TestUnreadableEntry(t *testing.T) {
 	conn := srv.NewDatabase(t)
 	a := start(t, conn, "a")
 	waitFor(t, "a to lead", a.node.Leading)
-	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
-	db, _, _ = strings.Cut(db, " ")
-	srv.Exec(t, db, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x027b7d')`)
+	srv.Exec(t, conn, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x027b7d')`)
 	all := enginetest.ExampleObservations(time.Now().Add(-time.Hour).Truncate(time.Second))
 	obs := all[len(all)-1]
 	if err := a.node.SubmitAll(context.Background(), all); err != nil {
@@ -239,7 +235,7 @@ func TestUnreadableEntry(t *testing.T) {
 		t.Fatal("events behind the unreadable entry were taken before it")
 	}
 	// A replica of the newer version took it.
-	srv.Exec(t, db, `DELETE FROM fdn_inbox WHERE body = '\x027b7d'`)
+	srv.Exec(t, conn, `DELETE FROM fdn_inbox WHERE body = '\x027b7d'`)
 	waitFor(t, "the events behind it", func() bool { return verdict(a, obs.Hash) != rollout.VerdictUnknown })
 	waitFor(t, "the warning to clear", func() bool { return a.node.StoreWarning() == "" })
 }

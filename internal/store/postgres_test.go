@@ -50,13 +50,11 @@ func TestPostgresSchema(t *testing.T) {
 	if err := open(); err != nil {
 		t.Fatalf("opening again: %v", err)
 	}
-	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
-	db = db[:strings.IndexByte(db, ' ')]
-	srv.Exec(t, db, `UPDATE fdn_kv SET value = '\x39' WHERE bucket = 'meta' AND key = '\x736368656d61'`) // schema "9"
+	srv.Exec(t, conn, `UPDATE fdn_kv SET value = '\x39' WHERE bucket = 'meta' AND key = '\x736368656d61'`) // schema "9"
 	if err := open(); err == nil || !strings.Contains(err.Error(), `schema "9", this binary reads "8"`) {
 		t.Fatalf("newer records: %v", err)
 	}
-	srv.Exec(t, db, `UPDATE fdn_schema SET version = 99`)
+	srv.Exec(t, conn, `UPDATE fdn_schema SET version = 99`)
 	if err := open(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("PostgreSQL schema 99, this binary knows %d", len(migrations))) {
 		t.Fatalf("a newer schema: %v", err)
 	}
@@ -73,9 +71,7 @@ func TestPostgresSchema(t *testing.T) {
 func TestPostgresMigrates(t *testing.T) {
 	srv := pgtest.Start(t)
 	conn := srv.NewDatabase(t)
-	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
-	db = db[:strings.IndexByte(db, ' ')]
-	srv.Exec(t, db, migrations[0]+`; CREATE TABLE fdn_schema (version integer NOT NULL); INSERT INTO fdn_schema VALUES (1)`)
+	srv.Exec(t, conn, migrations[0]+`; CREATE TABLE fdn_schema (version integer NOT NULL); INSERT INTO fdn_schema VALUES (1)`)
 	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -111,8 +107,6 @@ func TestInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	db := strings.TrimPrefix(conn[strings.Index(conn, "dbname="):], "dbname=")
-	db = db[:strings.IndexByte(db, ' ')]
 	ctx := context.Background()
 	obs := func(i int) rollout.Observation {
 		return rollout.Observation{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Revision: fmt.Sprintf("main@sha1:%040x", i)}
@@ -122,7 +116,7 @@ func TestInbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv.Exec(t, db, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x02')`)
+	srv.Exec(t, conn, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x02')`)
 	if err := d.Append(ctx, []rollout.Observation{obs(9)}, true); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +139,7 @@ func TestInbox(t *testing.T) {
 	if n, err := d.InboxDepth(ctx); err != nil || n != 2 {
 		t.Fatalf("depth %d (%v), want 2", n, err)
 	}
-	srv.Exec(t, db, `DELETE FROM fdn_inbox WHERE body = '\x02'`)
+	srv.Exec(t, conn, `DELETE FROM fdn_inbox WHERE body = '\x02'`)
 	if in, err = d.Inbox(ctx, 100); err != nil || len(in) != 1 || in[0].Observations[0].Hash != obs(9).Hash {
 		t.Fatalf("after it: %+v (%v)", in, err)
 	}

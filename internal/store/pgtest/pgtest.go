@@ -200,13 +200,13 @@ func (s *Server) Resume(t testing.TB) {
 	}
 }
 
-// Exec runs sql as the superuser in database db (a connection string's
-// dbname), for tests that act on the server itself.
-func (s *Server) Exec(t testing.TB, db, sql string, args ...any) {
+// Exec runs sql in the database of conn (NewDatabase's, as the
+// superuser), for tests that act on the database behind the store.
+func (s *Server) Exec(t testing.TB, conn, sql string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, s.ConnString(db))
+	c, err := pgx.Connect(ctx, conn)
 	if err != nil {
 		t.Fatal(err)
 	}
