@@ -12,6 +12,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -90,16 +91,9 @@ func (c *forgeConfig) finish() error {
 		}
 		c.repos.Map[src] = r
 	}
-	c.envs = map[string]string{}
-	for _, kv := range strings.Split(*c.envMap, ",") {
-		if kv = strings.TrimSpace(kv); kv == "" {
-			continue
-		}
-		cluster, env, ok := strings.Cut(kv, "=")
-		if !ok || cluster == "" || env == "" {
-			return fmt.Errorf("--forge-environments: %q is not cluster=environment", kv)
-		}
-		c.envs[cluster] = env
+	var err error
+	if c.envs, err = pairs("--forge-environments", *c.envMap, "cluster=environment"); err != nil {
+		return err
 	}
 	if *c.alertAfter <= 0 {
 		return fmt.Errorf("--forge-alert-after must be positive, got %s", *c.alertAfter)
@@ -111,7 +105,7 @@ func (c *forgeConfig) finish() error {
 // configured; externalURL makes each status link to the rollout's page,
 // and sourceURL reads what a source names from the cluster.
 func (c *forgeConfig) dispatcher(db *store.DB, externalURL string, sourceURL func(kind, ns, name string) (string, bool),
-	log *slog.Logger, reg prometheus.Registerer) (*forge.Dispatcher, error) {
+	log *slog.Logger, reg prometheus.Registerer) (*outbox.Dispatcher, error) {
 	if c.chosen == nil {
 		return nil, nil
 	}
@@ -129,5 +123,5 @@ func (c *forgeConfig) dispatcher(db *store.DB, externalURL string, sourceURL fun
 		def = c.repos.Default.String()
 	}
 	log.Info("verdicts shown as deployments", "forge", f.Name(), "host", c.repos.Host, "default_repo", def, "mapped_sources", len(c.repos.Map))
-	return forge.NewDispatcher(db, f, cfg, log, time.Now, reg), nil
+	return forge.NewDispatcher(db.Channel("forge"), db, f, cfg, log, time.Now, reg), nil
 }

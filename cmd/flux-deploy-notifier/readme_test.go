@@ -129,7 +129,7 @@ func checkMetricsDocumented(t *testing.T, metrics string) {
 	metric := regexp.MustCompile("`(fdn_[a-z_]+)")
 	for _, m := range regexp.MustCompile(`(?m)^\| (.*?) \|(.*)$`).FindAllStringSubmatch(section, -1) {
 		for _, name := range metric.FindAllStringSubmatch(m[1], -1) {
-			documented[name[1]] = !strings.Contains(m[2], "(with a forge)") && !strings.Contains(m[2], "(PostgreSQL)")
+			documented[name[1]] = !strings.Contains(m[2], "(with a forge") && !strings.Contains(m[2], "(PostgreSQL)")
 		}
 	}
 	exposed := map[string]bool{}

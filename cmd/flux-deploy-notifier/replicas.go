@@ -62,6 +62,9 @@ func (s *service) openReplica(ctx context.Context) error {
 	if s.db, err = s.c.postgres.open(ctx, identity); err != nil {
 		return err
 	}
+	if err := s.db.SetChannels(s.c.specs()...); err != nil {
+		return err
+	}
 	model, err := rollout.NewModel(s.c.engine)
 	if err != nil {
 		return err
@@ -81,9 +84,9 @@ func (s *service) lead(e *engine.Engine) []func(context.Context) {
 	e.OnMail(s.mailer.Wake)
 	e.OnVerdict(s.onVerdict)
 	loops := []func(context.Context){func(ctx context.Context) { _ = s.mailer.Run(ctx) }}
-	if s.forger != nil {
-		e.OnPublish(s.forger.Wake)
-		loops = append(loops, func(ctx context.Context) { _ = s.forger.Run(ctx) })
+	e.OnPublish(s.wakeChannels)
+	for _, c := range s.channels {
+		loops = append(loops, func(ctx context.Context) { _ = c.d.Run(ctx) })
 	}
 	if s.watchdog != nil {
 		s.watchdog.Begin()

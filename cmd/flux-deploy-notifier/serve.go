@@ -30,6 +30,7 @@ type serveConfig struct {
 	logFormat      string
 	mail           mailConfig
 	forge          forgeConfig
+	channels       channelsConfig
 	cluster        clusterConfig
 	postgres       postgresConfig
 	verdictToken   string
@@ -57,6 +58,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	cc.flags(f)
 	var fc forgeConfig
 	fc.flags(f)
+	var chc channelsConfig
+	chc.flags(f)
 	var pc postgresConfig
 	pc.flags(f)
 	level := f.String("log-level", "FDN_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -69,8 +72,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		insecureNoAuth: *insecure, logFormat: *format,
 		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation,
 			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf, CommitOf: flux.GitCommit},
-		mail:    mc,
-		forge:   fc,
+		mail:  mc,
+		forge: fc, channels: chc,
 		cluster: cc, postgres: pc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}
 	if err := c.cluster.validate(); err != nil {
@@ -91,7 +94,13 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if err := c.forge.finish(); err != nil {
 		return c, err
 	}
-	c.engine.Publish = c.forge.enabled()
+	if err := c.channels.finish(); err != nil {
+		return c, err
+	}
+	c.engine.Publish = len(c.specs()) > 0
+	for _, ch := range c.specs() {
+		c.engine.Progress = c.engine.Progress || ch.Progress
+	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return c, fmt.Errorf("--log-level: %w", err)
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -45,7 +44,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		s.loadTokens,   // the webhook's HMAC key and the verdict token
 		s.openState,    // bbolt and the engine on it, or PostgreSQL and this replica
 		s.openMail,     // the outbox's dispatcher, and the metrics
-		s.openForge,    // with a forge: the forge outbox's dispatcher
+		s.openChannels, // the dispatchers of the forge, the chats and the webhook configured
 		s.watchCluster, // with cluster access: the reader, and the blindness watchdog
 		s.listen,       // the webhook, the API, the status pages and /metrics behind one router
 	} {
@@ -78,9 +77,9 @@ type service struct {
 
 	node     *replica.Node // with --postgres
 	mailer   *mail.Dispatcher
-	forger   *forge.Dispatcher // nil: no forge
-	reader   *cluster.Reader   // nil: events only
-	watchdog *blind.Watchdog   // with the reader
+	channels []shownIn       // the forge, the chats, the webhook configured
+	reader   *cluster.Reader // nil: events only
+	watchdog *blind.Watchdog // with the reader
 	srv      *http.Server
 	ln       net.Listener
 	drain    context.CancelFunc
@@ -119,6 +118,9 @@ func (s *service) openState(ctx context.Context) error {
 	if s.db, err = store.Open(s.c.dataDir); err != nil {
 		return err
 	}
+	if err := s.db.SetChannels(s.c.specs()...); err != nil {
+		return err
+	}
 	if s.eng, err = engine.New(s.db, s.c.engine, s.log, time.Now); err != nil {
 		return err
 	}
@@ -143,22 +145,39 @@ func (s *service) openMail(context.Context) error {
 	return nil
 }
 
-func (s *service) openForge(context.Context) error {
-	var err error
-	// The reader is made after: the dispatcher asks it only once running.
+func (s *service) openChannels(context.Context) error {
+	// The reader is made after: the dispatchers ask it only once running.
 	sourceURL := func(kind, ns, name string) (string, bool) {
 		if s.reader == nil {
 			return "", false
 		}
 		return s.reader.SourceURL(kind, ns, name)
 	}
-	if s.forger, err = s.c.forge.dispatcher(s.db, *s.c.mail.externalURL, sourceURL, s.log, s.reg); err != nil || s.forger == nil {
+	forger, err := s.c.forge.dispatcher(s.db, *s.c.mail.externalURL, sourceURL, s.log, s.reg)
+	if err != nil {
 		return err
 	}
+	if forger != nil {
+		s.channels = append(s.channels, shownIn{d: forger,
+			ui: ui.Channel{Name: s.c.forge.name(), Record: "deployment", Publication: s.db.Channel("forge").Publication}})
+	}
+	chats, err := s.c.channels.dispatchers(s.db, s.c.links(sourceURL), s.log, s.reg)
+	if err != nil {
+		return err
+	}
+	s.channels = append(s.channels, chats...)
 	if s.eng != nil {
-		s.eng.OnPublish(s.forger.Wake)
+		s.eng.OnPublish(s.wakeChannels)
 	}
 	return nil
+}
+
+// wakeChannels tells every channel's dispatcher that verdicts were
+// published.
+func (s *service) wakeChannels() {
+	for _, c := range s.channels {
+		c.d.Wake()
+	}
 }
 
 func (s *service) watchCluster(ctx context.Context) error {
@@ -187,8 +206,8 @@ func (s *service) watchCluster(ctx context.Context) error {
 // status pages; none fails readiness (README "Health").
 func (s *service) warnings() []string {
 	sources := []func() string{s.storeWarning, s.mailer.Warning}
-	if s.forger != nil {
-		sources = append(sources, s.forger.Warning)
+	for _, c := range s.channels {
+		sources = append(sources, c.d.Warning)
 	}
 	if s.reader != nil {
 		sources = append(sources, s.watchdog.Warning, s.reader.Warning)
@@ -229,8 +248,8 @@ func (s *service) listen(context.Context) error {
 		Token: s.verdictToken, TrustHeader: s.c.trustHeader, Warnings: s.warnings, Draining: draining, Log: s.log,
 		Outbox: func() (int, int, error) { return outboxCounts(s.db) }, Mails: s.db.MailLog,
 	}
-	if s.forger != nil {
-		opts.Forge, opts.ForgeName = s.db.Publication, s.c.forge.name()
+	for _, c := range s.channels {
+		opts.Channels = append(opts.Channels, c.ui)
 	}
 	if s.node != nil {
 		// A session's key derives from the verdict token, the same on
@@ -292,17 +311,13 @@ func (s *service) run(ctx context.Context) error {
 		wg.Wait()
 	}()
 	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
-	mailDone, forgeDone := make(chan error, 1), make(chan error, 1)
-	switch {
-	case s.node != nil: // the leader's
-		mailDone <- nil
-		forgeDone <- nil
-	case s.forger == nil:
-		forgeDone <- nil
-		go func() { mailDone <- s.mailer.Run(mailCtx) }()
-	default:
-		go func() { mailDone <- s.mailer.Run(mailCtx) }()
-		go func() { forgeDone <- s.forger.Run(mailCtx) }()
+	// The dispatchers: on PostgreSQL, the leader's.
+	var dispatchers sync.WaitGroup
+	if s.node == nil {
+		dispatchers.Go(func() { _ = s.mailer.Run(mailCtx) })
+		for _, c := range s.channels {
+			dispatchers.Go(func() { _ = c.d.Run(mailCtx) })
+		}
 	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- s.srv.Serve(s.ln) }()
@@ -327,8 +342,7 @@ func (s *service) run(ctx context.Context) error {
 	<-engineDone
 	// What is left in the outbox goes out after the next start.
 	stopMail()
-	<-mailDone
-	<-forgeDone
+	dispatchers.Wait()
 	s.log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

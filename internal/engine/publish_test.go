@@ -18,7 +18,7 @@ func publishConfig() rollout.Config {
 // forgeRecord is the forge outbox's record of revision label's rollout.
 func forgeRecord(t *testing.T, te *enginetest.Engine, label string) outbox.Publication {
 	t.Helper()
-	p, ok, err := te.DB.Publication(rollout.Key{Cluster: "default", Hash: hashOf(label)})
+	p, ok, err := te.DB.Channel("forge").Publication(rollout.Key{Cluster: "default", Hash: hashOf(label)})
 	if err != nil || !ok {
 		t.Fatalf("no forge outbox record of %s: %v", label, err)
 	}
@@ -45,13 +45,13 @@ func TestVerdictChangesPublished(t *testing.T) {
 	if p = forgeRecord(t, te, "R1"); p.Verdict != rollout.VerdictApplied || p.Seq != 2 || !p.Due() {
 		t.Fatalf("once applied: %+v, want applied, the second verdict", p)
 	}
-	if ps, err := te.DB.Publications(); err != nil || len(ps) != 2 { // R0 and R1
+	if ps, err := te.DB.Channel("forge").Publications(); err != nil || len(ps) != 2 { // R0 and R1
 		t.Fatalf("due: %+v %v, want R0's and R1's", ps, err)
 	}
 
 	off := enginetest.Start(t, t.TempDir(), defaultConfig(), fixedClock(t0.Add(time.Minute)), true)
 	submitAll(t, off, 1, applied0...)
-	if ps, err := off.DB.Publications(); err != nil || len(ps) != 0 {
+	if ps, err := off.DB.Channel("forge").Publications(); err != nil || len(ps) != 0 {
 		t.Fatalf("without a forge: %+v %v", ps, err)
 	}
 }
@@ -71,5 +71,43 @@ func TestStuckPublishedWhenDownAtTheDeadline(t *testing.T) {
 			t.Fatalf("after restart: %+v, want stuck, the second verdict", p)
 		}
 		late.Stop()
+	}
+}
+
+// TestProgressPublished: with a channel that shows progress (Slack), each
+// layer that applies a rollout still applying is published for it, with
+// how many have; the forge's outbox takes the verdict changes alone.
+func TestProgressPublished(t *testing.T) {
+	cfg := publishConfig()
+	cfg.Progress = true
+	te := enginetest.Start(t, t.TempDir(), cfg, fixedClock(t0.Add(time.Minute)), true)
+	if err := te.DB.SetChannels(outbox.Channel{Name: "forge", Restate: true}, outbox.Channel{Name: "slack", Restate: true, Progress: true}); err != nil {
+		t.Fatal(err)
+	}
+	submitAll(t, te, 1, applied0...)
+	k := rollout.Key{Cluster: "default", Hash: hashOf("R1")}
+	record := func(ch string) outbox.Publication {
+		t.Helper()
+		p, _, err := te.DB.Channel(ch).Publication(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	submitAll(t, te, 1, succ("infra", "R1", 1))
+	s := record("slack")
+	if s.Verdict != rollout.VerdictApplying || s.Seq != 1 || s.Done != 1 || s.Expected != 3 {
+		t.Fatalf("after the first layer: %+v", s)
+	}
+	submitAll(t, te, 1, succ("platform", "R1", 2))
+	if s = record("slack"); s.Seq != 2 || s.Done != 2 || s.Verdict != rollout.VerdictApplying {
+		t.Fatalf("after the second layer: %+v, want its progress published", s)
+	}
+	if f := record("forge"); f.Seq != 1 {
+		t.Fatalf("the forge took the progress: %+v", f)
+	}
+	submitAll(t, te, 1, succ("apps", "R1", 3))
+	if s = record("slack"); s.Seq != 3 || s.Done != 3 || s.Verdict != rollout.VerdictApplied || s.Completed.IsZero() {
+		t.Fatalf("once applied: %+v", s)
 	}
 }

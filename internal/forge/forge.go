@@ -2,21 +2,17 @@
 // deployment of the commit in its repository's forge (GitHub, GitLab), or
 // a commit status (Gitea), one per commit and cluster, following the
 // verdict. The engine writes verdict changes, with what is shown of them,
-// to the forge outbox in the transaction that decides them
-// (rollout.Published); the Dispatcher reads that outbox alone
-// (outbox.Verdicts) and delivers them at least once, in order per
-// rollout, the latest state due replacing the ones not sent. The flags
+// to the forge's outbox in the transaction that decides them
+// (rollout.Published); an outbox.Dispatcher reads that outbox alone and
+// delivers them through a Deliverer (NewDeliverer) at least once, in order
+// per rollout, the latest state due replacing the ones not sent. The flags
 // that configure a forge are cmd's (its table of forges).
 package forge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -127,75 +123,6 @@ type Comparer interface {
 // MaxInside bounds the commits given the status of the one they went out
 // in: a page of the forges' compare APIs.
 const MaxInside = 100
-
-// Error is a forge's refusal, classed for the dispatcher: Retry is a
-// transient failure (network, 5xx, rate limit), tried again after After
-// when the forge said (Retry-After, a rate limit's reset), else with
-// backoff; any other error is permanent (401, 404, 422: dead-lettered).
-type Error struct {
-	Status  int // HTTP status, 0 for a network error
-	Retry   bool
-	After   time.Duration
-	Limited bool // a rate limit: no request to the forge before After
-	Message string
-}
-
-func (e *Error) Error() string {
-	if e.Status == 0 {
-		return e.Message
-	}
-	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
-}
-
-// Classify classes a forge's answer by status and headers: 429 and a 403
-// that carries Retry-After or an exhausted rate limit (GitHub's secondary
-// limits) are rate limits; 5xx and 408 are transient; any other 4xx is
-// permanent.
-func Classify(status int, h http.Header, message string, now time.Time) *Error {
-	e := &Error{Status: status, Message: message}
-	after, limited := retryAfter(h, now)
-	switch {
-	case status == http.StatusTooManyRequests,
-		status == http.StatusForbidden && (limited || h.Get("X-Ratelimit-Remaining") == "0"):
-		e.Retry, e.Limited, e.After = true, true, after
-		if e.After <= 0 {
-			e.After = time.Minute // GitHub: wait at least a minute when it says nothing
-		}
-	case status >= 500, status == http.StatusRequestTimeout:
-		e.Retry, e.After = true, after
-	}
-	return e
-}
-
-// retryAfter reads Retry-After (seconds or an HTTP date) or, without it,
-// the rate limit's reset (X-RateLimit-Reset, epoch seconds) when the limit
-// is exhausted.
-func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
-	if v := h.Get("Retry-After"); v != "" {
-		if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
-			return time.Duration(s) * time.Second, true
-		}
-		if t, err := http.ParseTime(v); err == nil {
-			return max(t.Sub(now), 0), true
-		}
-	}
-	if h.Get("X-Ratelimit-Remaining") == "0" {
-		if s, err := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64); err == nil {
-			return max(time.Unix(s, 0).Sub(now), 0), true
-		}
-	}
-	return 0, false
-}
-
-// AsError returns err's *Error, or a transient one for any other error (a
-// network error: the request may not have reached the forge).
-func AsError(err error) *Error {
-	var fe *Error
-	if errors.As(err, &fe) {
-		return fe
-	}
-	return &Error{Retry: true, Message: err.Error()}
-}
 
 // MaxDescription is the longest description GitHub takes on a deployment
 // status (and the shortest of the forges').

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -72,4 +74,42 @@ func TestRun(t *testing.T) {
 			t.Fatalf("flushes at %v, want at start, on the wake-up, and a minute later", flushes)
 		}
 	})
+}
+
+var now = time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		status         int
+		header         http.Header
+		retry, limited bool
+		after          time.Duration
+	}{
+		{"429 with Retry-After", 429, http.Header{"Retry-After": {"30"}}, true, true, 30 * time.Second},
+		{"429 without", 429, nil, true, true, time.Minute},
+		{"secondary limit", 403, http.Header{"Retry-After": {"61"}}, true, true, 61 * time.Second},
+		{"primary limit exhausted", 403, http.Header{"X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {strconv.FormatInt(now.Add(90*time.Second).Unix(), 10)}}, true, true, 90 * time.Second},
+		{"Retry-After as a date", 429, http.Header{"Retry-After": {now.Add(2 * time.Minute).Format(http.TimeFormat)}}, true, true, 2 * time.Minute},
+		{"forbidden", 403, http.Header{"X-Ratelimit-Remaining": {"4999"}}, false, false, 0},
+		{"502", 502, nil, true, false, 0},
+		{"503 with Retry-After", 503, http.Header{"Retry-After": {"5"}}, true, false, 5 * time.Second},
+		{"401", 401, nil, false, false, 0},
+		{"404", 404, nil, false, false, 0},
+		{"422", 422, nil, false, false, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := c.header
+			if h == nil {
+				h = http.Header{}
+			}
+			e := outbox.Classify(c.status, h, "msg", now)
+			if e.Retry != c.retry || e.Limited != c.limited || e.After != c.after {
+				t.Fatalf("%+v: want retry %v, limited %v, after %v", e, c.retry, c.limited, c.after)
+			}
+		})
+	}
+	if e := outbox.AsError(errors.New("connection refused")); !e.Retry || e.Status != 0 {
+		t.Fatalf("a network error: %+v, want transient", e)
+	}
 }

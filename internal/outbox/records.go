@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"slices"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -10,7 +11,7 @@ import (
 // operations the dispatchers use. What is due comes from rollout (a Mail,
 // a Published verdict), decided in the transaction of the change that
 // made it due; how its delivery goes is recorded here, the same way for
-// a mail and a forge's verdict.
+// a mail and a verdict for a channel.
 
 // Delivery is where one delivery stands.
 type Delivery struct {
@@ -74,35 +75,35 @@ type MailStatus struct {
 	Delivery
 }
 
-// Publication is what the outbox holds of one rollout's verdict for a
-// forge: the latest verdict decided, with what is shown of it, and what
-// the forge was last given. A later verdict replaces an earlier one not
-// yet delivered: the forge is told the state that is due, not each state
-// it missed.
+// Publication is what a channel's outbox holds of one rollout's verdict:
+// the latest verdict decided, with what is shown of it, and what the
+// channel was last given. A later verdict replaces an earlier one not yet
+// delivered: the channel is told the state that is due, not each state it
+// missed.
 type Publication struct {
 	Key     rollout.Key
 	Verdict rollout.Verdict // the latest decided
-	// Shown is what the forge is shown with it, as decided with it: the
+	// Shown is what the channel is shown with it, as decided with it: the
 	// dispatcher reads nothing else. Zero in a record an older binary
 	// wrote whose rollout was gone when this one opened it.
 	rollout.Shown
 	Seq     uint64    // counts the changes of Verdict
 	Changed time.Time // when Verdict was decided
 	// Since is when the earliest verdict not delivered yet was decided:
-	// a later one replaces it, not the time the forge has been waiting.
+	// a later one replaces it, not the time the channel has been waiting.
 	Since time.Time
-	// SentSeq is the Seq the forge last took, Sent its verdict.
+	// SentSeq is the Seq the channel last took, Sent its verdict.
 	SentSeq uint64
 	Sent    rollout.Verdict
-	// Ref is the forge's own record of the rollout (a deployment's id),
-	// once made: kept before its first status is posted, so that a crash
-	// in between does not make a second one.
+	// Ref is the channel's own record of the rollout (a forge's
+	// deployment's id, a chat message's), once made: kept before it is
+	// changed, so that a crash in between does not make a second one.
 	Ref string
 	// Delivery is that of Seq: a later verdict starts a new one.
 	Delivery
 }
 
-// Due reports whether p has a verdict the forge has not taken.
+// Due reports whether p has a verdict the channel has not taken.
 func (p Publication) Due() bool { return p.SentSeq < p.Seq && !p.Dead }
 
 // Mails is the mail outbox as the mail dispatcher uses it.
@@ -116,16 +117,41 @@ type Mails interface {
 	Record(q Queued) error
 }
 
-// Verdicts is the forge outbox as the forge dispatcher uses it.
+// Channel is one outbox of verdicts (a forge, Slack, Teams, a webhook)
+// and which publications it takes: every verdict change but those of
+// Skip, what is restated or progresses when it says so.
+type Channel struct {
+	Name     string // its records': "forge", "slack", "teams" or "webhook"
+	Restate  bool   // takes a verdict restated (rollout.Published.Restate)
+	Progress bool   // takes more layers applied (rollout.Published.Progress)
+	Skip     []rollout.Verdict
+}
+
+// Takes reports whether c is told of p.
+func (c Channel) Takes(p rollout.Published) bool {
+	switch {
+	case slices.Contains(c.Skip, p.Verdict):
+		return false
+	case p.Progress:
+		return c.Progress
+	case p.Restate:
+		return c.Restate
+	}
+	return true
+}
+
+// Verdicts is one channel's outbox as its dispatcher uses it.
 type Verdicts interface {
 	// Publications returns the records with a verdict not delivered yet,
 	// oldest decision first.
 	Publications() ([]Publication, error)
 	// UpdatePublication applies f to the record of k in one transaction.
 	UpdatePublication(k rollout.Key, f func(*Publication)) error
-	// Head and SetHead keep the commit the forge last showed applied on
-	// a cluster, by the line of commits it is on (a source, else a
-	// repository).
+}
+
+// Heads keep the commit a forge last showed applied on a cluster, by the
+// line of commits it is on (a source, else a repository).
+type Heads interface {
 	Head(cluster, line string) (string, error)
 	SetHead(cluster, line, commit string) error
 }

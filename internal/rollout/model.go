@@ -42,8 +42,12 @@ type Config struct {
 	// Views carry it (View.Commit); nil, they carry none.
 	CommitOf func(revision, origin, sourceKind string) string
 	// Publish records each verdict change for the forge outbox (Published):
-	// set when a forge shows the verdicts.
+	// set when a channel (a forge, a chat, a webhook) shows the verdicts.
 	Publish bool
+	// Progress publishes, with Publish, each change of how many layers
+	// applied a rollout still applying (Published.Progress): set when a
+	// channel shows it (a chat message updated in place).
+	Progress bool
 }
 
 // DefaultSettleAfter is the SettleAfter used when none is set.
@@ -472,6 +476,9 @@ func (m *Model) recompute(c *Change, dirty dirtySet, now time.Time) {
 			// What the failure says changed (helm-controller stalled): the
 			// forge's description is told again, the verdict is not new.
 			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Restate: true, Shown: ShownOf(v)})
+		} else if m.cfg.Progress && v.Verdict == VerdictApplying && old.Summary != v.Summary {
+			// More layers applied it: a chat message shows how far it got.
+			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Progress: true, Shown: ShownOf(v)})
 		}
 	}
 }

@@ -30,10 +30,11 @@ func TestPublicationOfSchema7(t *testing.T) {
 	settled := b.Settle[0]
 	live := rollout.Key{Cluster: "prod", Hash: strings.Repeat("12", 20)}
 	gone := rollout.Key{Cluster: "prod", Hash: strings.Repeat("34", 20)}
-	// Version 1: the fields of version 2 without the four strings of Shown.
+	// Version 1: the fields of version 3 without the four strings of
+	// Shown (version 2) and what version 3 added, 12 bytes when zero.
 	v1 := func(k rollout.Key, v rollout.Verdict) []byte {
 		enc := encodePublication(outbox.Publication{Key: k, Verdict: v, Seq: 1, Changed: at, Since: at})
-		enc = enc[:len(enc)-4]
+		enc = enc[:len(enc)-4-12]
 		enc[0] = 1
 		return enc
 	}
@@ -66,20 +67,20 @@ func TestPublicationOfSchema7(t *testing.T) {
 		}
 		return nil
 	})
-	if p, _, _ := d.Publication(settled.Key()); p.Shown != rollout.ShownOf(settled) || !p.Due() || p.Seq != 1 {
+	if p, _, _ := d.Channel("forge").Publication(settled.Key()); p.Shown != rollout.ShownOf(settled) || !p.Due() || p.Seq != 1 {
 		t.Fatalf("settled rollout's verdict: %+v, want its final view's, still due", p)
 	}
-	if p, _, _ := d.Publication(live); p.Shown != (rollout.Shown{}) {
+	if p, _, _ := d.Channel("forge").Publication(live); p.Shown != (rollout.Shown{}) {
 		t.Fatalf("live rollout's verdict filled before its reload: %+v", p)
 	}
 	shown := rollout.Shown{Revision: "main@sha1:" + live.Hash, Summary: "1 of 2 layers applied"}
 	if err := d.Commit(&rollout.Batch{Published: []rollout.Published{{Key: live, Verdict: rollout.VerdictApplying, At: at.Add(time.Hour), Shown: shown}}, At: at}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := d.Publication(live); p.Shown != shown || p.Seq != 1 || !p.Changed.Equal(at) || !p.Due() {
+	if p, _, _ := d.Channel("forge").Publication(live); p.Shown != shown || p.Seq != 1 || !p.Changed.Equal(at) || !p.Due() {
 		t.Fatalf("live rollout's verdict after its reload: %+v, want filled, the same verdict", p)
 	}
-	if p, _, _ := d.Publication(gone); p.Shown != (rollout.Shown{}) || !p.Due() {
+	if p, _, _ := d.Channel("forge").Publication(gone); p.Shown != (rollout.Shown{}) || !p.Due() {
 		t.Fatalf("a rollout in neither: %+v, want without, due", p)
 	}
 }

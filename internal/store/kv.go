@@ -56,7 +56,8 @@ type cursor interface {
 }
 
 // buckets are every bucket the store keeps.
-var buckets = [][]byte{bucketMeta, bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge, bucketForgeDue, bucketForgeHeads}
+var buckets = [][]byte{bucketMeta, bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge, bucketForgeDue, bucketForgeHeads,
+	bucketSlack, bucketSlackDue, bucketTeams, bucketTeamsDue, bucketWebhook, bucketWebhookDue}
 
 type boltBackend struct{ db *bolt.DB }
 

@@ -68,6 +68,16 @@ type DB struct {
 
 	mu  sync.Mutex // guards wal; held by Commit and Load
 	wal *wal       // bbolt's write-ahead log; nil on PostgreSQL
+
+	channels []outbox.Channel // SetChannels'
+}
+
+// publishTo are the channels the commits publish to.
+func (d *DB) publishTo() []outbox.Channel {
+	if d.channels == nil {
+		return []outbox.Channel{forgeChannel}
+	}
+	return d.channels
 }
 
 // compactAbove and compactFree decide when Open rewrites the file: bbolt
@@ -427,7 +437,7 @@ func (d *DB) commitTx(tx txn, b *rollout.Batch, e encoded) error {
 			return err
 		}
 	}
-	if err := publish(tx, b.Published); err != nil {
+	if err := publish(tx, d.publishTo(), b.Published); err != nil {
 		return err
 	}
 	if t, ok := tx.(*pgTx); ok && !b.PurgeBefore.IsZero() {

@@ -32,6 +32,7 @@ var suite = []struct {
 	{"SettledArchive", testSettledArchive},
 	{"ScanSettledInChunks", testScanSettledInChunks},
 	{"ForgeOutbox", testForgeOutbox},
+	{"ChannelOutboxes", testChannelOutboxes},
 	{"ForgeHeadsAndLastEvent", testForgeHeadsAndLastEvent},
 	{"FailedCommitWritesNothing", testFailedCommitWritesNothing},
 }
@@ -507,7 +508,7 @@ func testForgeOutbox(t *testing.T, open Opener) {
 	}
 	due := func() (hashes []string, indexed int) {
 		t.Helper()
-		ps, err := d.Publications()
+		ps, err := d.Channel("forge").Publications()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -520,13 +521,13 @@ func testForgeOutbox(t *testing.T, open Opener) {
 		publish(h, rollout.VerdictApplying, at.Add(time.Duration(i)*time.Minute))
 	}
 	publish("a", rollout.VerdictApplying, at.Add(time.Hour)) // the same again: nothing new
-	if p, _, _ := d.Publication(key("a")); p.Seq != 1 || !p.Changed.Equal(at) {
+	if p, _, _ := d.Channel("forge").Publication(key("a")); p.Seq != 1 || !p.Changed.Equal(at) {
 		t.Fatalf("a repeated verdict changed the record: %+v", p)
 	}
-	if err := d.UpdatePublication(key("a"), func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
+	if err := d.Channel("forge").UpdatePublication(key("a"), func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.UpdatePublication(key("b"), func(p *outbox.Publication) { p.Dead = true }); err != nil {
+	if err := d.Channel("forge").UpdatePublication(key("b"), func(p *outbox.Publication) { p.Dead = true }); err != nil {
 		t.Fatal(err)
 	}
 	if got, n := due(); !slices.Equal(got, []string{"c"}) || n != 1 {
@@ -536,10 +537,10 @@ func testForgeOutbox(t *testing.T, open Opener) {
 	if err := d.Commit(&rollout.Batch{Published: []rollout.Published{{Key: key("a"), Verdict: rollout.VerdictApplying, At: at.Add(time.Hour), Restate: true}}, At: at}); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := d.Publication(key("a")); p.Seq != 2 || !p.Due() {
+	if p, _, _ := d.Channel("forge").Publication(key("a")); p.Seq != 2 || !p.Due() {
 		t.Fatalf("a restated verdict is not due again: %+v", p)
 	}
-	if err := d.UpdatePublication(key("a"), func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
+	if err := d.Channel("forge").UpdatePublication(key("a"), func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
 		t.Fatal(err)
 	}
 	publish("b", rollout.VerdictFailed, at.Add(2*time.Hour))  // a later verdict: due again
@@ -547,20 +548,93 @@ func testForgeOutbox(t *testing.T, open Opener) {
 	if got, n := due(); !slices.Equal(got, []string{"b", "c"}) || n != 2 {
 		t.Fatalf("due %v (%d indexed), want b and c", got, n)
 	}
-	if p, _, _ := d.Publication(key("c")); p.Seq != 2 || p.Verdict != rollout.VerdictApplied || !p.Since.Equal(at.Add(2*time.Minute)) {
+	if p, _, _ := d.Channel("forge").Publication(key("c")); p.Seq != 2 || p.Verdict != rollout.VerdictApplied || !p.Since.Equal(at.Add(2*time.Minute)) {
 		t.Fatalf("c: %+v, want applied, its second verdict, waiting since the first", p)
 	}
 	if err := d.Commit(&rollout.Batch{PurgeBefore: at.Add(24 * time.Hour), At: at.Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := d.Publication(key("a")); ok {
+	if _, ok, _ := d.Channel("forge").Publication(key("a")); ok {
 		t.Fatal("retention kept a delivered verdict")
 	}
 	if got, _ := due(); !slices.Equal(got, []string{"b", "c"}) {
 		t.Fatalf("retention dropped what is due: %v", got)
 	}
-	if err := d.UpdatePublication(key("a"), func(*outbox.Publication) {}); err != ErrNoPublication {
+	if err := d.Channel("forge").UpdatePublication(key("a"), func(*outbox.Publication) {}); err != ErrNoPublication {
 		t.Fatalf("updating a purged record: %v, want ErrNoPublication", err)
+	}
+}
+
+// testChannelOutboxes: each channel configured keeps its own record of a
+// rollout, of the publications it takes (a chat the progress and the
+// restated, Teams neither nor applying, the forge not the progress), what
+// is shown with them across a reopen; one channel's delivery leaves the
+// others due; no channel configured takes nothing.
+func testChannelOutboxes(t *testing.T, open Opener) {
+	d := open(t)
+	chans := []outbox.Channel{
+		{Name: "forge", Restate: true},
+		{Name: "slack", Restate: true, Progress: true},
+		{Name: "teams", Skip: []rollout.Verdict{rollout.VerdictApplying, rollout.VerdictSuperseded}},
+		{Name: "webhook"},
+	}
+	if err := d.SetChannels(chans...); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetChannels(outbox.Channel{Name: "pager"}); err == nil {
+		t.Fatal("a channel the store has no outbox for is taken")
+	}
+	k := rollout.Key{Cluster: "prod", Hash: "a"}
+	shown := rollout.Shown{Revision: "main@sha1:a", Commit: "a", Done: 1, Expected: 3, RootCause: "flux-system/infra",
+		Failure:   rollout.ShownFailure{Layer: "flux-system/apps", Release: rollout.Ref{Kind: "HelmRelease", Namespace: "web", Name: "x"}, Object: "Deployment/web/x", Reason: "InstallFailed", Message: "boom", Stalled: true},
+		Completed: at, Late: true, SupersededBy: "main@sha1:b"}
+	step := func(p rollout.Published, want map[string]uint64) {
+		t.Helper()
+		p.Key, p.At, p.Shown = k, at, shown
+		if err := d.Commit(&rollout.Batch{Published: []rollout.Published{p}, At: at}); err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range chans {
+			rec, ok, err := d.Channel(ch.Name).Publication(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Seq != want[ch.Name] || ok != (want[ch.Name] > 0) {
+				t.Fatalf("after %+v: %s at seq %d (found %v), want %d", p, ch.Name, rec.Seq, ok, want[ch.Name])
+			}
+		}
+	}
+	step(rollout.Published{Verdict: rollout.VerdictApplying}, map[string]uint64{"forge": 1, "slack": 1, "webhook": 1})
+	step(rollout.Published{Verdict: rollout.VerdictApplying, Progress: true}, map[string]uint64{"forge": 1, "slack": 2, "webhook": 1})
+	step(rollout.Published{Verdict: rollout.VerdictFailed}, map[string]uint64{"forge": 2, "slack": 3, "teams": 1, "webhook": 2})
+	step(rollout.Published{Verdict: rollout.VerdictFailed, Restate: true}, map[string]uint64{"forge": 3, "slack": 4, "teams": 1, "webhook": 2})
+	if err := d.Channel("slack").UpdatePublication(k, func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	d = open(t)
+	for _, ch := range chans {
+		ps, err := d.Channel(ch.Name).Publications()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := ch.Name != "slack"; (len(ps) == 1) != want {
+			t.Fatalf("%s: due %+v, want due %v", ch.Name, ps, want)
+		}
+		if len(ps) == 1 && ps[0].Shown != shown {
+			t.Fatalf("%s: shown %+v, want %+v", ch.Name, ps[0].Shown, shown)
+		}
+	}
+	if err := d.SetChannels(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Commit(&rollout.Batch{Published: []rollout.Published{{Key: rollout.Key{Cluster: "prod", Hash: "b"}, Verdict: rollout.VerdictApplying, At: at}}, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chans {
+		if _, ok, _ := d.Channel(ch.Name).Publication(rollout.Key{Cluster: "prod", Hash: "b"}); ok {
+			t.Fatalf("%s took a verdict with no channel configured", ch.Name)
+		}
 	}
 }
 
@@ -626,7 +700,7 @@ func testFailedCommitWritesNothing(t *testing.T, open Opener) {
 	if n, _ := d.SettledCount(); n != 0 {
 		t.Fatalf("a failed transaction left %d settled", n)
 	}
-	if _, ok, _ := d.Publication(k); ok {
+	if _, ok, _ := d.Channel("forge").Publication(k); ok {
 		t.Fatal("a failed transaction left a forge record")
 	}
 	// And the store goes on.

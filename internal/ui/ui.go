@@ -55,12 +55,12 @@ type Options struct {
 	Outbox func() (pending, dead int, err error)
 	// Mails tells what became of a rollout's mails.
 	Mails func(rollout.Key) ([]outbox.MailStatus, error)
-	// Forge tells what the forge (ForgeName) was given of a rollout's
-	// verdict; nil without one.
-	Forge     func(rollout.Key) (outbox.Publication, bool, error)
-	ForgeName string
-	Now       func() time.Time
-	Log       *slog.Logger
+	// Channels are where the verdicts are shown besides the pages (a
+	// forge, a chat, a webhook): each tells what it was given of a
+	// rollout's verdict.
+	Channels []Channel
+	Now      func() time.Time
+	Log      *slog.Logger
 	// Attempts, when set, counts the login form's wrong tokens where
 	// every replica does; nil: in this process.
 	Attempts Attempts
@@ -277,12 +277,21 @@ type rolloutData struct {
 	SoFar        bool // not done: the duration up to now
 	Supersedes   []*rollout.View
 	Mails        []outbox.MailStatus
-	Forge        *forgeRow // nil: no forge, or nothing for it yet
+	Channels     []channelRow // those with a record of the rollout
 }
 
-// forgeRow is the forge's record of a rollout as its page shows it.
-type forgeRow struct {
-	Name string
+// Channel is one place the verdicts are shown, as the pages tell of it.
+type Channel struct {
+	Name   string // "GitHub", "Slack"
+	Record string // what it keeps of a rollout: "deployment", "message"
+	// Publication returns its outbox's record of a rollout, false when
+	// there is none.
+	Publication func(rollout.Key) (outbox.Publication, bool, error)
+}
+
+// channelRow is a channel's record of a rollout as its page shows it.
+type channelRow struct {
+	Name, Record string
 	outbox.Publication
 }
 
@@ -305,11 +314,11 @@ func (s *server) rollout(w http.ResponseWriter, r *http.Request) {
 			s.opts.Log.Error("read the mail log", "cluster", k.Cluster, "hash", k.Hash, "err", err)
 		}
 	}
-	if s.opts.Forge != nil {
-		if pub, ok, err := s.opts.Forge(k); err != nil {
-			s.opts.Log.Error("read the forge outbox", "cluster", k.Cluster, "hash", k.Hash, "err", err)
+	for _, c := range s.opts.Channels {
+		if pub, ok, err := c.Publication(k); err != nil {
+			s.opts.Log.Error("read the outbox of "+c.Name, "cluster", k.Cluster, "hash", k.Hash, "err", err)
 		} else if ok {
-			d.Forge = &forgeRow{Name: s.opts.ForgeName, Publication: pub}
+			d.Channels = append(d.Channels, channelRow{Name: c.Name, Record: c.Record, Publication: pub})
 		}
 	}
 	p := page{Title: flux.Short(v.CommitHash()) + " on " + v.Cluster, Data: d}

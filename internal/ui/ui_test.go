@@ -405,17 +405,21 @@ func TestRolloutPageSaysWhoWasTold(t *testing.T) {
 	}
 }
 
-// TestRolloutPageSaysWhatTheForgeShows: the forge's record of the verdict,
-// delivered or refused with the forge's message.
+// TestRolloutPageSaysWhatTheForgeShows: each channel's record of the
+// verdict (one with none is not shown), delivered or refused with the
+// channel's message.
 func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}
 	v := startWith(t, cfg, func(e *enginetest.Engine) ui.Options {
-		return ui.Options{Forge: e.DB.Publication, ForgeName: "GitHub"}
+		return ui.Options{Channels: []ui.Channel{
+			{Name: "GitHub", Record: "deployment", Publication: e.DB.Channel("forge").Publication},
+			{Name: "Slack", Record: "message", Publication: e.DB.Channel("slack").Publication},
+		}}
 	})
 	e := v.e
 	prune := example(t, "Remove the legacy")
 	k := rollout.Key{Cluster: "prod", Hash: prune}
-	if _, body, _ := v.get(nil, "/ui/prod/"+prune); strings.Contains(body, "Deployment in GitHub") {
+	if _, body, _ := v.get(nil, "/ui/prod/"+prune); strings.Contains(body, "Shown elsewhere") {
 		t.Fatal("the page shows a forge record before there is one")
 	}
 	if err := e.DB.Commit(&rollout.Batch{Published: []rollout.Published{{Key: k, Verdict: rollout.VerdictFailed, At: t0}}}); err != nil {
@@ -425,7 +429,7 @@ func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
 		set  func(*outbox.Publication)
 		want []string
 	}{
-		{func(p *outbox.Publication) {}, []string{"Deployment in GitHub", `<td>failed</td>`, `<span class="mail waiting">waiting</span>`}},
+		{func(p *outbox.Publication) {}, []string{"Shown elsewhere", `<td>GitHub</td>`, `<td>failed</td>`, `<span class="mail waiting">waiting</span>`}},
 		{func(p *outbox.Publication) {
 			p.Attempts, p.NextAttempt, p.LastError = 2, t0.Add(time.Minute), "503 Service Unavailable: <b>down</b>"
 		},
@@ -437,7 +441,7 @@ func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
 		},
 			[]string{"delivered: failed", "deployment 1042"}},
 	} {
-		if err := e.DB.UpdatePublication(k, c.set); err != nil {
+		if err := e.DB.Channel("forge").UpdatePublication(k, c.set); err != nil {
 			t.Fatal(err)
 		}
 		_, body, _ := v.get(nil, "/ui/prod/"+prune)
@@ -445,6 +449,9 @@ func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
 			if !strings.Contains(body, want) {
 				t.Errorf("the page's forge record does not say %q", want)
 			}
+		}
+		if strings.Contains(body, "<td>Slack</td>") {
+			t.Error("the page shows a Slack record where there is none")
 		}
 	}
 }

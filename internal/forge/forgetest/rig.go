@@ -43,7 +43,7 @@ type Rig struct {
 	T     testing.TB
 	Clock *Clock
 	DB    *store.DB
-	D     *forge.Dispatcher
+	D     *outbox.Dispatcher
 	Forge forge.Forge
 	Repo  forge.Repo
 	// Environments is the dispatcher's Config.Environments (set before
@@ -77,7 +77,7 @@ func TokenFile(t testing.TB, token string) string {
 // restarted service does.
 func (r *Rig) Restart(f forge.Forge) {
 	r.Forge = f
-	r.D = forge.NewDispatcher(r.DB, f, forge.Config{
+	r.D = forge.NewDispatcher(r.DB.Channel("forge"), r.DB, f, forge.Config{
 		Repo:         func(rollout.Ref) (forge.Repo, error) { return r.Repo, nil },
 		LogURL:       func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
 		AlertAfter:   5 * time.Minute,
@@ -124,7 +124,7 @@ func (r *Rig) FlushAll() {
 // Due returns the outbox's records still to deliver.
 func (r *Rig) Due() []outbox.Publication {
 	r.T.Helper()
-	ps, err := r.DB.Publications()
+	ps, err := r.DB.Channel("forge").Publications()
 	if err != nil {
 		r.T.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func (r *Rig) Due() []outbox.Publication {
 // Record returns the outbox's record of a rollout.
 func (r *Rig) Record(cluster, hash string) outbox.Publication {
 	r.T.Helper()
-	p, ok, err := r.DB.Publication(rollout.Key{Cluster: cluster, Hash: hash})
+	p, ok, err := r.DB.Channel("forge").Publication(rollout.Key{Cluster: cluster, Hash: hash})
 	if err != nil || !ok {
 		r.T.Fatalf("no outbox record of %s on %s: %v", hash, cluster, err)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/secret"
 )
 
 // Context is the prefix of the statuses' context; the cluster's name
@@ -33,7 +35,7 @@ type Options struct {
 // Forge is Gitea's commit status API, over plain HTTP.
 type Forge struct {
 	base  string
-	token *forge.TokenFile
+	token *secret.File
 	opts  Options
 }
 
@@ -43,7 +45,7 @@ func New(opts Options) (*Forge, error) {
 	if err != nil || u.Host == "" || u.Scheme != "https" && u.Scheme != "http" {
 		return nil, fmt.Errorf("gitea: URL %q: want an http(s) URL", opts.URL)
 	}
-	tok, err := forge.NewTokenFile(opts.TokenFile)
+	tok, err := secret.NewFile(opts.TokenFile, "token")
 	if err != nil {
 		return nil, fmt.Errorf("gitea %w", err)
 	}
@@ -109,18 +111,18 @@ func repoPath(r forge.Repo) string {
 func (f *Forge) call(ctx context.Context, method, path string, body []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, f.base+path, bytes.NewReader(body))
 	if err != nil {
-		return &forge.Error{Message: err.Error()}
+		return &outbox.Error{Message: err.Error()}
 	}
 	tok, err := f.token.Get()
 	if err != nil {
-		return &forge.Error{Retry: true, Message: err.Error()}
+		return &outbox.Error{Retry: true, Message: err.Error()}
 	}
 	req.Header.Set("Authorization", "token "+tok)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	resp, err := f.opts.HTTP.Do(req)
 	if err != nil {
-		return &forge.Error{Retry: true, Message: err.Error()}
+		return &outbox.Error{Retry: true, Message: err.Error()}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 2 {
@@ -128,7 +130,7 @@ func (f *Forge) call(ctx context.Context, method, path string, body []byte, out 
 			return nil
 		}
 		if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(out); err != nil {
-			return &forge.Error{Retry: true, Message: "decode Gitea's answer: " + err.Error()}
+			return &outbox.Error{Retry: true, Message: "decode Gitea's answer: " + err.Error()}
 		}
 		return nil
 	}
@@ -137,7 +139,7 @@ func (f *Forge) call(ctx context.Context, method, path string, body []byte, out 
 	if json.Unmarshal(msg, &e) == nil && e.Message != "" {
 		msg = []byte(e.Message)
 	}
-	fe := forge.Classify(resp.StatusCode, resp.Header, strings.TrimSpace(string(msg)), f.opts.Now())
+	fe := outbox.Classify(resp.StatusCode, resp.Header, strings.TrimSpace(string(msg)), f.opts.Now())
 	if resp.StatusCode == http.StatusInternalServerError && strings.Contains(fe.Message, "object does not exist") {
 		// Gitea answers a commit the repository lacks with a 500: no
 		// retry makes it appear (a wrong repository).

@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 )
 
 // App is a GitHub App installation the forge acts as, instead of a token.
@@ -85,7 +85,7 @@ func parseKey(b []byte) (*rsa.PrivateKey, error) {
 }
 
 // Get returns the installation token, made anew when it is about to
-// expire. A refusal comes back as a forge.Error: a wrong key or a
+// expire. A refusal comes back as a outbox.Error: a wrong key or a
 // removed installation is permanent.
 func (a *appToken) Get(ctx context.Context) (string, error) {
 	a.mu.Lock()
@@ -96,12 +96,12 @@ func (a *appToken) Get(ctx context.Context) (string, error) {
 	}
 	jwt, err := a.jwt(now)
 	if err != nil {
-		return "", &forge.Error{Message: err.Error()}
+		return "", &outbox.Error{Message: err.Error()}
 	}
 	u := a.base.JoinPath("app", "installations", strconv.FormatInt(a.app.InstallationID, 10), "access_tokens")
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader([]byte("{}")))
 	if err != nil {
-		return "", &forge.Error{Message: err.Error()}
+		return "", &outbox.Error{Message: err.Error()}
 	}
 	req.Header.Set("Authorization", "Bearer "+jwt)
 	req.Header.Set("Accept", "application/vnd.github+json")
@@ -109,7 +109,7 @@ func (a *appToken) Get(ctx context.Context) (string, error) {
 	req.Header.Set("User-Agent", "flux-deploy-notifier")
 	resp, err := a.hc.Do(req)
 	if err != nil {
-		return "", &forge.Error{Retry: true, Message: "installation token: " + err.Error()}
+		return "", &outbox.Error{Retry: true, Message: "installation token: " + err.Error()}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -120,7 +120,7 @@ func (a *appToken) Get(ctx context.Context) (string, error) {
 	}
 	_ = json.Unmarshal(body, &out)
 	if resp.StatusCode != http.StatusCreated || out.Token == "" {
-		fe := forge.Classify(resp.StatusCode, resp.Header, "installation token: "+out.Message, now)
+		fe := outbox.Classify(resp.StatusCode, resp.Header, "installation token: "+out.Message, now)
 		if resp.StatusCode == http.StatusCreated {
 			fe.Message = "installation token: no token in GitHub's answer"
 		}

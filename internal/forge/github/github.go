@@ -19,6 +19,8 @@ import (
 	gh "github.com/google/go-github/v84/github"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/secret"
 )
 
 // DefaultAPIURL is github.com's REST API.
@@ -87,7 +89,7 @@ func New(opts Options) (*Forge, error) {
 		}
 		token = app.Get
 	default:
-		tok, err := forge.NewTokenFile(opts.TokenFile)
+		tok, err := secret.NewFile(opts.TokenFile, "token")
 		if err != nil {
 			return nil, fmt.Errorf("github %w", err)
 		}
@@ -156,7 +158,7 @@ func (f *Forge) Ensure(ctx context.Context, u forge.Update) (string, error) {
 func (f *Forge) Status(ctx context.Context, ref string, u forge.Update) error {
 	id, err := strconv.ParseInt(ref, 10, 64)
 	if err != nil {
-		return &forge.Error{Message: fmt.Sprintf("deployment id %q: %v", ref, err)}
+		return &outbox.Error{Message: fmt.Sprintf("deployment id %q: %v", ref, err)}
 	}
 	req := &gh.DeploymentStatusRequest{
 		State:       gh.Ptr(string(u.State)),
@@ -242,7 +244,7 @@ func (f *Forge) classify(err error) error {
 	)
 	var resp *http.Response
 	msg := err.Error()
-	var fe *forge.Error
+	var fe *outbox.Error
 	switch {
 	case errors.As(err, &fe): // the installation token's exchange
 		return fe
@@ -259,9 +261,9 @@ func (f *Forge) classify(err error) error {
 		}
 	}
 	if resp == nil {
-		return &forge.Error{Retry: true, Message: msg}
+		return &outbox.Error{Retry: true, Message: msg}
 	}
-	return forge.Classify(resp.StatusCode, resp.Header, msg, f.opts.Now())
+	return outbox.Classify(resp.StatusCode, resp.Header, msg, f.opts.Now())
 }
 
 // auth adds the token to each request.

@@ -106,7 +106,7 @@ func TestDeploymentFollowsTheVerdict(t *testing.T) {
 	if ps := r.Due(); len(ps) != 0 {
 		t.Errorf("still due after delivery: %+v", ps)
 	}
-	p, ok, err := r.DB.Publication(rollout.Key{Cluster: "prod", Hash: sha})
+	p, ok, err := r.DB.Channel("forge").Publication(rollout.Key{Cluster: "prod", Hash: sha})
 	if err != nil || !ok || p.Sent != rollout.VerdictApplied || p.Ref == "" {
 		t.Errorf("outbox record %+v %v %v: want applied sent, with the deployment's id", p, ok, err)
 	}
@@ -267,7 +267,7 @@ func TestPermanentRefusalDeadLettered(t *testing.T) {
 	if next := r.D.Flush(context.Background()); !next.IsZero() {
 		t.Fatalf("next %v: a 404 is not retried", next)
 	}
-	p, _, _ := r.DB.Publication(rollout.Key{Cluster: "prod", Hash: sha})
+	p, _, _ := r.DB.Channel("forge").Publication(rollout.Key{Cluster: "prod", Hash: sha})
 	if !p.Dead || !strings.Contains(p.LastError, "404") || !strings.Contains(p.LastError, "Not Found") {
 		t.Fatalf("record %+v: want dead-lettered with the forge's message", p)
 	}
@@ -319,7 +319,7 @@ func TestNoCommitNotShown(t *testing.T) {
 	if next := r.D.Flush(context.Background()); !next.IsZero() || len(r.server.Requests()) != 0 {
 		t.Fatalf("next %v, %d requests: want none", next, len(r.server.Requests()))
 	}
-	if p, _, _ := r.DB.Publication(k); p.Due() || !strings.Contains(p.LastError, "no git commit") {
+	if p, _, _ := r.DB.Channel("forge").Publication(k); p.Due() || !strings.Contains(p.LastError, "no git commit") {
 		t.Fatalf("record %+v: want done, saying why", p)
 	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/secret"
 )
 
 // DefaultURL is gitlab.com.
@@ -50,7 +52,7 @@ func New(opts Options) (*Forge, error) {
 	if opts.URL == "" {
 		opts.URL = DefaultURL
 	}
-	tok, err := forge.NewTokenFile(opts.TokenFile)
+	tok, err := secret.NewFile(opts.TokenFile, "token")
 	if err != nil {
 		return nil, fmt.Errorf("gitlab %w", err)
 	}
@@ -152,7 +154,7 @@ func refOf(u forge.Update) (string, bool) {
 func (f *Forge) Status(ctx context.Context, ref string, u forge.Update) error {
 	id, err := strconv.ParseInt(ref, 10, 64)
 	if err != nil {
-		return &forge.Error{Message: fmt.Sprintf("deployment id %q: %v", ref, err)}
+		return &outbox.Error{Message: fmt.Sprintf("deployment id %q: %v", ref, err)}
 	}
 	project := u.Repo.String()
 	d, _, err := f.c.Deployments.GetProjectDeployment(project, id, gl.WithContext(ctx))
@@ -181,7 +183,7 @@ func (f *Forge) Status(ctx context.Context, ref string, u forge.Update) error {
 func (f *Forge) classify(err error) error {
 	var er *gl.ErrorResponse
 	if !errors.As(err, &er) || er.Response == nil {
-		return &forge.Error{Retry: true, Message: err.Error()}
+		return &outbox.Error{Retry: true, Message: err.Error()}
 	}
 	// client-go renders GitLab's {"message": …} as "{message: …}".
 	msg := er.Message
@@ -191,11 +193,11 @@ func (f *Forge) classify(err error) error {
 	if msg == "" {
 		msg = strings.TrimSpace(string(er.Body))
 	}
-	return forge.Classify(er.Response.StatusCode, er.Response.Header, msg, f.opts.Now())
+	return outbox.Classify(er.Response.StatusCode, er.Response.Header, msg, f.opts.Now())
 }
 
 // auth gives client-go the token, read again when its file changed.
-type auth struct{ token *forge.TokenFile }
+type auth struct{ token *secret.File }
 
 func (a *auth) Init(context.Context, *gl.Client) error { return nil }
 

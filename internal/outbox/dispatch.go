@@ -1,0 +1,361 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A Deliverer shows verdicts in one place: a forge, a chat, a webhook's
+// receiver. The Dispatcher calls it outside any store transaction, one
+// publication at a time.
+type Deliverer interface {
+	// Name names it in logs, metrics and pages ("github", "slack").
+	Name() string
+	// Deliver shows p's verdict. p.Ref is the deliverer's own record of
+	// the rollout from an earlier delivery ("" before the first); save
+	// records a new one, before it is used, so that a crash after does
+	// not make a second. It returns nil once shown, a Skip when p is not
+	// shown there, an *Error (or any error: transient) when it failed.
+	Deliver(ctx context.Context, p Publication, save func(ref string)) error
+}
+
+// Skip is a publication its deliverer does not show, and why (no
+// repository known, no git commit): recorded as taken.
+type Skip string
+
+func (s Skip) Error() string { return "not shown: " + string(s) }
+
+// Error is a refusal, classed for the dispatcher: Retry is a transient
+// failure (network, 5xx, rate limit), tried again after After when the
+// service said (Retry-After, a rate limit's reset), else with backoff; any
+// other error is permanent (401, 404, 422: dead-lettered). Gone says that
+// the record the delivery used (Publication.Ref) is no more: the next
+// delivery makes another.
+type Error struct {
+	Status  int // HTTP status, 0 for a network error
+	Retry   bool
+	After   time.Duration
+	Limited bool // a rate limit: no request to the service before After
+	Gone    bool
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Status == 0 {
+		return e.Message
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+// Classify classes an HTTP answer by status and headers: 429 and a 403
+// that carries Retry-After or an exhausted rate limit (GitHub's secondary
+// limits) are rate limits; 5xx and 408 are transient; any other 4xx is
+// permanent.
+func Classify(status int, h http.Header, message string, now time.Time) *Error {
+	e := &Error{Status: status, Message: message}
+	after, limited := retryAfter(h, now)
+	switch {
+	case status == http.StatusTooManyRequests,
+		status == http.StatusForbidden && (limited || h.Get("X-Ratelimit-Remaining") == "0"):
+		e.Retry, e.Limited, e.After = true, true, after
+		if e.After <= 0 {
+			e.After = time.Minute // GitHub: wait at least a minute when it says nothing
+		}
+	case status >= 500, status == http.StatusRequestTimeout:
+		e.Retry, e.After = true, after
+	}
+	return e
+}
+
+// retryAfter reads Retry-After (seconds or an HTTP date) or, without it,
+// the rate limit's reset (X-RateLimit-Reset, epoch seconds) when the limit
+// is exhausted.
+func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	if v := h.Get("Retry-After"); v != "" {
+		if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s >= 0 {
+			return time.Duration(s) * time.Second, true
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return max(t.Sub(now), 0), true
+		}
+	}
+	if h.Get("X-Ratelimit-Remaining") == "0" {
+		if s, err := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64); err == nil {
+			return max(time.Unix(s, 0).Sub(now), 0), true
+		}
+	}
+	return 0, false
+}
+
+// AsError returns err's *Error, or a transient one for any other error (a
+// network error: the request may not have reached the service).
+func AsError(err error) *Error {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return &Error{Retry: true, Message: err.Error()}
+}
+
+// NetError is a request's failure to reach a service (transient), named
+// by its cause alone: a *url.Error names the URL, which may be a secret
+// (a Teams webhook's signature) or carry credentials.
+func NetError(service string, err error) *Error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return &Error{Retry: true, Message: service + ": " + err.Error()}
+}
+
+// Backoff of transient failures without a Retry-After: first retry after
+// backoffBase, doubling, never more than backoffMax apart.
+const (
+	backoffBase = 15 * time.Second
+	backoffMax  = 10 * time.Minute
+)
+
+// DispatchConfig is what a Dispatcher needs besides its outbox and
+// deliverer.
+type DispatchConfig struct {
+	// AlertAfter: a verdict undelivered for longer makes Warning say so.
+	AlertAfter time.Duration
+	Log        *slog.Logger
+	Now        func() time.Time
+	Reg        prometheus.Registerer // nil: no metrics
+	// More are counters of the outcomes besides fdn_deliveries_total,
+	// labelled by the deliverer's name and the outcome.
+	More []*prometheus.CounterVec
+}
+
+// Dispatcher delivers one channel's outbox. No network I/O happens inside
+// a store transaction: it reads the records, calls the deliverer, then
+// records each outcome.
+type Dispatcher struct {
+	outbox Verdicts
+	to     Deliverer
+	cfg    DispatchConfig
+	log    *slog.Logger
+	wake   Waker
+
+	// Owned by Flush.
+	limitedUntil time.Time // the service's rate limit: no request before
+	warner       Warner
+
+	mu      sync.Mutex
+	refusal string    // the last refusal, until a delivery succeeds
+	oldest  time.Time // the oldest verdict left undelivered by the last Flush
+	dead    time.Time // a verdict refused for good since the last delivery
+
+	outcomes []*prometheus.CounterVec // each labelled by the deliverer's name and the outcome
+}
+
+// Outcomes of a delivery, as the metrics count them.
+var outcomes = []string{"sent", "retried", "rate_limited", "dead", "skipped"}
+
+// NewDispatcher wires a dispatcher of box's verdicts to to. Its outcomes
+// are counted in fdn_deliveries_total (one counter for every channel's
+// dispatcher on cfg.Reg) and in cfg.More.
+func NewDispatcher(box Verdicts, to Deliverer, cfg DispatchConfig) *Dispatcher {
+	log := cfg.Log.With("channel", to.Name())
+	d := &Dispatcher{outbox: box, to: to, cfg: cfg, log: log, warner: Warner{Log: log}, wake: NewWaker()}
+	all := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fdn_deliveries_total",
+		Help: "Verdicts delivered to a channel (a forge, slack, teams, webhook), by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (not shown there).",
+	}, []string{"channel", "outcome"})
+	if cfg.Reg != nil {
+		if err := cfg.Reg.Register(all); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err) // a programming error, as MustRegister's
+			}
+			all = are.ExistingCollector.(*prometheus.CounterVec)
+		}
+	}
+	d.outcomes = append([]*prometheus.CounterVec{all}, cfg.More...)
+	for _, c := range d.outcomes {
+		for _, o := range outcomes {
+			c.WithLabelValues(to.Name(), o)
+		}
+	}
+	return d
+}
+
+func (d *Dispatcher) count(outcome string) {
+	for _, c := range d.outcomes {
+		c.WithLabelValues(d.to.Name(), outcome).Inc()
+	}
+}
+
+// Wake tells the dispatcher that verdicts were published. It never blocks.
+func (d *Dispatcher) Wake() { d.wake.Wake() }
+
+// Run delivers until ctx ends: at start (what a previous run left), when
+// woken, and when the earliest retry is due.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	return Run(ctx, d.wake, d.cfg.Now, d.Flush)
+}
+
+// Warning says that the channel refused a verdict for good (until one is
+// delivered again), or that verdicts wait because it refuses them, since
+// when and why; "" while they go out within AlertAfter.
+func (d *Dispatcher) Warning() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.refusal == "":
+		return ""
+	case !d.dead.IsZero():
+		return fmt.Sprintf("%s: verdicts refused for good (dead-lettered) since %s: %s", d.to.Name(), d.dead.UTC().Format(time.RFC3339), d.refusal)
+	case d.oldest.IsZero() || d.cfg.Now().Sub(d.oldest) < d.cfg.AlertAfter:
+		return ""
+	}
+	return fmt.Sprintf("%s: verdicts undelivered since %s: %s", d.to.Name(), d.oldest.UTC().Format(time.RFC3339), d.refusal)
+}
+
+// Flush delivers every verdict due, oldest first, records each outcome,
+// and returns when the next retry is due (zero when nothing waits). A
+// rate limit stops the burst: no request goes to the service before it
+// ends.
+func (d *Dispatcher) Flush(ctx context.Context) time.Time {
+	now := d.cfg.Now()
+	if now.Before(d.limitedUntil) {
+		return d.limitedUntil
+	}
+	pubs, err := d.outbox.Publications()
+	if err != nil {
+		d.warner.Warn("read the outbox of "+d.to.Name(), err)
+		return now.Add(backoffBase)
+	}
+	var next, oldest time.Time
+	defer func() {
+		d.mu.Lock()
+		d.oldest = oldest
+		d.mu.Unlock()
+	}()
+	wait := func(p Publication, at time.Time) {
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+		if oldest.IsZero() || p.Since.Before(oldest) {
+			oldest = p.Since
+		}
+	}
+	for i, p := range pubs {
+		if ctx.Err() != nil {
+			wait(p, now)
+			continue
+		}
+		if p.Waiting(now) {
+			wait(p, p.NextAttempt)
+			continue
+		}
+		at, limited := d.deliver(ctx, p)
+		if !at.IsZero() {
+			wait(p, at)
+		}
+		if limited {
+			for _, q := range pubs[i+1:] {
+				wait(q, d.limitedUntil)
+			}
+			break
+		}
+	}
+	return next
+}
+
+// deliver sends one verdict and records the outcome; it returns when p
+// is to be tried again (zero: delivered, skipped or dead), and whether the
+// service's rate limit stopped it.
+func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, bool) {
+	log := d.log.With("cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
+	// A failure to record it is logged: the deliverer goes on (a forge
+	// finds its deployment again by its marker; a chat may post twice).
+	save := func(ref string) { d.record(p, func(q *Publication) { q.Ref = ref }, log) }
+	err := d.to.Deliver(ctx, p, save)
+	var skip Skip
+	switch {
+	case errors.As(err, &skip):
+		d.record(p, func(q *Publication) { q.SentSeq, q.LastError = max(q.SentSeq, p.Seq), skip.Error() }, log)
+		d.count("skipped")
+		log.Debug("verdict not shown", "why", string(skip))
+		return time.Time{}, false
+	case err != nil:
+		fe := AsError(err)
+		if fe.Gone && p.Ref != "" {
+			// The record used is gone (deleted in the service): the next
+			// delivery finds or makes another.
+			d.record(p, func(q *Publication) { q.Ref = "" }, log)
+			fe = &Error{Status: fe.Status, Retry: true, Message: "the record of it is gone: " + fe.Message}
+		}
+		return d.retry(p, fe, log)
+	}
+	d.record(p, func(q *Publication) {
+		q.SentSeq, q.Sent = max(q.SentSeq, p.Seq), p.Verdict
+		if q.Seq == p.Seq {
+			q.Delivery = Delivery{}
+		}
+	}, log)
+	d.mu.Lock()
+	d.refusal, d.dead = "", time.Time{}
+	d.mu.Unlock()
+	d.count("sent")
+	return time.Time{}, false
+}
+
+// retry records a failed delivery: again after the service's Retry-After
+// or with backoff when transient, dead-lettered when not. The wait counts
+// from now, when the answer arrived: a Retry-After is the service's word
+// from then, and a rate limit's reset was read against it (Classify).
+func (d *Dispatcher) retry(p Publication, fe *Error, log *slog.Logger) (time.Time, bool) {
+	now := d.cfg.Now()
+	d.mu.Lock()
+	d.refusal = fe.Error()
+	if !fe.Retry && d.dead.IsZero() {
+		d.dead = now
+	}
+	d.mu.Unlock()
+	if !fe.Retry {
+		d.record(p, func(q *Publication) {
+			if q.Seq == p.Seq {
+				q.DeadLetter(fe.Error())
+			}
+		}, log)
+		d.count("dead")
+		log.Error(d.to.Name()+" refused the verdict for good, dead-lettered", "err", fe.Error())
+		return time.Time{}, false
+	}
+	after := fe.After
+	if after <= 0 {
+		after = Backoff(p.Attempts+1, backoffBase, backoffMax)
+	}
+	at := now.Add(after)
+	d.record(p, func(q *Publication) { q.Retry(at, fe.Error()) }, log)
+	outcome := "retried"
+	if fe.Limited {
+		outcome = "rate_limited"
+		d.limitedUntil = at
+	}
+	d.count(outcome)
+	d.warner.Warn("deliver a verdict to "+d.to.Name()+", will retry", fe)
+	return at, fe.Limited
+}
+
+// record applies f to p's record; a failure to record is logged: the
+// delivery then happens again, which every channel takes (an update in
+// place, an idempotency key).
+func (d *Dispatcher) record(p Publication, f func(*Publication), log *slog.Logger) {
+	if err := d.outbox.UpdatePublication(p.Key, f); err != nil {
+		log.Warn("record a delivery", "err", err)
+	}
+}

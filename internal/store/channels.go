@@ -1,0 +1,370 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// The channels' outboxes (outbox.Channel): for each, one record a rollout
+// (hash NUL cluster), the latest verdict decided for it, what is shown
+// with it, and what the channel took last (outbox.Publication); and the
+// keys of the records with a verdict to deliver, so that the dispatcher
+// reads what is due, not the retention's worth of delivered ones. The
+// forge's buckets kept their names from before there were other channels.
+var (
+	bucketForge      = []byte("forge")
+	bucketForgeDue   = []byte("forge-due")
+	bucketSlack      = []byte("slack")
+	bucketSlackDue   = []byte("slack-due")
+	bucketTeams      = []byte("teams")
+	bucketTeamsDue   = []byte("teams-due")
+	bucketWebhook    = []byte("webhook")
+	bucketWebhookDue = []byte("webhook-due")
+	// cluster NUL line (a source, else a repository) -> the commit the
+	// forge last showed applied: the base of the next one's commits
+	// (forge.Comparer).
+	bucketForgeHeads = []byte("forge-heads")
+)
+
+// channelBuckets are a channel's records and the index of those due.
+type channelBuckets struct{ records, due []byte }
+
+// channelsByName are the channels the store keeps.
+var channelsByName = map[string]channelBuckets{
+	"forge":   {bucketForge, bucketForgeDue},
+	"slack":   {bucketSlack, bucketSlackDue},
+	"teams":   {bucketTeams, bucketTeamsDue},
+	"webhook": {bucketWebhook, bucketWebhookDue},
+}
+
+// forgeChannel is what the store publishes to when it was told of no
+// channel (SetChannels): the forge's, as before there were others.
+var forgeChannel = outbox.Channel{Name: "forge", Restate: true}
+
+// publicationVersion 2 added what is shown with the verdict (Shown), 3
+// what a chat shows of it (layers done, the failure, the stuck layer, the
+// newer commit).
+const publicationVersion = 3
+
+// ErrNoPublication is returned when a forge outbox record is missing: the
+// rollout was purged while its delivery was under way.
+var ErrNoPublication = errors.New("no such publication")
+
+// publicationKey is the rollout's key, as the archive's (settledKey): its
+// hash first, which is hex, so that any cluster name reads back.
+func publicationKey(k rollout.Key) []byte { return settledKey(k) }
+
+func encodePublication(p outbox.Publication) []byte {
+	w := &recordWriter{}
+	w.byte(publicationVersion)
+	w.byte(byte(p.Verdict))
+	w.uint(p.Seq)
+	w.time(p.Changed)
+	w.time(p.Since)
+	w.uint(p.SentSeq)
+	w.byte(byte(p.Sent))
+	w.string(p.Ref)
+	w.uint(uint64(p.Attempts))
+	w.time(p.NextAttempt)
+	w.string(p.LastError)
+	w.bool(p.Dead)
+	for _, s := range []string{p.Revision, p.Commit, p.Source.String(), p.Summary} {
+		w.string(s)
+	}
+	w.uint(uint64(p.Done))
+	w.uint(uint64(p.Expected))
+	w.time(p.Completed)
+	w.bool(p.Late)
+	f := p.Failure
+	for _, s := range []string{f.Layer, f.Release.String(), f.Object, f.Reason, f.Message} {
+		w.string(s)
+	}
+	w.bool(f.Stalled)
+	w.string(p.RootCause)
+	w.string(p.SupersededBy)
+	return w.b
+}
+
+func decodePublication(k, v []byte) (outbox.Publication, error) {
+	var p outbox.Publication
+	key, err := parseSettledKey(k)
+	if err != nil {
+		return p, err
+	}
+	p.Key = key
+	r := &recordReader{b: string(v), own: true}
+	ver := r.byte()
+	if (ver < 1 || ver > publicationVersion) && r.err == nil {
+		return p, fmt.Errorf("outbox record %q of version %d, this binary reads 1 to %d", k, ver, publicationVersion)
+	}
+	p.Verdict = rollout.Verdict(r.byte())
+	p.Seq = r.uvarint()
+	p.Changed = r.time()
+	p.Since = r.time()
+	p.SentSeq = r.uvarint()
+	p.Sent = rollout.Verdict(r.byte())
+	p.Ref = r.string()
+	p.Attempts = int(r.uvarint())
+	p.NextAttempt = r.time()
+	p.LastError = r.string()
+	p.Dead = r.bool()
+	if ver >= 2 {
+		p.Revision, p.Commit, p.Source, p.Summary = r.string(), r.string(), r.ref(), r.string()
+	}
+	if ver >= 3 {
+		p.Done, p.Expected = int(r.uvarint()), int(r.uvarint())
+		p.Completed, p.Late = r.time(), r.bool()
+		f := &p.Failure
+		f.Layer, f.Release, f.Object, f.Reason, f.Message, f.Stalled = r.string(), r.ref(), r.string(), r.string(), r.string(), r.bool()
+		p.RootCause, p.SupersededBy = r.string(), r.string()
+	}
+	if err := r.done(); err != nil {
+		return p, fmt.Errorf("outbox record %q: %w", k, err)
+	}
+	return p, nil
+}
+
+// publish records the verdicts of a batch in each channel's outbox that
+// takes them: a new one starts a delivery, and replaces the one before
+// when that was not delivered yet; the same verdict again changes nothing
+// (a reload publishes every live rollout's) unless it is restated (what it
+// says changed) or progressed.
+func publish(tx txn, channels []outbox.Channel, ps []rollout.Published) error {
+	for _, ch := range channels {
+		bk := channelsByName[ch.Name]
+		b := tx.Bucket(bk.records)
+		for _, pub := range ps {
+			if !ch.Takes(pub) {
+				continue
+			}
+			k := publicationKey(pub.Key)
+			var p outbox.Publication
+			if v := b.Get(k); v != nil {
+				var err error
+				if p, err = decodePublication(k, v); err != nil {
+					return err
+				}
+				if p.Verdict == pub.Verdict && p.Seq > 0 && !pub.Restate && !pub.Progress {
+					if p.Shown == (rollout.Shown{}) {
+						// Written by a binary that kept no Shown: the
+						// reload's publication gives it, the same verdict.
+						p.Shown = pub.Shown
+						if err := putPublication(tx, bk, k, p); err != nil {
+							return err
+						}
+					}
+					continue
+				}
+			}
+			if !p.Due() {
+				p.Since = pub.At
+			}
+			p.Key, p.Verdict, p.Changed, p.Shown = pub.Key, pub.Verdict, pub.At, pub.Shown
+			p.Seq++
+			p.Delivery = outbox.Delivery{}
+			if err := putPublication(tx, bk, k, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fillShown gives the verdicts still to deliver that an older binary wrote
+// without what is shown with them (version 1) the final view of their
+// rollout when it settled. A live rollout's reload publishes it (publish);
+// one in neither stays without, and is not shown.
+func fillShown(tx txn, records *codec) error {
+	var fill []outbox.Publication
+	bk := channelsByName[forgeChannel.Name]
+	b := tx.Bucket(bk.records)
+	err := tx.Bucket(bk.due).ForEach(func(k, _ []byte) error {
+		v := b.Get(k)
+		if v == nil {
+			return nil
+		}
+		p, err := decodePublication(k, v)
+		if err != nil || p.Shown != (rollout.Shown{}) {
+			return err
+		}
+		rec := tx.Bucket(bucketSettled).Get(k) // the same key: settledKey
+		if rec == nil {
+			return nil
+		}
+		view, err := records.decodeSettled(rec)
+		if err != nil {
+			return err
+		}
+		p.Shown = rollout.ShownOf(view)
+		fill = append(fill, p)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range fill {
+		if err := putPublication(tx, bk, publicationKey(p.Key), p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putPublication writes p under k and keeps the index of what is due.
+func putPublication(tx txn, bk channelBuckets, k []byte, p outbox.Publication) error {
+	if err := tx.Bucket(bk.records).Put(k, encodePublication(p)); err != nil {
+		return err
+	}
+	if p.Due() {
+		return tx.Bucket(bk.due).Put(k, nil)
+	}
+	return tx.Bucket(bk.due).Delete(k)
+}
+
+// purgePublications drops the records of verdicts delivered (or refused
+// for good) that were decided before cutoff, in every channel's outbox
+// (one configured no more too): retention, as for settled rollouts. An
+// undelivered one stays until it is.
+func purgePublications(tx txn, cutoff time.Time) error {
+	for _, bk := range channelsByName {
+		b := tx.Bucket(bk.records)
+		var gone [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			p, err := decodePublication(k, v)
+			if err != nil {
+				return err
+			}
+			if !p.Due() && p.Changed.Before(cutoff) {
+				gone = append(gone, slices.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range gone {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// SetChannels names the channels whose outboxes the commits publish to
+// (forge alone until it is called). Called before the first commit.
+func (d *DB) SetChannels(chs ...outbox.Channel) error {
+	for _, ch := range chs {
+		if _, ok := channelsByName[ch.Name]; !ok {
+			return fmt.Errorf("no outbox for channel %q", ch.Name)
+		}
+	}
+	d.channels = append([]outbox.Channel{}, chs...) // none: no channel, not the forge
+	return nil
+}
+
+// ChannelBox is one channel's outbox (outbox.Verdicts).
+type ChannelBox struct {
+	d  *DB
+	bk channelBuckets
+}
+
+// Channel returns the outbox of the channel name ("forge", "slack",
+// "teams", "webhook"); it panics on another name, a programming error.
+func (d *DB) Channel(name string) ChannelBox {
+	bk, ok := channelsByName[name]
+	if !ok {
+		panic("store: no outbox for channel " + name)
+	}
+	return ChannelBox{d, bk}
+}
+
+// Publications returns the records with a verdict to deliver, oldest
+// decision first.
+func (c ChannelBox) Publications() ([]outbox.Publication, error) {
+	var out []outbox.Publication
+	err := c.d.kv.view(func(tx txn) error {
+		records := tx.Bucket(c.bk.records)
+		return tx.Bucket(c.bk.due).ForEach(func(k, _ []byte) error {
+			v := records.Get(k)
+			if v == nil {
+				return nil
+			}
+			p, err := decodePublication(k, v)
+			if err != nil {
+				return err
+			}
+			if p.Due() {
+				out = append(out, p)
+			}
+			return nil
+		})
+	})
+	slices.SortStableFunc(out, func(a, b outbox.Publication) int { return a.Changed.Compare(b.Changed) })
+	return out, err
+}
+
+// Publication returns the record of k (the rollout page shows it), false
+// when there is none.
+func (c ChannelBox) Publication(k rollout.Key) (outbox.Publication, bool, error) {
+	var p outbox.Publication
+	found := false
+	err := c.d.kv.view(func(tx txn) error {
+		key := publicationKey(k)
+		v := tx.Bucket(c.bk.records).Get(key)
+		if v == nil {
+			return nil
+		}
+		found = true
+		var err error
+		p, err = decodePublication(key, v)
+		return err
+	})
+	return p, found, err
+}
+
+// UpdatePublication applies f to the record of k as one transaction: the
+// dispatcher's outcome of a delivery of seq. f sees the record as stored,
+// which may hold a later verdict than the one delivered.
+func (c ChannelBox) UpdatePublication(k rollout.Key, f func(*outbox.Publication)) error {
+	return c.d.kv.update(func(tx txn) error {
+		key := publicationKey(k)
+		v := tx.Bucket(c.bk.records).Get(key)
+		if v == nil {
+			return ErrNoPublication
+		}
+		p, err := decodePublication(key, v)
+		if err != nil {
+			return err
+		}
+		f(&p)
+		return putPublication(tx, c.bk, key, p)
+	})
+}
+
+// Head returns the commit the forge last showed applied on cluster for
+// line (a source, else a repository), "" when none.
+func (d *DB) Head(cluster, line string) (string, error) {
+	var head string
+	err := d.kv.view(func(tx txn) error {
+		head = string(tx.Bucket(bucketForgeHeads).Get(headKey(cluster, line)))
+		return nil
+	})
+	return head, err
+}
+
+// SetHead records the commit the forge last showed applied on cluster for
+// line.
+func (d *DB) SetHead(cluster, line, commit string) error {
+	return d.kv.update(func(tx txn) error {
+		return tx.Bucket(bucketForgeHeads).Put(headKey(cluster, line), []byte(commit))
+	})
+}
+
+// headKey is cluster NUL line: a cluster's name has no NUL.
+func headKey(cluster, line string) []byte { return []byte(cluster + "\x00" + line) }
