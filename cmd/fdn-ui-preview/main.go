@@ -1,7 +1,7 @@
 // Command fdn-ui-preview serves the status pages of the example rollouts
 // on loopback and writes screenshots of them with headless chromium: the
 // list, an applied, a failed and a stuck rollout, light and dark, 1280 and
-// 390 px wide (make ui-preview).
+// 390 px wide, and the failed one's Slack message (make ui-preview).
 package main
 
 import (
@@ -21,6 +21,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/preview"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -56,7 +57,7 @@ func run(out string) error {
 	// The example rollouts happened in the last hour; the clock reads now.
 	now := time.Now().UTC().Truncate(time.Minute)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}}
+	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"platform-team@example.com"}, CommitOf: flux.GitCommit}
 	e, err := engine.New(db, cfg, log, func() time.Time { return now })
 	if err != nil {
 		return err
@@ -91,6 +92,7 @@ func run(out string) error {
 	}
 	r := chi.NewRouter()
 	r.Mount("/ui", pages)
+	r.Get("/slack/{cluster}/{hash}", slackPage(e, now))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -115,6 +117,18 @@ func run(out string) error {
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
+	}
+	// The Slack message of the failed rollout, with its reply (README).
+	for _, dark := range []bool{false, true} {
+		name := "slack-message"
+		if dark {
+			name += ".dark"
+		}
+		png := filepath.Join(out, name+".png")
+		if err := preview.Screenshot(chromium, base+"/slack/prod/"+hash("Remove the legacy"), png, 720, 560, dark); err != nil {
+			return err
+		}
+		fmt.Println(png)
 	}
 	for _, s := range shots {
 		for _, w := range []int{1280, 390} {

@@ -7,11 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
 // TestREADMEConfiguration: the README's configuration table lists every
@@ -187,5 +190,70 @@ func TestREADMELayout(t *testing.T) {
 	}
 	if len(pkgs) < 20 {
 		t.Fatalf("found %d packages", len(pkgs))
+	}
+}
+
+// TestREADMESignatureExamples: the README's checks of a webhook's
+// signature, in Go and in a shell, take the service's signature (keyed
+// with a key file's bytes, its newline included) and refuse another.
+func TestREADMESignatureExamples(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := readmeSection(t, string(readme), "Slack, Teams and signed webhooks")
+	block := func(lang string) string {
+		_, rest, ok := strings.Cut(section, "\n```"+lang+"\n")
+		code, _, ok2 := strings.Cut(rest, "\n```\n")
+		if !ok || !ok2 {
+			t.Fatalf("no %s example", lang)
+		}
+		return code
+	}
+	dir := t.TempDir()
+	key, body := []byte("hook-key\n"), []byte(`{"specversion":"1.0","id":"x.1"}`)
+	if err := os.WriteFile(filepath.Join(dir, "key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "body.json"), body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := webhook.Sign(key, body)
+	bad := webhook.Sign(bytes.TrimSpace(key), body) // the key without its newline
+
+	for sig, want := range map[string]string{good: "valid", bad: "forged"} {
+		cmd := exec.Command("bash", "-c", block("sh"))
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), "signature="+sig)
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Errorf("the shell example says %q (%v), want %s", out, err, want)
+		}
+	}
+
+	prog := "package main\n\nimport (\n\t\"crypto/hmac\"\n\t\"crypto/sha256\"\n\t\"encoding/hex\"\n\t\"fmt\"\n\t\"io\"\n\t\"net/http\"\n\t\"os\"\n\t\"strings\"\n)\n\n" +
+		block("go") + `
+
+func main() {
+	key, _ := os.ReadFile("key")
+	r, _ := http.NewRequest("POST", "/", strings.NewReader(os.Args[2]))
+	r.Header.Set("X-Signature", os.Args[1])
+	_, ok := valid(r, key)
+	fmt.Println(ok)
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(prog), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "check")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(dir, "main.go")).CombinedOutput(); err != nil {
+		t.Fatalf("the Go example does not build: %v\n%s", err, out)
+	}
+	for sig, want := range map[string]string{good: "true", bad: "false"} {
+		cmd := exec.Command(bin, sig, string(body))
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Errorf("the Go example says %q (%v), want %s", out, err, want)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack/slacktest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
@@ -104,6 +105,9 @@ type world struct {
 	// verdicts in: svc in the repository the GitRepository names, evt
 	// (which cannot read it) in acme/events.
 	github *forgetest.GitHub
+	// slack, when set, is the Slack stand-in both instances show their
+	// verdicts in: svc in #<ns>, evt in #<ns>-events.
+	slack *slacktest.Server
 }
 
 func (r *rig) world(t *testing.T, name string) *world {
@@ -138,6 +142,14 @@ func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 		}
 		svc.GitHubURL, svc.GitHubTokenFile = w.github.URL, tok
 		evt.GitHub, evt.GitHubURL, evt.GitHubTokenFile = "acme/events", w.github.URL, tok
+	}
+	if w.slack != nil {
+		tok := filepath.Join(t.TempDir(), "slack-token")
+		if err := os.WriteFile(tok, []byte(slackToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		svc.SlackURL, svc.SlackChannel, svc.SlackTokenFile = w.slack.URL, "#"+w.ns, tok
+		evt.SlackURL, evt.SlackChannel, evt.SlackTokenFile = w.slack.URL, "#"+w.ns+"-events", tok
 	}
 	w.svc = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, svc)
 	w.evt = StartService(t, w.c, w.bin, w.ns, w.smtp.Addr, evt)
@@ -408,15 +420,23 @@ func cleanRollout(t *testing.T, w *world) {
 		applying(r0), applied(r0), applying(r1), applied(r1))
 }
 
-const githubToken = "ghs_e2e-token"
+const (
+	githubToken = "ghs_e2e-token"
+	slackToken  = "xoxb-e2e-token"
+)
 
 // forgeDeployments: real Flux rolls out a commit that applies and one
 // that fails its health check; in GitHub (the contract server) each
 // instance ends with one deployment per commit in the cluster's
 // environment, whose last status is the verdict: success, then the
-// earlier one inactive, and failure. Events only, the same.
+// earlier one inactive, and failure. Events only, the same. In Slack (the
+// stand-in) each instance's channel ends with one message per commit,
+// updated in place to its verdict, and one reply in the failed one's
+// thread.
 func forgeDeployments(t *testing.T, w *world) {
 	w.showInGitHub(t)
+	w.slack = slacktest.New(slackToken, time.Now, w.ns, w.ns+"-events")
+	t.Cleanup(w.slack.Close)
 	f0 := w.base("0")
 	r0 := w.start(t, f0, map[string]tier{"platform": {wait: true, timeout: "30s"}})
 	r1 := w.repo.Publish(t, w.base("1"))
@@ -468,6 +488,55 @@ func forgeDeployments(t *testing.T, w *world) {
 		if slices.Contains(got[r0.Hash], "failure") || slices.Contains(got[r2.Hash], "success") {
 			t.Fatalf("%s: statuses %v", repo, got)
 		}
+	}
+	w.expectSlack(t, w.ns, map[string]string{r0.Hash: "Applied", r1.Hash: "Applied", r2.Hash: "Failed"})
+	w.expectSlack(t, w.ns+"-events", map[string]string{r0.Hash: "Applied", r1.Hash: "Applied", r2.Hash: "Failed"})
+}
+
+// expectSlack waits until channel shows one message per commit of want,
+// its verdict's (the headline), and one reply in each failed one's
+// thread; no message posted twice, no request against Slack's contract.
+func (w *world) expectSlack(t *testing.T, channel string, want map[string]string) {
+	t.Helper()
+	var msgs []slacktest.Message
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		msgs = w.slack.Messages(channel)
+		top, replies := map[string]string{}, map[string]int{}
+		byTS := map[string]string{}
+		for _, m := range msgs {
+			if m.ThreadTS == "" {
+				for h := range want {
+					if strings.Contains(m.Text, " "+h[:7]+" on ") {
+						if _, twice := top[h]; twice {
+							t.Fatalf("#%s: two messages of %s: %+v", channel, h, msgs)
+						}
+						top[h], byTS[m.TS] = strings.Fields(m.Text)[0], h
+					}
+				}
+			}
+		}
+		for _, m := range msgs {
+			if h, ok := byTS[m.ThreadTS]; ok {
+				replies[h]++
+			}
+		}
+		done := len(top) == len(want) && len(msgs) == len(want)+len(replies)
+		for h, v := range want {
+			wantReplies := 0
+			if v == "Failed" {
+				wantReplies = 1
+			}
+			done = done && top[h] == v && replies[h] == wantReplies
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("#%s: messages %v (replies %v) of %d, want %v and a reply to each failure", channel, top, replies, len(msgs), want)
+		}
+	}
+	if v := w.slack.Violations(); len(v) > 0 {
+		t.Fatalf("requests against Slack's contract: %q", v)
 	}
 }
 

@@ -78,6 +78,9 @@ type Options struct {
 	// repository the rollout's GitRepository names, else in GitHub
 	// (OWNER/REPO, --github-repo).
 	GitHub, GitHubURL, GitHubTokenFile string
+	// SlackURL, when set, shows the verdicts in the Slack stand-in there
+	// (slacktest), in SlackChannel, with the token in SlackTokenFile.
+	SlackURL, SlackChannel, SlackTokenFile string
 }
 
 // Registration is the name of the Secret, Provider and Alert of an
@@ -124,6 +127,9 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	}
 	if opts.GitHub != "" {
 		args = append(args, "--github-repo", opts.GitHub)
+	}
+	if opts.SlackURL != "" {
+		args = append(args, "--slack-api-url", opts.SlackURL, "--slack-token-file", opts.SlackTokenFile, "--slack-channel", opts.SlackChannel)
 	}
 	if opts.EventsOnly {
 		mailTo = namespace + "-events@e2e.test"
