@@ -18,7 +18,9 @@ import (
 // slackPage renders the Slack message of a rollout (its blocks, and the
 // reply in its thread when it failed) in the status pages' style: what
 // the README shows of it. Slack's own rendering is Slack's.
-func slackPage(rs interface{ Get(rollout.Key) *rollout.View }, now time.Time) http.HandlerFunc {
+func slackPage(rs interface {
+	Get(rollout.Key) *rollout.View
+}, now time.Time) http.HandlerFunc {
 	links := chat.Links{
 		Commit: func(_ rollout.Ref, c string) string { return "https://github.com/acme/fleet/commit/" + c },
 		Page:   func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
