@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack/slacktest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cloudevent/cloudeventtest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
@@ -629,6 +631,71 @@ func TestForgeAcrossTakeover(t *testing.T) {
 	}
 	if len(deps) != 1 {
 		t.Fatalf("%d deployments, want the one made before the kill", len(deps))
+	}
+}
+
+// TestChatAcrossTakeover: the leader is killed while Slack updates a
+// rollout's message (Slack did it, the leader never learned): the
+// successor updates the same message to applied, none is posted twice,
+// and the webhook receives each verdict once, at most once more.
+func TestChatAcrossTakeover(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	sl := slacktest.New("xoxb-replicas", time.Now, "deploys")
+	defer sl.Close()
+	hook := cloudeventtest.New([]byte("hook-key"), time.Now)
+	defer hook.Close()
+	r := startReplicas(t, 2, "--lease-duration", "2s", "--lease-renew", "500ms", "--external-url", "https://fdn.example.com",
+		"--layers", "flux-system/layer-00,flux-system/layer-01,flux-system/layer-02",
+		"--slack-token-file", write("slack", "xoxb-replicas"), "--slack-channel", "#deploys", "--slack-api-url", sl.URL,
+		"--webhook-url", hook.URL, "--webhook-secret-file", write("hook", "hook-key"))
+	old := r.leader(20 * time.Second)
+	killed := make(chan struct{})
+	var once sync.Once
+	sl.Answering(func(method string) {
+		if method == "chat.update" {
+			once.Do(func() {
+				_ = old.cmd.Process.Kill() // the PID this test started
+				r.out(old, true)
+				close(killed)
+			})
+		}
+	})
+	events := crashEvents(3, 3) // one rollout over three layers
+	acked := r.postAll(events, nil)
+	select {
+	case <-killed:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no message updated:\n%s", tail(old.logs.String(), 20))
+	}
+	_ = old.cmd.Wait()
+	r.leader(20 * time.Second)
+	r.converged(events, acked)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m, es := sl.Messages("deploys"), hook.Events()
+		if len(m) > 0 && strings.HasPrefix(m[0].Text, "Applied") && len(es) > 0 && strings.HasSuffix(es[len(es)-1].Type(), ".applied") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not applied in Slack and the webhook after the takeover: %+v, %v", m, es)
+		}
+	}
+	if m := sl.Messages("deploys"); len(m) != 1 {
+		t.Fatalf("%d messages, want the one posted before the kill: %+v", len(m), m)
+	}
+	if n := hook.Repeats(); n > 1 {
+		t.Fatalf("the webhook received %d repeats, want at most one after one crash", n)
+	}
+	for _, v := range [][]string{sl.Violations(), hook.Violations()} {
+		if len(v) > 0 {
+			t.Errorf("requests that break a contract: %q", v)
+		}
 	}
 }
 
