@@ -71,6 +71,7 @@ type config struct {
 	cgroup      int64  // when > 0, the service runs in a memory cgroup with this limit
 	github      string // when set, the service shows its verdicts as deployments there (-github)
 	postgres    string // when set, the service keeps its state in this database (-postgres)
+	chats       string // when set, the service shows its verdicts in Slack, Teams and a webhook there (-chats)
 }
 
 func run(args []string, out io.Writer) (err error) {
@@ -89,6 +90,7 @@ func run(args []string, out io.Writer) (err error) {
 	fs.StringVar(&c.memLimit, "gomemlimit", "192MiB", "GOMEMLIMIT of the service, as manifests/deployment.yaml sets it (\"\" for none)")
 	fs.StringVar(&c.gogc, "gogc", "", "GOGC of the service alone (\"\": Go's default, 100), to weigh collections against heap and latency")
 	withPostgres := fs.Bool("postgres", false, "keep the state in PostgreSQL (a server of Debian's postgresql package, started for the run, outside the service's cgroup): data is the database's size")
+	withChats := fs.Bool("chats", false, "show the verdicts in Slack, Teams and a signed webhook, stand-ins for them, and check that every commit's Slack message says applied")
 	withGitHub := fs.Bool("github", false, "show the verdicts as GitHub deployments in a stand-in for its API, and check that every one got there")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -131,6 +133,19 @@ func run(args []string, out io.Writer) (err error) {
 		c.github = gh.URL
 		if err := os.WriteFile(filepath.Join(c.dir, "github-token"), []byte("ghs_fleet"), 0o600); err != nil {
 			return err
+		}
+	}
+	var ch *chats
+	if *withChats {
+		if ch, err = startChats(); err != nil {
+			return err
+		}
+		defer ch.srv.Close()
+		c.chats = ch.URL
+		for name, secret := range map[string]string{"slack-token": "xoxb-fleet", "teams-urls": ch.URL + "/teams", "hook-key": "fleet-key"} {
+			if err := os.WriteFile(filepath.Join(c.dir, name), []byte(secret), 0o600); err != nil {
+				return err
+			}
 		}
 	}
 	var cg *memcg
@@ -265,6 +280,14 @@ func run(args []string, out io.Writer) (err error) {
 			wrong += len(fleet.revs) - ok
 		}
 	}
+	if ch != nil {
+		applied, waited := ch.await(len(fleet.revs), 5*time.Minute)
+		fmt.Fprintf(out, "chats: %d of %d commits' Slack messages say applied (%s), the last %.1f s after the last check\n",
+			applied, len(fleet.revs), ch.counts(), waited.Seconds())
+		if applied < len(fleet.revs) {
+			wrong += len(fleet.revs) - applied
+		}
+	}
 	t0 := time.Now()
 	svc.stop()
 	stopped := time.Since(t0)
@@ -323,6 +346,11 @@ func startService(c config, cg *memcg) (*service, error) {
 	if c.github != "" {
 		cmd.Args = append(cmd.Args, "--github-api-url", c.github, "--github-token-file", filepath.Join(c.dir, "github-token"),
 			"--github-repo", "acme/fleet")
+	}
+	if c.chats != "" {
+		cmd.Args = append(cmd.Args, "--slack-api-url", c.chats+"/api/", "--slack-token-file", filepath.Join(c.dir, "slack-token"), "--slack-channel", "#fleet",
+			"--teams-webhook-file", filepath.Join(c.dir, "teams-urls"),
+			"--webhook-url", c.chats+"/hook", "--webhook-secret-file", filepath.Join(c.dir, "hook-key"))
 	}
 	cmd.Stderr = os.Stderr
 	cmd.Env = os.Environ()
