@@ -28,7 +28,9 @@ type chats struct {
 	replies  int
 	cards    int
 	events   int
-	applied  map[string]bool // commits whose message says applied
+	applied  map[string]bool // commits whose Slack message says applied
+	carded   map[string]bool // commits with a Teams card of applied
+	evented  map[string]bool // commits with an applied event
 }
 
 func startChats() (*chats, error) {
@@ -36,7 +38,8 @@ func startChats() (*chats, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &chats{URL: "http://" + ln.Addr().String(), headline: map[string]string{}, applied: map[string]bool{}}
+	c := &chats{URL: "http://" + ln.Addr().String(), headline: map[string]string{},
+		applied: map[string]bool{}, carded: map[string]bool{}, evented: map[string]bool{}}
 	c.srv = &http.Server{Handler: http.HandlerFunc(c.serve), ReadHeaderTimeout: 10 * time.Second}
 	go c.srv.Serve(ln)
 	return c, nil
@@ -69,9 +72,34 @@ func (c *chats) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "channel": "CFLEET", "ts": ts})
 	case "/teams":
+		var post struct {
+			Attachments []struct {
+				Content struct {
+					Body []struct {
+						Inlines []struct{ Text string } `json:"inlines"`
+					} `json:"body"`
+				} `json:"content"`
+			} `json:"attachments"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&post)
+		if a := post.Attachments; len(a) == 1 && len(a[0].Content.Body) > 0 && len(a[0].Content.Body[0].Inlines) > 0 {
+			if f := strings.Fields(a[0].Content.Body[0].Inlines[0].Text); len(f) >= 2 && f[0] == "Applied" {
+				c.carded[f[1]] = true
+			}
+		}
 		c.cards++
 		w.WriteHeader(http.StatusAccepted)
 	case "/hook":
+		var e struct {
+			Type string `json:"type"`
+			Data struct {
+				Commit string `json:"commit"`
+			} `json:"data"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&e)
+		if strings.HasSuffix(e.Type, ".applied") && len(e.Data.Commit) >= 7 {
+			c.evented[e.Data.Commit[:7]] = true
+		}
 		c.events++
 		w.WriteHeader(http.StatusAccepted)
 	default:
@@ -79,13 +107,18 @@ func (c *chats) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// await waits until want commits' messages say applied, for up to
-// timeout.
-func (c *chats) await(want int, timeout time.Duration) (applied int, waited time.Duration) {
+// await waits until want commits are shown applied in each channel of
+// in, for up to timeout; applied is the fewest of them.
+func (c *chats) await(in map[string]bool, want int, timeout time.Duration) (applied int, waited time.Duration) {
 	start := time.Now()
 	for {
 		c.mu.Lock()
-		applied = len(c.applied)
+		applied = want
+		for name, shown := range map[string]map[string]bool{"slack": c.applied, "teams": c.carded, "webhook": c.evented} {
+			if in[name] {
+				applied = min(applied, len(shown))
+			}
+		}
 		c.mu.Unlock()
 		if applied >= want || time.Since(start) > timeout {
 			return applied, time.Since(start)

@@ -71,7 +71,8 @@ type config struct {
 	cgroup      int64  // when > 0, the service runs in a memory cgroup with this limit
 	github      string // when set, the service shows its verdicts as deployments there (-github)
 	postgres    string // when set, the service keeps its state in this database (-postgres)
-	chats       string // when set, the service shows its verdicts in Slack, Teams and a webhook there (-chats)
+	chats       string // when set, the service shows its verdicts in the channels of chatsIn there (-chats)
+	chatsIn     map[string]bool
 }
 
 func run(args []string, out io.Writer) (err error) {
@@ -90,7 +91,7 @@ func run(args []string, out io.Writer) (err error) {
 	fs.StringVar(&c.memLimit, "gomemlimit", "192MiB", "GOMEMLIMIT of the service, as manifests/deployment.yaml sets it (\"\" for none)")
 	fs.StringVar(&c.gogc, "gogc", "", "GOGC of the service alone (\"\": Go's default, 100), to weigh collections against heap and latency")
 	withPostgres := fs.Bool("postgres", false, "keep the state in PostgreSQL (a server of Debian's postgresql package, started for the run, outside the service's cgroup): data is the database's size")
-	withChats := fs.Bool("chats", false, "show the verdicts in Slack, Teams and a signed webhook, stand-ins for them, and check that every commit's Slack message says applied")
+	withChats := fs.String("chats", "", "show the verdicts in these of slack,teams,webhook (stand-ins for them), and check that every commit reached each")
 	withGitHub := fs.Bool("github", false, "show the verdicts as GitHub deployments in a stand-in for its API, and check that every one got there")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -136,7 +137,14 @@ func run(args []string, out io.Writer) (err error) {
 		}
 	}
 	var ch *chats
-	if *withChats {
+	if *withChats != "" {
+		c.chatsIn = map[string]bool{}
+		for _, name := range strings.Split(*withChats, ",") {
+			if name != "slack" && name != "teams" && name != "webhook" {
+				return fmt.Errorf("-chats: %q is not slack, teams or webhook", name)
+			}
+			c.chatsIn[name] = true
+		}
 		if ch, err = startChats(); err != nil {
 			return err
 		}
@@ -281,8 +289,8 @@ func run(args []string, out io.Writer) (err error) {
 		}
 	}
 	if ch != nil {
-		applied, waited := ch.await(len(fleet.revs), 5*time.Minute)
-		fmt.Fprintf(out, "chats: %d of %d commits' Slack messages say applied (%s), the last %.1f s after the last check\n",
+		applied, waited := ch.await(c.chatsIn, len(fleet.revs), 5*time.Minute)
+		fmt.Fprintf(out, "chats: %d of %d commits shown applied in each channel (%s), the last %.1f s after the last check\n",
 			applied, len(fleet.revs), ch.counts(), waited.Seconds())
 		if applied < len(fleet.revs) {
 			wrong += len(fleet.revs) - applied
@@ -347,10 +355,14 @@ func startService(c config, cg *memcg) (*service, error) {
 		cmd.Args = append(cmd.Args, "--github-api-url", c.github, "--github-token-file", filepath.Join(c.dir, "github-token"),
 			"--github-repo", "acme/fleet")
 	}
-	if c.chats != "" {
-		cmd.Args = append(cmd.Args, "--slack-api-url", c.chats+"/api/", "--slack-token-file", filepath.Join(c.dir, "slack-token"), "--slack-channel", "#fleet",
-			"--teams-webhook-file", filepath.Join(c.dir, "teams-urls"),
-			"--webhook-url", c.chats+"/hook", "--webhook-secret-file", filepath.Join(c.dir, "hook-key"))
+	if c.chatsIn["slack"] {
+		cmd.Args = append(cmd.Args, "--slack-api-url", c.chats+"/api/", "--slack-token-file", filepath.Join(c.dir, "slack-token"), "--slack-channel", "#fleet")
+	}
+	if c.chatsIn["teams"] {
+		cmd.Args = append(cmd.Args, "--teams-webhook-file", filepath.Join(c.dir, "teams-urls"))
+	}
+	if c.chatsIn["webhook"] {
+		cmd.Args = append(cmd.Args, "--webhook-url", c.chats+"/hook", "--webhook-secret-file", filepath.Join(c.dir, "hook-key"))
 	}
 	cmd.Stderr = os.Stderr
 	cmd.Env = os.Environ()

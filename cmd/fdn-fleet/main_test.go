@@ -30,13 +30,15 @@ func buildService(t *testing.T) string {
 func TestSmallFleet(t *testing.T) {
 	bin := buildService(t)
 	var out bytes.Buffer
-	// With a forge: every commit shown applied there too.
-	err := run([]string{"-binary", bin, "-sources", "2", "-layers", "3", "-commits", "2", "-days", "2", "-samples", "20", "-github", "-dir", t.TempDir()}, &out)
+	// With a forge and every chat: every commit shown applied there too.
+	err := run([]string{"-binary", bin, "-sources", "2", "-layers", "3", "-commits", "2", "-days", "2", "-samples", "20", "-github",
+		"-chats", "slack,teams,webhook", "-dir", t.TempDir()}, &out)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{
 		`github: 8 of 8 commits shown applied \(8 deployments, \d+ statuses\)`,
+		`chats: 8 of 8 commits shown applied in each channel \(slack 8 messages, \d+ updates, 0 replies; teams 8 cards; webhook \d+ events\)`,
 		`(?m)^ +1 +\d+ `, `(?m)^ +2 +\d+ `, `(?m)vrd p99 +hlz p99 +stolen +lst p99$`, `(?m)^ +1( +[\d.]+){10} +\d+% +[\d.]+$`,
 		`restart: stopped in [\d.]+ s, ready in [\d.]+ s \(8 revisions checked after it, 0 not applied\)`,
 		`max /verdict p99 [\d.]+ ms \(that day /healthz p99 [\d.]+ ms, CPU stolen \d+%\), 0 events refused, 0 of 8 verdicts not applied`,

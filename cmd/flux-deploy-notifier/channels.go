@@ -178,8 +178,10 @@ func (c *channelsConfig) dispatchers(db *store.DB, links chat.Links, log *slog.L
 		}
 		s := slack.New(slack.Options{APIURL: *c.slackAPI, Token: tok, Channel: *c.slackChannel, Channels: c.slackMap,
 			Links: links, HTTP: hc, Now: time.Now, Log: log})
+		paced := cfg
+		paced.Pace = slack.Pace
 		out = append(out, shownIn{
-			d:  outbox.NewDispatcher(db.Channel("slack"), s, cfg),
+			d:  outbox.NewDispatcher(db.Channel("slack"), s, paced),
 			ui: ui.Channel{Name: "Slack", Record: "message", Publication: db.Channel("slack").Publication},
 		})
 		log.Info("verdicts shown in Slack", "api", *c.slackAPI, "channel", *c.slackChannel, "mapped_clusters", len(c.slackMap))

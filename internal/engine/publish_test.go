@@ -1,12 +1,16 @@
 package engine_test
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
 func publishConfig() rollout.Config {
@@ -109,5 +113,46 @@ func TestProgressPublished(t *testing.T) {
 	submitAll(t, te, 1, succ("apps", "R1", 3))
 	if s = record("slack"); s.Seq != 3 || s.Done != 3 || s.Verdict != rollout.VerdictApplied || s.Completed.IsZero() {
 		t.Fatalf("once applied: %+v", s)
+	}
+}
+
+// TestProgressRepublishedAtLoad: progress the outbox lost (bbolt keeps it
+// in memory until a checkpoint: a crash loses it) is published again when
+// the engine loads.
+func TestProgressRepublishedAtLoad(t *testing.T) {
+	cfg := publishConfig()
+	cfg.Progress = true
+	slack := outbox.Channel{Name: "slack", Progress: true}
+	dir := t.TempDir()
+	te := enginetest.Start(t, dir, cfg, fixedClock(t0.Add(time.Minute)), true)
+	if err := te.DB.SetChannels(slack); err != nil {
+		t.Fatal(err)
+	}
+	submitAll(t, te, 1, applied0...)
+	submitAll(t, te, 1, succ("infra", "R1", 1))
+	submitAll(t, te, 1, succ("platform", "R1", 2))
+	te.Stop()
+
+	db, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.SetChannels(slack); err != nil {
+		t.Fatal(err)
+	}
+	k := rollout.Key{Cluster: "default", Hash: hashOf("R1")}
+	// As after a crash that lost the second layer's progress, the first's
+	// delivered.
+	if err := db.Channel("slack").UpdatePublication(k, func(p *outbox.Publication) {
+		p.Done, p.SentSeq, p.Sent = 1, p.Seq, p.Verdict
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.New(db, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), fixedClock(t0.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := db.Channel("slack").Publication(k); err != nil || p.Done != 2 || !p.Due() {
+		t.Fatalf("after the load: %+v (%v), want the second layer's progress due again", p, err)
 	}
 }

@@ -130,6 +130,13 @@ const (
 type DispatchConfig struct {
 	// AlertAfter: a verdict undelivered for longer makes Warning say so.
 	AlertAfter time.Duration
+	// Pace, when set, spaces the deliveries of a rollout that only say
+	// more of the verdict the channel took last (progress, a restated
+	// failure): at most one each Pace after the last, the latest then. A
+	// new verdict goes at once. (Slack asks for a message a second per
+	// channel at most; a rollout's layers applying one after the other
+	// would update its message as often.)
+	Pace time.Duration
 	Log        *slog.Logger
 	Now        func() time.Time
 	Reg        prometheus.Registerer // nil: no metrics
@@ -260,6 +267,10 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 			wait(p, p.NextAttempt)
 			continue
 		}
+		if at := p.SentAt.Add(d.cfg.Pace); d.cfg.Pace > 0 && p.SentSeq > 0 && p.Sent == p.Verdict && now.Before(at) {
+			wait(p, at)
+			continue
+		}
 		at, limited := d.deliver(ctx, p)
 		if !at.IsZero() {
 			wait(p, at)
@@ -300,8 +311,9 @@ func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, boo
 		}
 		return d.retry(p, fe, log)
 	}
+	at := d.cfg.Now()
 	d.record(p, func(q *Publication) {
-		q.SentSeq, q.Sent = max(q.SentSeq, p.Seq), p.Verdict
+		q.SentSeq, q.Sent, q.SentAt = max(q.SentSeq, p.Seq), p.Verdict, at
 		if q.Seq == p.Seq {
 			q.Delivery = Delivery{}
 		}

@@ -1,7 +1,10 @@
 // Package outbox is the durable outbox of what is due to leave the
-// service (mails, the forge's verdicts): its contract (records.go: one
-// delivery state for both, the records, what the store implements and
-// the dispatchers use), and what the dispatchers share: the loop that
+// service (mails, and the verdicts each channel shows: a forge, Slack,
+// Teams, a webhook): its contract (records.go: one delivery state for
+// all, the records, which publications a channel takes, what the store
+// implements and the dispatchers use); the verdicts' one dispatcher over
+// a Deliverer per channel (dispatch.go: coalesced, retried, rate limited,
+// dead-lettered, counted); and what every dispatcher shares: the loop that
 // delivers at start, when woken and when the earliest retry is due; the
 // backoff of transient failures; and a warning logged once per change of
 // its text.

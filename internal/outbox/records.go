@@ -92,9 +92,11 @@ type Publication struct {
 	// Since is when the earliest verdict not delivered yet was decided:
 	// a later one replaces it, not the time the channel has been waiting.
 	Since time.Time
-	// SentSeq is the Seq the channel last took, Sent its verdict.
+	// SentSeq is the Seq the channel last took, Sent its verdict, SentAt
+	// when.
 	SentSeq uint64
 	Sent    rollout.Verdict
+	SentAt  time.Time
 	// Ref is the channel's own record of the rollout (a forge's
 	// deployment's id, a chat message's), once made: kept before it is
 	// changed, so that a crash in between does not make a second one.

@@ -472,6 +472,11 @@ func (m *Model) recompute(c *Change, dirty dirtySet, now time.Time) {
 		// has, and takes one the clock changed while no commit could.
 		if m.cfg.Publish && (m.loading || old == nil || old.Verdict != v.Verdict) {
 			c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Shown: ShownOf(v)})
+			if m.loading && m.cfg.Progress && v.Verdict == VerdictApplying {
+				// The progress a crash lost (bbolt takes it through its log:
+				// store.DB's progress); the same as stored is nothing new.
+				c.Published = append(c.Published, Published{Key: r.key, Verdict: v.Verdict, At: now, Progress: true, Shown: ShownOf(v)})
+			}
 		} else if m.cfg.Publish && v.Verdict == VerdictFailed && old.Summary != v.Summary {
 			// What the failure says changed (helm-controller stalled): the
 			// forge's description is told again, the verdict is not new.

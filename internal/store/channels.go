@@ -48,7 +48,7 @@ var forgeChannel = outbox.Channel{Name: "forge", Restate: true}
 
 // publicationVersion 2 added what is shown with the verdict (Shown), 3
 // what a chat shows of it (layers done, the failure, the stuck layer, the
-// newer commit).
+// newer commit) and when the channel last took one (SentAt).
 const publicationVersion = 3
 
 // ErrNoPublication is returned when a forge outbox record is missing: the
@@ -87,6 +87,7 @@ func encodePublication(p outbox.Publication) []byte {
 	w.bool(f.Stalled)
 	w.string(p.RootCause)
 	w.string(p.SupersededBy)
+	w.time(p.SentAt)
 	return w.b
 }
 
@@ -122,6 +123,7 @@ func decodePublication(k, v []byte) (outbox.Publication, error) {
 		f := &p.Failure
 		f.Layer, f.Release, f.Object, f.Reason, f.Message, f.Stalled = r.string(), r.ref(), r.string(), r.string(), r.string(), r.bool()
 		p.RootCause, p.SupersededBy = r.string(), r.string()
+		p.SentAt = r.time()
 	}
 	if err := r.done(); err != nil {
 		return p, fmt.Errorf("outbox record %q: %w", k, err)
@@ -130,10 +132,7 @@ func decodePublication(k, v []byte) (outbox.Publication, error) {
 }
 
 // publish records the verdicts of a batch in each channel's outbox that
-// takes them: a new one starts a delivery, and replaces the one before
-// when that was not delivered yet; the same verdict again changes nothing
-// (a reload publishes every live rollout's) unless it is restated (what it
-// says changed) or progressed.
+// takes them (merge).
 func publish(tx txn, channels []outbox.Channel, ps []rollout.Published) error {
 	for _, ch := range channels {
 		bk := channelsByName[ch.Name]
@@ -149,30 +148,49 @@ func publish(tx txn, channels []outbox.Channel, ps []rollout.Published) error {
 				if p, err = decodePublication(k, v); err != nil {
 					return err
 				}
-				if p.Verdict == pub.Verdict && p.Seq > 0 && !pub.Restate && !pub.Progress {
-					if p.Shown == (rollout.Shown{}) {
-						// Written by a binary that kept no Shown: the
-						// reload's publication gives it, the same verdict.
-						p.Shown = pub.Shown
-						if err := putPublication(tx, bk, k, p); err != nil {
-							return err
-						}
-					}
-					continue
+			}
+			if merge(&p, pub) {
+				if err := putPublication(tx, bk, k, p); err != nil {
+					return err
 				}
-			}
-			if !p.Due() {
-				p.Since = pub.At
-			}
-			p.Key, p.Verdict, p.Changed, p.Shown = pub.Key, pub.Verdict, pub.At, pub.Shown
-			p.Seq++
-			p.Delivery = outbox.Delivery{}
-			if err := putPublication(tx, bk, k, p); err != nil {
-				return err
 			}
 		}
 	}
 	return nil
+}
+
+// merge records pub in p, a channel's record of its rollout (zero when
+// none), and reports whether p changed: a new verdict starts a delivery,
+// and replaces the one before when that was not delivered yet; the same
+// verdict again changes nothing (a reload publishes every live rollout's)
+// unless it is restated (what it says changed) or progressed to something
+// not shown yet; progress never changes a verdict.
+func merge(p *outbox.Publication, pub rollout.Published) bool {
+	same := p.Seq > 0 && p.Verdict == pub.Verdict
+	switch {
+	case pub.Progress && p.Seq > 0 && !same:
+		// Progress says more of the verdict it was decided with: a later
+		// verdict recorded since (a checkpoint's, before a delivery's
+		// record wrote what it had read) stays.
+		return false
+	case same && pub.Progress && p.Shown == pub.Shown:
+		return false
+	case same && !pub.Restate && !pub.Progress:
+		if p.Shown != (rollout.Shown{}) {
+			return false
+		}
+		// Written by a binary that kept no Shown: the reload's
+		// publication gives it, the same verdict.
+		p.Shown = pub.Shown
+		return true
+	}
+	if !p.Due() {
+		p.Since = pub.At
+	}
+	p.Key, p.Verdict, p.Changed, p.Shown = pub.Key, pub.Verdict, pub.At, pub.Shown
+	p.Seq++
+	p.Delivery = outbox.Delivery{}
+	return true
 }
 
 // fillShown gives the verdicts still to deliver that an older binary wrote
@@ -268,10 +286,12 @@ func (d *DB) SetChannels(chs ...outbox.Channel) error {
 	return nil
 }
 
-// ChannelBox is one channel's outbox (outbox.Verdicts).
+// ChannelBox is one channel's outbox (outbox.Verdicts). Its reads show
+// the progress taken through the log as if it were in the outbox.
 type ChannelBox struct {
-	d  *DB
-	bk channelBuckets
+	d    *DB
+	name string
+	bk   channelBuckets
 }
 
 // Channel returns the outbox of the channel name ("forge", "slack",
@@ -281,16 +301,45 @@ func (d *DB) Channel(name string) ChannelBox {
 	if !ok {
 		panic("store: no outbox for channel " + name)
 	}
-	return ChannelBox{d, bk}
+	return ChannelBox{d, name, bk}
+}
+
+// pending is the progress taken through the log that the channel takes.
+func (c ChannelBox) pending() map[string]rollout.Published {
+	if c.d.wal == nil {
+		return nil // PostgreSQL's commits write it
+	}
+	c.d.pmu.Lock()
+	defer c.d.pmu.Unlock()
+	if len(c.d.progress) == 0 {
+		return nil
+	}
+	var spec outbox.Channel
+	for _, ch := range c.d.publishTo() {
+		if ch.Name == c.name {
+			spec = ch
+		}
+	}
+	out := map[string]rollout.Published{}
+	for k, p := range c.d.progress {
+		if spec.Name != "" && spec.Takes(p) {
+			out[string(publicationKey(k))] = p
+		}
+	}
+	return out
 }
 
 // Publications returns the records with a verdict to deliver, oldest
 // decision first.
 func (c ChannelBox) Publications() ([]outbox.Publication, error) {
+	pend := c.pending()
 	var out []outbox.Publication
 	err := c.d.kv.view(func(tx txn) error {
 		records := tx.Bucket(c.bk.records)
-		return tx.Bucket(c.bk.due).ForEach(func(k, _ []byte) error {
+		err := tx.Bucket(c.bk.due).ForEach(func(k, _ []byte) error {
+			if _, ok := pend[string(k)]; ok {
+				return nil // below
+			}
 			v := records.Get(k)
 			if v == nil {
 				return nil
@@ -304,25 +353,54 @@ func (c ChannelBox) Publications() ([]outbox.Publication, error) {
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		for k, pub := range pend {
+			p, _, err := c.read(tx, []byte(k), pub, true)
+			if err != nil {
+				return err
+			}
+			if p.Due() {
+				out = append(out, p)
+			}
+		}
+		return nil
 	})
 	slices.SortStableFunc(out, func(a, b outbox.Publication) int { return a.Changed.Compare(b.Changed) })
 	return out, err
 }
 
+// read returns the record under k in tx with pub merged in (when
+// withPub), and whether there is one.
+func (c ChannelBox) read(tx txn, k []byte, pub rollout.Published, withPub bool) (outbox.Publication, bool, error) {
+	var p outbox.Publication
+	found := false
+	if v := tx.Bucket(c.bk.records).Get(k); v != nil {
+		var err error
+		if p, err = decodePublication(k, v); err != nil {
+			return p, false, err
+		}
+		found = true
+	} else if key, err := parseSettledKey(k); err == nil {
+		p.Key = key
+	}
+	if withPub && merge(&p, pub) {
+		found = true
+	}
+	return p, found, nil
+}
+
 // Publication returns the record of k (the rollout page shows it), false
 // when there is none.
 func (c ChannelBox) Publication(k rollout.Key) (outbox.Publication, bool, error) {
+	key := publicationKey(k)
+	pub, withPub := c.pending()[string(key)]
 	var p outbox.Publication
 	found := false
 	err := c.d.kv.view(func(tx txn) error {
-		key := publicationKey(k)
-		v := tx.Bucket(c.bk.records).Get(key)
-		if v == nil {
-			return nil
-		}
-		found = true
 		var err error
-		p, err = decodePublication(key, v)
+		p, found, err = c.read(tx, key, pub, withPub)
 		return err
 	})
 	return p, found, err
@@ -330,10 +408,19 @@ func (c ChannelBox) Publication(k rollout.Key) (outbox.Publication, bool, error)
 
 // UpdatePublication applies f to the record of k as one transaction: the
 // dispatcher's outcome of a delivery of seq. f sees the record as stored,
-// which may hold a later verdict than the one delivered.
+// which may hold a later verdict than the one delivered; progress of k
+// taken through the log is written first.
 func (c ChannelBox) UpdatePublication(k rollout.Key, f func(*outbox.Publication)) error {
-	return c.d.kv.update(func(tx txn) error {
+	c.d.pmu.Lock()
+	pub, withPub := c.d.progress[k]
+	c.d.pmu.Unlock()
+	err := c.d.kv.update(func(tx txn) error {
 		key := publicationKey(k)
+		if withPub {
+			if err := publish(tx, c.d.publishTo(), []rollout.Published{pub}); err != nil {
+				return err
+			}
+		}
 		v := tx.Bucket(c.bk.records).Get(key)
 		if v == nil {
 			return ErrNoPublication
@@ -345,6 +432,14 @@ func (c ChannelBox) UpdatePublication(k rollout.Key, f func(*outbox.Publication)
 		f(&p)
 		return putPublication(tx, c.bk, key, p)
 	})
+	if err == nil && withPub {
+		c.d.pmu.Lock()
+		if cur, ok := c.d.progress[k]; ok && cur == pub { // not a later one since
+			delete(c.d.progress, k)
+		}
+		c.d.pmu.Unlock()
+	}
+	return err
 }
 
 // Head returns the commit the forge last showed applied on cluster for

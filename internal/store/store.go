@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -70,6 +71,15 @@ type DB struct {
 	wal *wal       // bbolt's write-ahead log; nil on PostgreSQL
 
 	channels []outbox.Channel // SetChannels'
+	// progress are the progress publications of batches that went to the
+	// log (bbolt), the latest of each rollout, not in the outboxes yet:
+	// written at the next checkpoint (or a delivery's record), shown by
+	// the outboxes' reads meanwhile. Added only under mu, by Commit; pmu
+	// guards the map, so that the outboxes' reads and records never wait
+	// for a commit. A crash loses them; the reload publishes each live
+	// rollout's progress again (rollout.Model's load).
+	pmu      sync.Mutex
+	progress map[rollout.Key]rollout.Published
 }
 
 // publishTo are the channels the commits publish to.
@@ -264,9 +274,19 @@ func (d *DB) Close() error {
 		return d.kv.close()
 	}
 	var err error
-	if len(d.wal.pending) > 0 {
-		if err = d.kv.update(d.wal.checkpoint); err == nil {
+	d.pmu.Lock()
+	progress := len(d.progress)
+	d.pmu.Unlock()
+	if len(d.wal.pending) > 0 || progress > 0 {
+		err = d.kv.update(func(tx txn) error {
+			if err := d.wal.checkpoint(tx); err != nil {
+				return err
+			}
+			return d.publishProgress(tx)
+		})
+		if err == nil {
 			d.wal.checkpointed()
+			d.clearProgress()
 		}
 	}
 	return errors.Join(err, d.wal.close(), d.kv.close())
@@ -349,18 +369,35 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	if err != nil {
 		return err
 	}
-	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && len(b.Published) == 0 && b.PurgeBefore.IsZero()
+	// A batch whose publications only say how far rollouts got (a
+	// chat's progress) is evidence alone to the log: a bbolt commit for
+	// each would cost the fleet a fifth of its ingest (docs/performance.md).
+	onlyProgress := !slices.ContainsFunc(b.Published, func(p rollout.Published) bool { return !p.Progress })
+	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && onlyProgress && b.PurgeBefore.IsZero()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.wal != nil && evidenceOnly && !d.wal.needsCheckpoint() {
-		if len(e.puts) == 0 && len(e.deletes) == 0 {
-			return nil
+		if len(e.puts) > 0 || len(e.deletes) > 0 {
+			if err := d.wal.append(e.puts, e.deletes); err != nil {
+				return err
+			}
 		}
-		return d.wal.append(e.puts, e.deletes)
+		d.pmu.Lock()
+		for _, p := range b.Published {
+			if d.progress == nil {
+				d.progress = map[rollout.Key]rollout.Published{}
+			}
+			d.progress[p.Key] = p
+		}
+		d.pmu.Unlock()
+		return nil
 	}
 	err = d.kv.update(func(tx txn) error {
 		if d.wal != nil {
 			if err := d.wal.checkpoint(tx); err != nil {
+				return err
+			}
+			if err := d.publishProgress(tx); err != nil {
 				return err
 			}
 		}
@@ -378,7 +415,31 @@ func (d *DB) Commit(b *rollout.Batch) error {
 		return err
 	}
 	d.wal.checkpointed()
+	d.clearProgress()
 	return nil
+}
+
+// publishProgress writes the progress taken through the log to the
+// outboxes, in tx (a checkpoint's); the caller clears it once committed.
+func (d *DB) publishProgress(tx txn) error {
+	d.pmu.Lock()
+	ps := make([]rollout.Published, 0, len(d.progress))
+	for _, p := range d.progress {
+		ps = append(ps, p)
+	}
+	d.pmu.Unlock()
+	if len(ps) == 0 {
+		return nil
+	}
+	return publish(tx, d.publishTo(), ps)
+}
+
+// clearProgress forgets the progress a checkpoint wrote: all of it, as
+// only Commit adds any, under mu, which the checkpoint holds.
+func (d *DB) clearProgress() {
+	d.pmu.Lock()
+	d.progress = nil
+	d.pmu.Unlock()
 }
 
 // encoded is a batch's records, encoded.

@@ -567,9 +567,10 @@ func testForgeOutbox(t *testing.T, open Opener) {
 
 // testChannelOutboxes: each channel configured keeps its own record of a
 // rollout, of the publications it takes (a chat the progress and the
-// restated, Teams neither nor applying, the forge not the progress), what
-// is shown with them across a reopen; one channel's delivery leaves the
-// others due; no channel configured takes nothing.
+// restated, Teams neither nor applying, the forge not the progress; the
+// same progress again is nothing new), what is shown with them across a
+// reopen; one channel's delivery leaves the others due; no channel
+// configured takes nothing.
 func testChannelOutboxes(t *testing.T, open Opener) {
 	d := open(t)
 	chans := []outbox.Channel{
@@ -590,7 +591,10 @@ func testChannelOutboxes(t *testing.T, open Opener) {
 		Completed: at, Late: true, SupersededBy: "main@sha1:b"}
 	step := func(p rollout.Published, want map[string]uint64) {
 		t.Helper()
-		p.Key, p.At, p.Shown = k, at, shown
+		p.Key, p.At = k, at
+		if p.Shown == (rollout.Shown{}) {
+			p.Shown = shown
+		}
 		if err := d.Commit(&rollout.Batch{Published: []rollout.Published{p}, At: at}); err != nil {
 			t.Fatal(err)
 		}
@@ -605,8 +609,17 @@ func testChannelOutboxes(t *testing.T, open Opener) {
 		}
 	}
 	step(rollout.Published{Verdict: rollout.VerdictApplying}, map[string]uint64{"forge": 1, "slack": 1, "webhook": 1})
-	step(rollout.Published{Verdict: rollout.VerdictApplying, Progress: true}, map[string]uint64{"forge": 1, "slack": 2, "webhook": 1})
+	more := shown
+	more.Done = 2
+	step(rollout.Published{Verdict: rollout.VerdictApplying, Progress: true, Shown: more}, map[string]uint64{"forge": 1, "slack": 2, "webhook": 1})
+	// The same progress again is nothing new.
+	step(rollout.Published{Verdict: rollout.VerdictApplying, Progress: true, Shown: more}, map[string]uint64{"forge": 1, "slack": 2, "webhook": 1})
 	step(rollout.Published{Verdict: rollout.VerdictFailed}, map[string]uint64{"forge": 2, "slack": 3, "teams": 1, "webhook": 2})
+	// Progress of applying, read before the failure was recorded, never
+	// takes the verdict back.
+	stale := shown
+	stale.Done = 3
+	step(rollout.Published{Verdict: rollout.VerdictApplying, Progress: true, Shown: stale}, map[string]uint64{"forge": 2, "slack": 3, "teams": 1, "webhook": 2})
 	step(rollout.Published{Verdict: rollout.VerdictFailed, Restate: true}, map[string]uint64{"forge": 3, "slack": 4, "teams": 1, "webhook": 2})
 	if err := d.Channel("slack").UpdatePublication(k, func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
 		t.Fatal(err)

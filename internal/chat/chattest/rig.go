@@ -57,6 +57,7 @@ type Rig struct {
 	D      *outbox.Dispatcher
 	Log    *syncbuf.Buffer // what the deliverer and the dispatcher log
 	Logger *slog.Logger
+	Pace   time.Duration // the dispatcher's (set before Dispatch)
 }
 
 // New opens the store with the channel spec.
@@ -77,7 +78,7 @@ func New(t testing.TB, spec outbox.Channel) *Rig {
 
 // Dispatch makes the channel's dispatcher of to.
 func (r *Rig) Dispatch(to outbox.Deliverer) {
-	r.D = outbox.NewDispatcher(r.DB.Channel(r.Spec.Name), to, outbox.DispatchConfig{AlertAfter: 5 * time.Minute, Log: r.Logger, Now: r.Clock.Now})
+	r.D = outbox.NewDispatcher(r.DB.Channel(r.Spec.Name), to, outbox.DispatchConfig{AlertAfter: 5 * time.Minute, Pace: r.Pace, Log: r.Logger, Now: r.Clock.Now})
 }
 
 // Publish commits a verdict of the rollout of Hash on cluster, as the

@@ -26,6 +26,12 @@ import (
 // DefaultAPIURL is Slack's Web API.
 const DefaultAPIURL = "https://slack.com/api/"
 
+// Pace spaces the updates of a message that only say how many more
+// layers applied it (outbox.DispatchConfig.Pace): Slack asks for about a
+// message a second per channel, and a fleet's layers apply in bursts. A
+// new verdict updates it at once.
+const Pace = 5 * time.Second
+
 // Options configure the deliverer.
 type Options struct {
 	APIURL string       // DefaultAPIURL, or an egress proxy's

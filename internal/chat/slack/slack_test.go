@@ -29,6 +29,7 @@ var t0 = chattest.T0
 func newRig(t *testing.T, channels map[string]string) *rig {
 	t.Helper()
 	r := &rig{Rig: chattest.New(t, outbox.Channel{Name: "slack", Restate: true, Progress: true})}
+	r.Pace = slack.Pace
 	r.srv = slacktest.New("xoxb-1", r.Clock.Now, "deploys", "staging-deploys")
 	t.Cleanup(r.srv.Close)
 	r.token = filepath.Join(t.TempDir(), "token")
@@ -84,8 +85,18 @@ func TestOneMessageUpdatedInPlace(t *testing.T) {
 		!strings.Contains(text(msgs[0]), "<https://fdn.example.com/ui/prod/"+hash+"|status page>") {
 		t.Errorf("the message does not link the commit and the status page:\n%s", text(msgs[0]))
 	}
+	r.Publish("prod", rollout.VerdictApplying, rollout.Shown{Done: 1, Expected: 3}, chattest.Progress)
 	r.Publish("prod", rollout.VerdictApplying, rollout.Shown{Done: 2, Expected: 3}, chattest.Progress)
+	// Progress waits Pace after the last update, then the latest goes.
+	if next := r.Flush(); !next.Equal(t0.Add(slack.Pace)) || r.srv.Messages("deploys")[0].Updates != 0 {
+		t.Fatalf("progress within Pace: next %v, updates %d", next, r.srv.Messages("deploys")[0].Updates)
+	}
+	r.Clock.Add(slack.Pace)
 	r.FlushAll()
+	if m := r.srv.Messages("deploys")[0]; m.Updates != 1 || !strings.Contains(text(m), "2 of 3 layers applied it") {
+		t.Fatalf("after Pace: %+v", m)
+	}
+	// A new verdict goes at once.
 	r.Publish("prod", rollout.VerdictFailed, rollout.Shown{Done: 2, Expected: 3, Failure: rollout.ShownFailure{
 		Layer: "flux-system/apps", Release: rollout.Ref{Kind: "HelmRelease", Namespace: "web", Name: "frontend"},
 		Reason: "InstallFailed", Message: "context deadline exceeded"}})
@@ -104,6 +115,7 @@ func TestOneMessageUpdatedInPlace(t *testing.T) {
 	}
 	r.Publish("prod", rollout.VerdictFailed, rollout.Shown{Done: 2, Expected: 3, Failure: rollout.ShownFailure{
 		Layer: "flux-system/apps", Release: rollout.Ref{Kind: "HelmRelease", Namespace: "web", Name: "frontend"}, Reason: "InstallFailed", Stalled: true}}, chattest.Restate)
+	r.Clock.Add(slack.Pace) // a restated failure is paced as progress is
 	r.FlushAll()
 	msgs = r.srv.Messages("deploys")
 	if len(msgs) != 2 || msgs[0].Updates != 3 || !strings.Contains(text(msgs[0]), "a new commit is needed") {
