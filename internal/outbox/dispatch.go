@@ -137,9 +137,9 @@ type DispatchConfig struct {
 	// channel at most; a rollout's layers applying one after the other
 	// would update its message as often.)
 	Pace time.Duration
-	Log        *slog.Logger
-	Now        func() time.Time
-	Reg        prometheus.Registerer // nil: no metrics
+	Log  *slog.Logger
+	Now  func() time.Time
+	Reg  prometheus.Registerer // nil: no metrics
 	// More are counters of the outcomes besides fdn_deliveries_total,
 	// labelled by the deliverer's name and the outcome.
 	More []*prometheus.CounterVec
