@@ -24,14 +24,7 @@ func TestChannelsAcrossSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and kills the real binary")
 	}
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := secretFiles(t)
 	sl := slacktest.New("xoxb-serve", time.Now, "deploys")
 	defer sl.Close()
 	tm := teamstest.New(time.Now)
@@ -136,5 +129,19 @@ func TestChannelsAcrossSIGKILL(t *testing.T) {
 	}
 	if logs := first.logs.String() + second.logs.String(); strings.Contains(logs, "xoxb-serve") || strings.Contains(logs, "sig=") || strings.Contains(logs, "hook-key") {
 		t.Error("a secret is logged")
+	}
+}
+
+// secretFiles returns a function that writes a secret to a file of its
+// own (a Secret's key mounted as a file) and returns its path.
+func secretFiles(t *testing.T) func(name, content string) string {
+	dir := t.TempDir()
+	return func(name, content string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
 }

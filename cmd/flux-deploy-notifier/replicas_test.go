@@ -639,14 +639,7 @@ func TestForgeAcrossTakeover(t *testing.T) {
 // successor updates the same message to applied, none is posted twice,
 // and the webhook receives each verdict once, at most once more.
 func TestChatAcrossTakeover(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := secretFiles(t)
 	sl := slacktest.New("xoxb-replicas", time.Now, "deploys")
 	defer sl.Close()
 	hook := cloudeventtest.New([]byte("hook-key"), time.Now)
@@ -668,7 +661,15 @@ func TestChatAcrossTakeover(t *testing.T) {
 		}
 	})
 	events := crashEvents(3, 3) // one rollout over three layers
-	acked := r.postAll(events, nil)
+	// The first layer's event alone, so that its message is posted while
+	// applying; the others' applied updates it.
+	acked := r.postAll(events[:1], nil)
+	for deadline := time.Now().Add(30 * time.Second); len(sl.Messages("deploys")) == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no message posted:\n%s", tail(old.logs.String(), 20))
+		}
+	}
+	acked = append(acked, r.postAll(events[1:], nil)...)
 	select {
 	case <-killed:
 	case <-time.After(30 * time.Second):

@@ -12,12 +12,10 @@ package cloudevent
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -144,14 +142,8 @@ func (w *Webhook) Deliver(ctx context.Context, p outbox.Publication, _ func(stri
 	req.Header.Set("X-Signature", webhook.Sign([]byte(key), body)) // generic-hmac's, as notification-controller's requests to this service
 	req.Header.Set("Idempotency-Key", e.ID())
 	req.Header.Set("User-Agent", "flux-deploy-notifier")
-	resp, err := w.o.HTTP.Do(req)
-	if err != nil {
-		return outbox.NetError("webhook", err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode/100 != 2 {
-		return outbox.Classify(resp.StatusCode, resp.Header, "webhook: "+strings.TrimSpace(string(answer)), w.o.Now())
+	if err := outbox.Send(w.o.HTTP, req, "webhook", w.o.Now); err != nil {
+		return err
 	}
 	w.o.Log.Info("verdict posted to the webhook", "cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String(), "id", e.ID())
 	return nil

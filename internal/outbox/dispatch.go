@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -107,15 +108,31 @@ func AsError(err error) *Error {
 	return &Error{Retry: true, Message: err.Error()}
 }
 
-// NetError is a request's failure to reach a service (transient), named
+// netError is a request's failure to reach a service (transient), named
 // by its cause alone: a *url.Error names the URL, which may be a secret
 // (a Teams webhook's signature) or carry credentials.
-func NetError(service string, err error) *Error {
+func netError(service string, err error) *Error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
 	return &Error{Retry: true, Message: service + ": " + err.Error()}
+}
+
+// Send sends req with hc: nil when the service took it (2xx), else its
+// refusal classed (Classify, with the start of its answer) or the
+// network's failure (netError); service names it in both.
+func Send(hc *http.Client, req *http.Request, service string, now func() time.Time) error {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return netError(service, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return Classify(resp.StatusCode, resp.Header, service+": "+strings.TrimSpace(string(answer)), now())
+	}
+	return nil
 }
 
 // Backoff of transient failures without a Retry-After: first retry after

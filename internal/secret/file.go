@@ -25,26 +25,19 @@ type File struct {
 }
 
 // NewFile reads the secret at path once, to fail at start when it cannot
-// be read; what names it in errors.
-func NewFile(path, what string) (*File, error) {
-	if path == "" {
-		return nil, errors.New(what + ": no file given")
-	}
-	t := &File{path: path, what: what}
-	if _, err := t.Get(); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
+// be read; what names it in errors. Spaces around it are not part of it.
+func NewFile(path, what string) (*File, error) { return open(path, what, false) }
 
 // NewExactFile is NewFile for a key taken as the file's bytes, a
 // trailing newline included: as notification-controller keys its HMAC
 // with a Secret's bytes.
-func NewExactFile(path, what string) (*File, error) {
+func NewExactFile(path, what string) (*File, error) { return open(path, what, true) }
+
+func open(path, what string, exact bool) (*File, error) {
 	if path == "" {
 		return nil, errors.New(what + ": no file given")
 	}
-	t := &File{path: path, what: what, exact: true}
+	t := &File{path: path, what: what, exact: exact}
 	if _, err := t.Get(); err != nil {
 		return nil, err
 	}

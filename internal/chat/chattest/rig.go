@@ -6,11 +6,11 @@ package chattest
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -23,23 +23,6 @@ var T0 = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
 // Hash is the commit of the rollouts a Rig publishes.
 const Hash = "0123456789abcdef0123456789abcdef01234567"
 
-// Clock is the dispatcher's and the contract server's time, moved by the
-// test alone.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// Now is the clock's time.
-func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-// Add moves the clock on.
-func (c *Clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // Links are the links of the messages the tests' deliverers make.
 func Links() chat.Links {
 	return chat.Links{
@@ -51,7 +34,7 @@ func Links() chat.Links {
 // Rig is one channel's outbox on a store in a temporary directory.
 type Rig struct {
 	T      testing.TB
-	Clock  *Clock
+	Clock  *forgetest.Clock // the dispatcher's and the contract server's time
 	DB     *store.DB
 	Spec   outbox.Channel
 	D      *outbox.Dispatcher
@@ -63,7 +46,7 @@ type Rig struct {
 // New opens the store with the channel spec.
 func New(t testing.TB, spec outbox.Channel) *Rig {
 	t.Helper()
-	r := &Rig{T: t, Clock: &Clock{t: T0}, Spec: spec, Log: &syncbuf.Buffer{}}
+	r := &Rig{T: t, Clock: forgetest.NewClock(T0), Spec: spec, Log: &syncbuf.Buffer{}}
 	r.Logger = slog.New(slog.NewTextHandler(r.Log, nil))
 	var err error
 	if r.DB, err = store.Open(t.TempDir()); err != nil {

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -109,14 +108,8 @@ func (t *Teams) Deliver(ctx context.Context, p outbox.Publication, _ func(string
 		return &outbox.Error{Message: "the Teams webhook's URL is not valid"}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := t.o.HTTP.Do(req)
-	if err != nil {
-		return outbox.NetError("Teams", err) // the URL is a secret
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode/100 != 2 {
-		return outbox.Classify(resp.StatusCode, resp.Header, "Teams: "+strings.TrimSpace(string(answer)), t.o.Now())
+	if err := outbox.Send(t.o.HTTP, req, "Teams", t.o.Now); err != nil {
+		return err // its URL, a secret, named nowhere
 	}
 	t.o.Log.Info("verdict posted to Teams", "cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
 	return nil

@@ -7,10 +7,8 @@ package cloudeventtest
 import (
 	"bytes"
 	"crypto/hmac"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -19,45 +17,29 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/chattest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cloudevent"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
 // Server is the receiver.
 type Server struct {
+	*chattest.Contract
 	URL string
-	srv *httptest.Server
 	key []byte
-	now func() time.Time
 
-	mu          sync.Mutex
-	events      []event.Event
-	repeats     int
-	statuses    []int
-	limitedTill time.Time
-	violations  []string
+	mu      sync.Mutex
+	events  []event.Event
+	repeats int
 }
 
-// New starts a receiver that checks signatures with key.
+// New starts a receiver that checks signatures with key; now is its
+// clock (for Retry-After).
 func New(key []byte, now func() time.Time) *Server {
-	s := &Server{key: key, now: now}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL + "/hooks/fdn"
+	s := &Server{key: key}
+	s.Contract = chattest.StartContract(s.serve, now)
+	s.URL = s.Base() + "/hooks/fdn"
 	return s
-}
-
-// Client is an HTTP client of the server.
-func (s *Server) Client() *http.Client { return s.srv.Client() }
-
-// Close stops the server.
-func (s *Server) Close() { s.srv.Close() }
-
-// Answer makes the next requests answer these statuses (429 with
-// Retry-After: 30) before reading them.
-func (s *Server) Answer(statuses ...int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.statuses = append(s.statuses, statuses...)
 }
 
 // Events are the events received, each id once, in order.
@@ -70,36 +52,16 @@ func (s *Server) Events() []event.Event {
 // Repeats counts the events received again (an id seen before).
 func (s *Server) Repeats() int { s.mu.Lock(); defer s.mu.Unlock(); return s.repeats }
 
-// Violations are the requests that broke the contract, in words.
-func (s *Server) Violations() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.violations...)
-}
-
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	violate := func(format string, args ...any) {
-		s.violations = append(s.violations, fmt.Sprintf(format, args...))
-		http.Error(w, "bad event", http.StatusBadRequest)
-	}
-	if now := s.now(); now.Before(s.limitedTill) {
-		s.violations = append(s.violations, fmt.Sprintf("a request at %s, before the Retry-After said (%s)", now.Format(time.TimeOnly), s.limitedTill.Format(time.TimeOnly)))
-	}
+	violate := func(format string, args ...any) { s.Violate(w, "bad event", format, args...) }
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		violate("read: %v", err)
 		return
 	}
-	if len(s.statuses) > 0 {
-		st := s.statuses[0]
-		s.statuses = s.statuses[1:]
-		if st == http.StatusTooManyRequests {
-			s.limitedTill = s.now().Add(30 * time.Second)
-			w.Header().Set("Retry-After", "30")
-		}
-		w.WriteHeader(st)
+	if s.Refused(w) {
 		return
 	}
 	if r.Method != http.MethodPost {

@@ -26,6 +26,9 @@ type Clock struct {
 	t  time.Time
 }
 
+// NewClock is a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
 // Now is the clock's time.
 func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 

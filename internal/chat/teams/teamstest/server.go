@@ -10,10 +10,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/chattest"
 )
 
 // maxBody is Teams' limit on a message: 28 KB.
@@ -50,42 +51,24 @@ func (c Card) Text() string {
 
 // Server is the contract server.
 type Server struct {
+	*chattest.Contract
 	URL string // a webhook's URL is URL + "/workflows/" + a name + "?sig=…"
-	srv *httptest.Server
-	now func() time.Time
 
-	mu          sync.Mutex
-	cards       map[string][]Card // by webhook name
-	statuses    []int             // the answers of the next requests
-	limitedTill time.Time
-	violations  []string
+	mu    sync.Mutex
+	cards map[string][]Card // by webhook name
 }
 
 // New starts a server; now is its clock (for Retry-After).
 func New(now func() time.Time) *Server {
-	s := &Server{now: now, cards: map[string][]Card{}}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	s.URL = s.srv.URL
+	s := &Server{cards: map[string][]Card{}}
+	s.Contract = chattest.StartContract(s.serve, now)
+	s.URL = s.Base()
 	return s
 }
 
 // Hook is the URL of the webhook name, its signature the secret.
 func (s *Server) Hook(name string) string {
 	return s.URL + "/workflows/" + name + "/triggers/manual/paths/invoke?api-version=1&sig=secret-" + name
-}
-
-// Client is an HTTP client of the server.
-func (s *Server) Client() *http.Client { return s.srv.Client() }
-
-// Close stops the server.
-func (s *Server) Close() { s.srv.Close() }
-
-// Answer makes the next requests answer these statuses (429 with
-// Retry-After: 30).
-func (s *Server) Answer(statuses ...int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.statuses = append(s.statuses, statuses...)
 }
 
 // Cards returns the cards the webhook name posted, oldest first.
@@ -95,19 +78,11 @@ func (s *Server) Cards(name string) []Card {
 	return append([]Card(nil), s.cards[name]...)
 }
 
-// Violations are the requests that broke the contract, in words.
-func (s *Server) Violations() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]string(nil), s.violations...)
-}
-
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	violate := func(format string, args ...any) {
-		s.violations = append(s.violations, fmt.Sprintf(format, args...))
-		http.Error(w, `{"error":{"code":"InvalidRequestContent"}}`, http.StatusBadRequest)
+		s.Violate(w, `{"error":{"code":"InvalidRequestContent"}}`, format, args...)
 	}
 	name, ok := strings.CutPrefix(r.URL.Path, "/workflows/")
 	name, _, _ = strings.Cut(name, "/")
@@ -119,22 +94,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		violate("%s with Content-Type %q: a webhook takes a POST of JSON", r.Method, r.Header.Get("Content-Type"))
 		return
 	}
-	if now := s.now(); now.Before(s.limitedTill) {
-		s.violations = append(s.violations, fmt.Sprintf("a request at %s, before the Retry-After said (%s)", now.Format(time.TimeOnly), s.limitedTill.Format(time.TimeOnly)))
-	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil || len(body) > maxBody {
 		w.WriteHeader(http.StatusRequestEntityTooLarge)
 		return
 	}
-	if len(s.statuses) > 0 {
-		st := s.statuses[0]
-		s.statuses = s.statuses[1:]
-		if st == http.StatusTooManyRequests {
-			s.limitedTill = s.now().Add(30 * time.Second)
-			w.Header().Set("Retry-After", "30")
-		}
-		w.WriteHeader(st)
+	if s.Refused(w) {
 		return
 	}
 	var post struct {
