@@ -123,7 +123,7 @@ func (c *channelsConfig) specs() []outbox.Channel {
 func (c *serveConfig) specs() []outbox.Channel {
 	var out []outbox.Channel
 	if c.forge.enabled() {
-		out = append(out, outbox.Channel{Name: "forge", Restate: true})
+		out = append(out, outbox.ForgeChannel())
 	}
 	return append(out, c.channels.specs()...)
 }

@@ -103,7 +103,13 @@ func (w *Webhook) Event(p outbox.Publication) (event.Event, error) {
 	e.SetID(ID(p))
 	e.SetSource("/clusters/" + url.PathEscape(p.Key.Cluster))
 	e.SetType(TypePrefix + p.Verdict.String())
-	e.SetSubject(p.Key.Hash)
+	// People know a rollout by its commit (an OCI artifact's origin), not
+	// by its revision's hash; a revision that names none, by that hash.
+	if p.Commit != "" {
+		e.SetSubject(p.Commit)
+	} else {
+		e.SetSubject(p.Key.Hash)
+	}
 	e.SetTime(p.Changed.UTC())
 	if err := e.SetData(event.ApplicationJSON, d); err != nil {
 		return e, err

@@ -130,3 +130,20 @@ func TestWrongSecretRefused(t *testing.T) {
 		t.Fatalf("record %+v", p)
 	}
 }
+
+// TestSubjectIsTheCommit: an OCI artifact built from a commit is named by
+// that commit (its origin), not by the artifact's digest.
+func TestSubjectIsTheCommit(t *testing.T) {
+	r := newRig(t)
+	digest := strings.Repeat("d", 64)
+	k := rollout.Key{Cluster: "prod", Hash: digest}
+	p := rollout.Published{Key: k, Verdict: rollout.VerdictApplied, At: r.Clock.Now(),
+		Shown: rollout.Shown{Revision: "latest@sha256:" + digest, Commit: chattest.Hash, Done: 1, Expected: 1, Completed: r.Clock.Now()}}
+	if err := r.DB.Commit(&rollout.Batch{Published: []rollout.Published{p}, At: r.Clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	r.FlushAll()
+	if es := r.srv.Events(); len(es) != 1 || es[0].Subject() != chattest.Hash {
+		t.Fatalf("events %v: want the subject %s, the commit", es, chattest.Hash)
+	}
+}

@@ -87,13 +87,13 @@ type Engine struct {
 	model  *rollout.Model
 	broken bool // the model could not be restored from the store after a failed commit
 
-	nextDue     atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
-	settleMore  atomic.Bool   // the last settle pass ran out of time
-	rearm       chan struct{} // tells Run an earlier deadline was armed
-	notify      func()        // told when mails were enqueued
-	notifyForge func()        // told when verdicts were published
-	onShow      func(views []*rollout.View, removed []rollout.Key)
-	onVerdict   func(ch rollout.VerdictChange)
+	nextDue       atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
+	settleMore    atomic.Bool   // the last settle pass ran out of time
+	rearm         chan struct{} // tells Run an earlier deadline was armed
+	notify        func()        // told when mails were enqueued
+	notifyPublish func()        // told when verdicts were published
+	onShow        func(views []*rollout.View, removed []rollout.Key)
+	onVerdict     func(ch rollout.VerdictChange)
 
 	stats  Stats
 	health storeHealth
@@ -155,15 +155,15 @@ func (e *Engine) OnMail(f func()) { e.notify = f }
 
 // OnPublish sets a function called after a commit that gave the forge
 // outbox verdicts (its dispatcher's wake-up). Call it before Run.
-func (e *Engine) OnPublish(f func()) { e.notifyForge = f }
+func (e *Engine) OnPublish(f func()) { e.notifyPublish = f }
 
 // told wakes the dispatchers of what c committed.
 func (e *Engine) told(c *rollout.Change) {
 	if len(c.Mails) > 0 && e.notify != nil {
 		e.notify()
 	}
-	if len(c.Published) > 0 && e.notifyForge != nil {
-		e.notifyForge()
+	if len(c.Published) > 0 && e.notifyPublish != nil {
+		e.notifyPublish()
 	}
 }
 

@@ -129,6 +129,10 @@ type Channel struct {
 	Skip     []rollout.Verdict
 }
 
+// ForgeChannel is the forge's outbox: every verdict change, and a failure
+// restated (its description changed), never progress.
+func ForgeChannel() Channel { return Channel{Name: "forge", Restate: true} }
+
 // Takes reports whether c is told of p.
 func (c Channel) Takes(p rollout.Published) bool {
 	switch {

@@ -69,21 +69,15 @@ func ShownOf(v *View) Shown {
 	if v.SupersededBy != nil {
 		s.SupersededBy = *v.SupersededBy
 	}
-	if v.Verdict == VerdictFailed {
-		for _, f := range v.Failures {
-			if f.AfterApplied {
-				continue
+	if f := v.DecidingFailure(); v.Verdict == VerdictFailed && f != nil {
+		s.Failure = ShownFailure{Layer: f.Layer, Release: f.Release, Reason: f.Reason,
+			Message: truncate(f.Message, MaxShownMessage), Stalled: f.Stalled}
+		if len(f.Objects) > 0 {
+			o := f.Objects[0]
+			s.Failure.Object = o.Kind + "/" + o.Namespace + "/" + o.Name
+			if o.Namespace == "" {
+				s.Failure.Object = o.Kind + "/" + o.Name
 			}
-			s.Failure = ShownFailure{Layer: f.Layer, Release: f.Release, Reason: f.Reason,
-				Message: truncate(f.Message, MaxShownMessage), Stalled: f.Stalled}
-			if len(f.Objects) > 0 {
-				o := f.Objects[0]
-				s.Failure.Object = o.Kind + "/" + o.Namespace + "/" + o.Name
-				if o.Namespace == "" {
-					s.Failure.Object = o.Kind + "/" + o.Name
-				}
-			}
-			break
 		}
 	}
 	return s

@@ -599,6 +599,18 @@ func dependsOn(r *rolloutState) map[string][]string {
 	return deps
 }
 
+// DecidingFailure is the failure a failed rollout is told by: its first
+// that is the deploy's own, not a degradation after it applied; nil when
+// none.
+func (v *View) DecidingFailure() *FailureView {
+	for i := range v.Failures {
+		if !v.Failures[i].AfterApplied {
+			return &v.Failures[i]
+		}
+	}
+	return nil
+}
+
 func summary(v *View, expected, behind int) string {
 	switch v.Verdict {
 	case VerdictApplied:
@@ -608,18 +620,17 @@ func summary(v *View, expected, behind int) string {
 		}
 		return s
 	case VerdictFailed:
-		for _, f := range v.Failures {
-			switch {
-			case f.AfterApplied:
-			case f.Release != (Ref{}):
-				s := fmt.Sprintf("%s failed: %s %s", f.Layer, f.Release, f.Reason)
-				if f.Stalled {
-					s += "; stalled, a new commit is needed"
-				}
-				return s
-			default:
-				return fmt.Sprintf("%s failed: %s", f.Layer, f.Reason)
+		f := v.DecidingFailure()
+		switch {
+		case f == nil:
+		case f.Release != (Ref{}):
+			s := fmt.Sprintf("%s failed: %s %s", f.Layer, f.Release, f.Reason)
+			if f.Stalled {
+				s += "; stalled, a new commit is needed"
 			}
+			return s
+		default:
+			return fmt.Sprintf("%s failed: %s", f.Layer, f.Reason)
 		}
 	case VerdictSuperseded:
 		return "superseded by " + *v.SupersededBy + " before every layer applied it"

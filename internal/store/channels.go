@@ -42,10 +42,6 @@ var channelsByName = map[string]channelBuckets{
 	"webhook": {bucketWebhook, bucketWebhookDue},
 }
 
-// forgeChannel is what the store publishes to when it was told of no
-// channel (SetChannels): the forge's, as before there were others.
-var forgeChannel = outbox.Channel{Name: "forge", Restate: true}
-
 // publicationVersion 2 added what is shown with the verdict (Shown), 3
 // what a chat shows of it (layers done, the failure, the stuck layer, the
 // newer commit) and when the channel last took one (SentAt).
@@ -136,18 +132,14 @@ func decodePublication(k, v []byte) (outbox.Publication, error) {
 func publish(tx txn, channels []outbox.Channel, ps []rollout.Published) error {
 	for _, ch := range channels {
 		bk := channelsByName[ch.Name]
-		b := tx.Bucket(bk.records)
 		for _, pub := range ps {
 			if !ch.Takes(pub) {
 				continue
 			}
 			k := publicationKey(pub.Key)
-			var p outbox.Publication
-			if v := b.Get(k); v != nil {
-				var err error
-				if p, err = decodePublication(k, v); err != nil {
-					return err
-				}
+			p, _, err := getPublication(tx, bk, k)
+			if err != nil {
+				return err
 			}
 			if merge(&p, pub) {
 				if err := putPublication(tx, bk, k, p); err != nil {
@@ -199,7 +191,7 @@ func merge(p *outbox.Publication, pub rollout.Published) bool {
 // one in neither stays without, and is not shown.
 func fillShown(tx txn, records *codec) error {
 	var fill []outbox.Publication
-	bk := channelsByName[forgeChannel.Name]
+	bk := channelsByName["forge"]
 	b := tx.Bucket(bk.records)
 	err := tx.Bucket(bk.due).ForEach(func(k, _ []byte) error {
 		v := b.Get(k)
@@ -231,6 +223,19 @@ func fillShown(tx txn, records *codec) error {
 		}
 	}
 	return nil
+}
+
+// getPublication reads the record under k in the channel's outbox, and
+// whether there is one (none: its key alone).
+func getPublication(tx txn, bk channelBuckets, k []byte) (outbox.Publication, bool, error) {
+	if v := tx.Bucket(bk.records).Get(k); v != nil {
+		p, err := decodePublication(k, v)
+		return p, err == nil, err
+	}
+	var p outbox.Publication
+	var err error
+	p.Key, err = parseSettledKey(k)
+	return p, false, err
 }
 
 // putPublication writes p under k and keeps the index of what is due.
@@ -374,16 +379,9 @@ func (c ChannelBox) Publications() ([]outbox.Publication, error) {
 // read returns the record under k in tx with pub merged in (when
 // withPub), and whether there is one.
 func (c ChannelBox) read(tx txn, k []byte, pub rollout.Published, withPub bool) (outbox.Publication, bool, error) {
-	var p outbox.Publication
-	found := false
-	if v := tx.Bucket(c.bk.records).Get(k); v != nil {
-		var err error
-		if p, err = decodePublication(k, v); err != nil {
-			return p, false, err
-		}
-		found = true
-	} else if key, err := parseSettledKey(k); err == nil {
-		p.Key = key
+	p, found, err := getPublication(tx, c.bk, k)
+	if err != nil {
+		return p, false, err
 	}
 	if withPub && merge(&p, pub) {
 		found = true
@@ -421,13 +419,12 @@ func (c ChannelBox) UpdatePublication(k rollout.Key, f func(*outbox.Publication)
 				return err
 			}
 		}
-		v := tx.Bucket(c.bk.records).Get(key)
-		if v == nil {
-			return ErrNoPublication
-		}
-		p, err := decodePublication(key, v)
+		p, found, err := getPublication(tx, c.bk, key)
 		if err != nil {
 			return err
+		}
+		if !found {
+			return ErrNoPublication
 		}
 		f(&p)
 		return putPublication(tx, c.bk, key, p)

@@ -85,7 +85,9 @@ type DB struct {
 // publishTo are the channels the commits publish to.
 func (d *DB) publishTo() []outbox.Channel {
 	if d.channels == nil {
-		return []outbox.Channel{forgeChannel}
+		// Told of none (SetChannels): the forge's, as before there were
+		// other channels.
+		return []outbox.Channel{outbox.ForgeChannel()}
 	}
 	return d.channels
 }
@@ -278,15 +280,8 @@ func (d *DB) Close() error {
 	progress := len(d.progress)
 	d.pmu.Unlock()
 	if len(d.wal.pending) > 0 || progress > 0 {
-		err = d.kv.update(func(tx txn) error {
-			if err := d.wal.checkpoint(tx); err != nil {
-				return err
-			}
-			return d.publishProgress(tx)
-		})
-		if err == nil {
-			d.wal.checkpointed()
-			d.clearProgress()
+		if err = d.kv.update(d.checkpoint); err == nil {
+			d.checkpointed()
 		}
 	}
 	return errors.Join(err, d.wal.close(), d.kv.close())
@@ -394,10 +389,7 @@ func (d *DB) Commit(b *rollout.Batch) error {
 	}
 	err = d.kv.update(func(tx txn) error {
 		if d.wal != nil {
-			if err := d.wal.checkpoint(tx); err != nil {
-				return err
-			}
-			if err := d.publishProgress(tx); err != nil {
+			if err := d.checkpoint(tx); err != nil {
 				return err
 			}
 		}
@@ -414,29 +406,30 @@ func (d *DB) Commit(b *rollout.Batch) error {
 		d.wal.doubt = true
 		return err
 	}
-	d.wal.checkpointed()
-	d.clearProgress()
+	d.checkpointed()
 	return nil
 }
 
-// publishProgress writes the progress taken through the log to the
-// outboxes, in tx (a checkpoint's); the caller clears it once committed.
-func (d *DB) publishProgress(tx txn) error {
+// checkpoint writes what went to the log since the last checkpoint, in
+// tx: the evidence, and the progress to the outboxes; checkpointed then
+// forgets both once tx committed.
+func (d *DB) checkpoint(tx txn) error {
+	if err := d.wal.checkpoint(tx); err != nil {
+		return err
+	}
 	d.pmu.Lock()
 	ps := make([]rollout.Published, 0, len(d.progress))
 	for _, p := range d.progress {
 		ps = append(ps, p)
 	}
 	d.pmu.Unlock()
-	if len(ps) == 0 {
-		return nil
-	}
 	return publish(tx, d.publishTo(), ps)
 }
 
-// clearProgress forgets the progress a checkpoint wrote: all of it, as
-// only Commit adds any, under mu, which the checkpoint holds.
-func (d *DB) clearProgress() {
+// checkpointed forgets what a committed checkpoint wrote: all the
+// progress, as only Commit adds any, under mu, which the checkpoint holds.
+func (d *DB) checkpointed() {
+	d.wal.checkpointed()
 	d.pmu.Lock()
 	d.progress = nil
 	d.pmu.Unlock()

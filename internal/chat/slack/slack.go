@@ -92,13 +92,13 @@ func (s *Slack) Deliver(ctx context.Context, p outbox.Publication, save func(str
 		}
 		ref = id + " " + ts
 		save(ref)
-	} else {
-		id, ts, _ := strings.Cut(ref, " ")
+	}
+	id, ts, _ := strings.Cut(ref, " ")
+	if p.Ref != "" {
 		if _, _, _, err := api.UpdateMessageContext(ctx, id, ts, msg...); err != nil {
 			return s.classify(err)
 		}
 	}
-	id, ts, _ := strings.Cut(ref, " ")
 	if p.Verdict == rollout.VerdictFailed && p.Sent != rollout.VerdictFailed {
 		reply := []slack.MsgOption{slack.MsgOptionTS(ts), slack.MsgOptionText(m.Summary(), true), slack.MsgOptionBlocks(ReplyBlocks(m)...)}
 		if _, _, err := api.PostMessageContext(ctx, id, reply...); err != nil {
