@@ -77,10 +77,15 @@ func released(rev *Evidence) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// layerSlot reads one expected layer of r; was is the replaced revision a
-// silent layer was at.
-func (c *cluster) layerSlot(r *rolloutState, l Emitter, was string) slot {
+// layerSlot reads one expected layer of r; preds are the revisions r
+// replaced. A silent layer shows the revision it was at (wasAt), as far as
+// events tell.
+func (c *cluster) layerSlot(r *rolloutState, l Emitter, preds map[string]bool) slot {
 	ev := r.ev[l]
+	was := ""
+	if ev == nil && !r.known {
+		was = c.wasAt(r, l, preds)
+	}
 	s := slot{lv: layerView(l, ev, was), outcome: applied(r, ev)}
 	showReleases(&s.lv, r, ev)
 	s.working = s.lv.State == LayerProgressing && !c.movedOn(l, r)

@@ -26,7 +26,6 @@ import (
 type evalCache struct {
 	expected []Emitter // sorted
 	preds    map[string]bool
-	was      map[Emitter]string
 	deps     map[string][]string
 	slots    []slot // one per expected layer
 	silent   int    // expected layers without evidence: where cluster.silent lists the rollout
@@ -192,10 +191,10 @@ func (c *cluster) patchAll(r *rolloutState, k *evalCache, ems map[Emitter]struct
 
 // recache reads r's expected layers and slots afresh.
 func (c *cluster) recache(r *rolloutState, cfg *Config) *evalCache {
-	expected, preds, was := c.expected(r, cfg)
-	k := &evalCache{expected: expected, preds: preds, was: was, deps: dependsOn(r), slots: make([]slot, len(expected))}
+	expected, preds := c.expected(r, cfg)
+	k := &evalCache{expected: expected, preds: preds, deps: dependsOn(r), slots: make([]slot, len(expected))}
 	for i, l := range expected {
-		k.slots[i] = c.layerSlot(r, l, was[l])
+		k.slots[i] = c.layerSlot(r, l, preds)
 	}
 	k.sum = newTally(k.slots, k.deps)
 	c.setCache(r, k)
@@ -271,7 +270,7 @@ func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) (int, bool) {
 		}
 	}
 	old := k.slots[i]
-	k.slots[i] = c.layerSlot(r, e, k.was[e])
+	k.slots[i] = c.layerSlot(r, e, k.preds)
 	if k.sum != nil {
 		k.sum.update(k.slots, k.deps, i, &old)
 	}
@@ -320,6 +319,9 @@ func (m *Model) Verify() {
 				got, _ := json.Marshal(r.view)
 				want, _ := json.Marshal(ref)
 				panic(fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want))
+			}
+			if got, want := r.fam.members, c.component(r); !reflect.DeepEqual(got, want) {
+				panic(fmt.Sprintf("rollout %s: its family has %d rollouts, its emitters connect %d", r.key, len(got), len(want)))
 			}
 			var all folds
 			for em, ev := range r.ev {

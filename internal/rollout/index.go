@@ -51,6 +51,7 @@ type rolloutState struct {
 	folds                       // of the evidence, kept as it arrives
 	next  map[*rolloutState]int // rollouts just after one of its log entries, with how many
 	cache *evalCache            // the last evaluation, to patch (incremental.go)
+	fam   *family               // the live rollouts of its source, as far as events tell (family.go)
 }
 
 // emitterLog is the revisions one emitter reported, ordered by the Flux time
@@ -98,6 +99,7 @@ func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 	r := c.rollouts[hash]
 	if r == nil {
 		r = &rolloutState{key: Key{c.name, hash}, seq: seq, ev: map[Emitter]*Evidence{}}
+		r.fam = newFamily(r)
 		c.rollouts[hash] = r
 	}
 	return r
@@ -119,11 +121,16 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		c.logs[e] = lg
 	}
 	old := r.ev[e]
+	// An emitter's revisions are of one source: its first report on r
+	// joins r's family with theirs.
+	alone := len(r.fam.members) == 1
+	merged := old == nil && c.joinLog(r, e)
 	r.ev[e] = ev
 	if old == nil || !slices.Equal(old.holds(), ev.holds()) {
 		c.unhold(r, &lg.emitter, old)
 		c.hold(r, &lg.emitter, ev)
 	}
+	started := r.first
 	if r.first.IsZero() || ev.First.Before(r.first) {
 		if !r.first.IsZero() {
 			// Every silent layer's place moved, and so did r's in the
@@ -135,8 +142,31 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	if ev.Last.After(r.last) {
 		r.last = ev.Last
 	}
+	source := r.source
 	if r.folds.add(e, ev) {
 		dirty.readers(c, r) // it shows as superseded_by in their views
+	}
+	// What the newer rollouts of r's family expect, on events alone, reads
+	// r: its layers, its start and its source (family.go).
+	switch {
+	case merged && !alone:
+		// Two families became one (rare: a revision that reached only
+		// some layers reported by another): each may now read the other.
+		if !r.known {
+			dirty.full(r)
+		}
+		dirty.familyChanged(r, logEntry{}, Emitter{})
+	case merged || source != r.source || !started.IsZero() && !started.Equal(r.first):
+		// r joined its source's family, or its start or its source moved:
+		// what it expects, and what the rollouts after it read of it.
+		if !r.known {
+			dirty.full(r)
+		}
+		dirty.familyChanged(r, r.start(), Emitter{})
+	case old == nil && e.IsLayer():
+		// A layer's report on r: the rollouts after r it did not report
+		// expect it, at r if r is the latest it reported before them.
+		dirty.familyChanged(r, r.start(), e)
 	}
 	var oldMember *Member
 	if old != nil {
@@ -350,6 +380,7 @@ func (c *cluster) drop(hash string) {
 	}
 	c.unsilence(r)
 	delete(c.rollouts, hash)
+	c.leave(r)
 }
 
 // before returns the revision the emitter reported just before x, or "".

@@ -146,6 +146,13 @@ func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rollou
 		hasLo  bool
 	}
 	var spans []span
+	// On events alone, what the rollouts of r's family expect reads r
+	// (family.go), and r may be what holds the family together.
+	for q := range r.fam.members {
+		if q.view != nil && !q.known {
+			add(q.key.Hash)
+		}
+	}
 	for em, ev := range r.ev {
 		x := logEntry{ev.First, r.key.Hash}
 		lg := c.logs[em]
@@ -215,6 +222,7 @@ func (c *cluster) byFirst() []*rolloutState {
 func (c *cluster) restore(r *rolloutState) {
 	c.rollouts[r.key.Hash] = r
 	for em, ev := range r.ev {
+		c.joinLog(r, em)
 		lg := c.logs[em]
 		if lg == nil {
 			lg = &emitterLog{emitter: em}

@@ -160,22 +160,25 @@ const (
 	ExpectedFromCluster = "cluster"
 )
 
-// expected returns the layers a rollout must reach, sorted, the revisions
-// it replaced, and the revision each silent layer was at. Without cluster
-// access the layers are: the configured ones, every layer that reported the
-// revision, and every layer that carried a revision it replaced (the one
-// each of its emitters reported just before it), because a layer that was
-// at the old revision must move.
-func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]bool, map[Emitter]string) {
+// expected returns the layers a rollout must reach, sorted, and the
+// revisions it replaced. Without cluster access the layers are: the
+// configured ones, every layer that reported the revision, every layer
+// that carried a revision it replaced (the one each of its emitters
+// reported just before it), and every layer of its family (family.go)
+// whose last report before it is of an older revision: a layer that was
+// at an older revision must move, however many commits it missed and
+// whichever of them its events told. A layer at a revision the sources'
+// events say is of another source is not expected (it moved to that one).
+func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]bool) {
 	set := make(map[Emitter]bool, len(cfg.Layers)+len(r.ev))
+	for _, l := range cfg.Layers {
+		set[l] = true
+	}
+	preds := map[string]bool{}
 	if r.clusterKnown() {
 		// The cluster said, while this revision was current, which layers
 		// must apply it: exactly those (and the configured ones). A layer
 		// suspended since, or on another source, is not expected.
-		for _, l := range cfg.Layers {
-			set[l] = true
-		}
-		preds := map[string]bool{}
 		for e, ev := range r.ev {
 			if e.IsLayer() && ev.Member != nil && ev.Member.Signal == SignalExpected {
 				set[e] = true
@@ -184,12 +187,8 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 				preds[p] = true
 			}
 		}
-		return sortedEmitters(set), preds, nil
+		return sortedEmitters(set), preds
 	}
-	for _, l := range cfg.Layers {
-		set[l] = true
-	}
-	preds := map[string]bool{}
 	for e := range r.ev {
 		if e.IsLayer() {
 			set[e] = true
@@ -198,26 +197,29 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 			preds[p] = true
 		}
 	}
-	// Of two replaced revisions a silent layer carried, it was at the later.
-	wasAt := map[Emitter]logEntry{}
-	for p := range preds {
-		for e, ev := range c.rollouts[p].ev {
-			if !e.IsLayer() {
-				continue
-			}
-			set[e] = true
-			if x := (logEntry{ev.First, p}); r.ev[e] == nil {
-				if cur, ok := wasAt[e]; !ok || cur.compare(x) < 0 {
-					wasAt[e] = x
-				}
+	silent := map[Emitter]bool{}
+	add := func(q *rolloutState) {
+		for e := range q.ev {
+			if e.IsLayer() && !set[e] {
+				silent[e] = true
 			}
 		}
 	}
-	was := make(map[Emitter]string, len(wasAt))
-	for e, x := range wasAt {
-		was[e] = c.rollouts[x.hash].ev[e].Revision
+	for p := range preds {
+		add(c.rollouts[p])
 	}
-	return sortedEmitters(set), preds, was
+	st := r.start()
+	for q := range r.fam.members {
+		if q != r && q.start().compare(st) < 0 {
+			add(q)
+		}
+	}
+	for l := range silent {
+		if !c.leftSource(r, l) {
+			set[l] = true
+		}
+	}
+	return sortedEmitters(set), preds
 }
 
 // predecessor is the revision r replaced on emitter e: the one e reported
@@ -268,10 +270,10 @@ func sortedEmitters(set map[Emitter]bool) []Emitter {
 // incrementally (incremental.go), patching the layers whose inputs changed,
 // and tests check the two agree after every batch.
 func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
-	expected, preds, was := c.expected(r, cfg)
+	expected, preds := c.expected(r, cfg)
 	slots := make([]slot, len(expected))
 	for i, l := range expected {
-		slots[i] = c.layerSlot(r, l, was[l])
+		slots[i] = c.layerSlot(r, l, preds)
 	}
 	return c.finish(header(r, cfg), r, expected, slots, preds, dependsOn(r), now)
 }

@@ -1,0 +1,204 @@
+package rollout
+
+import "slices"
+
+// Without cluster access, which layers a rollout expects is read from what
+// the layers reported before it (docs/verdicts.md, "Ordering revisions
+// without the cluster"): every layer whose last report is of an older
+// revision of the same source must move to it. Events do not say which
+// source a layer reads, so "the same source" is a family: the live
+// rollouts connected through their emitters, an emitter's revisions being
+// all of one source (a GitRepository's, a layer's). A family is what the
+// replaced revisions, taken transitively, reach, and more: a revision that
+// reached only platform (infra's events of it lost) is of the family
+// through platform's older reports.
+//
+// The families are kept as rollouts come and go: an emitter's first report
+// on a rollout joins the rollout's family with the emitter's other
+// revisions' (join), and a rollout that leaves memory may split its family
+// (leave). Verify checks them against the components read afresh.
+
+// family is a set of live rollouts connected through their emitters.
+type family struct {
+	members map[*rolloutState]struct{}
+}
+
+func newFamily(r *rolloutState) *family {
+	return &family{members: map[*rolloutState]struct{}{r: {}}}
+}
+
+// join merges the families of a and b, the smaller into the larger, and
+// reports whether they were two.
+func join(a, b *rolloutState) bool {
+	fa, fb := a.fam, b.fam
+	if fa == fb {
+		return false
+	}
+	if len(fa.members) < len(fb.members) {
+		fa, fb = fb, fa
+	}
+	for m := range fb.members {
+		m.fam = fa
+		fa.members[m] = struct{}{}
+	}
+	return true
+}
+
+// joinLog joins r's family with the family of the other revisions e
+// reported (an emitter's revisions are of one family), when it has any.
+func (c *cluster) joinLog(r *rolloutState, e Emitter) bool {
+	if e.IsRelease() {
+		// A release's reports follow its layer's, which joins them.
+		return false
+	}
+	lg := c.logs[e]
+	if lg == nil {
+		return false
+	}
+	for _, x := range lg.revs {
+		if o := c.rollouts[x.hash]; o != nil && o != r {
+			return join(r, o)
+		}
+	}
+	return false
+}
+
+// leave takes r, dropped from the index, out of its family, and splits
+// what is left into the components it still makes: r may have been the
+// only revision two emitters shared.
+func (c *cluster) leave(r *rolloutState) {
+	f := r.fam
+	delete(f.members, r)
+	r.fam = newFamily(r)
+	for len(f.members) > 0 {
+		var seed *rolloutState
+		for m := range f.members {
+			seed = m
+			break
+		}
+		nf := &family{members: c.component(seed)}
+		for m := range nf.members {
+			m.fam = nf
+			delete(f.members, m)
+		}
+	}
+}
+
+// component reads afresh the live rollouts connected to r through their
+// emitters' logs.
+func (c *cluster) component(r *rolloutState) map[*rolloutState]struct{} {
+	out := map[*rolloutState]struct{}{r: {}}
+	seen := map[Emitter]bool{}
+	queue := []*rolloutState{r}
+	for len(queue) > 0 {
+		q := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for e := range q.ev {
+			if e.IsRelease() || seen[e] {
+				continue
+			}
+			seen[e] = true
+			lg := c.logs[e]
+			if lg == nil {
+				continue
+			}
+			for _, x := range lg.revs {
+				o := c.rollouts[x.hash]
+				if _, ok := out[o]; o != nil && !ok {
+					out[o] = struct{}{}
+					queue = append(queue, o)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// latestBefore is the rollout of the latest revision of r's family layer l
+// reported that is older than r (began before it), nil when l reported
+// none: the revision l was at when r came.
+func (c *cluster) latestBefore(l Emitter, r *rolloutState) *rolloutState {
+	lg := c.logs[l]
+	if lg == nil {
+		return nil
+	}
+	var best *rolloutState
+	st := r.start()
+	for _, x := range lg.revs {
+		q := c.rollouts[x.hash]
+		if q == nil || q == r || q.fam != r.fam || q.start().compare(st) >= 0 {
+			continue
+		}
+		if best == nil || best.start().compare(q.start()) < 0 {
+			best = q
+		}
+	}
+	return best
+}
+
+// leftSource reports whether layer l, silent on r, is at a revision of
+// another source than r's, as the sources' own events tell (a layer moved
+// to another GitRepository): it does not read r's source any more. Without
+// those events nothing says so, and l stays expected.
+func (c *cluster) leftSource(r *rolloutState, l Emitter) bool {
+	cur := c.latestBefore(l, r)
+	return cur != nil && otherSource(cur, r)
+}
+
+// otherSource reports whether the sources' events say a and b are
+// revisions of different sources.
+func otherSource(a, b *rolloutState) bool {
+	return a.source != (Ref{}) && b.source != (Ref{}) && a.source != b.source
+}
+
+// wasAt is the revision a layer silent on r was at: the latest it reported
+// before r, or, when every revision it reported began after r, the latest
+// of the revisions r replaced that it carried; "" when none.
+func (c *cluster) wasAt(r *rolloutState, l Emitter, preds map[string]bool) string {
+	if cur := c.latestBefore(l, r); cur != nil {
+		return cur.ev[l].Revision
+	}
+	var at *logEntry
+	for p := range preds {
+		if ev := c.rollouts[p].ev[l]; ev != nil {
+			if x := (logEntry{ev.First, p}); at == nil || at.compare(x) < 0 {
+				at = &x
+			}
+		}
+	}
+	if at == nil {
+		return ""
+	}
+	return c.rollouts[at.hash].ev[l].Revision
+}
+
+// familyChanged records what a change to r that its family reads may
+// change: the rollouts of the family judged on events alone that began
+// after from (every one, when from is zero). Each is read afresh, or, when
+// only the revision a silent layer was at may have moved (layer, not
+// zero: it reported r), its slot.
+func (d dirtySet) familyChanged(r *rolloutState, from logEntry, layer Emitter) {
+	if d == nil {
+		return
+	}
+	for m := range r.fam.members {
+		if m == r || m.known || m.start().compare(from) <= 0 {
+			continue
+		}
+		switch {
+		case layer == (Emitter{}):
+			d.full(m)
+		case m.ev[layer] != nil:
+			// It reported m itself: what it reported before does not matter.
+		case m.cache != nil && !otherSource(r, m) && m.cache.expects(layer):
+			d.slot(m, layer)
+		default:
+			d.full(m)
+		}
+	}
+}
+
+func (k *evalCache) expects(l Emitter) bool {
+	_, found := slices.BinarySearchFunc(k.expected, l, compareEmitters)
+	return found
+}
