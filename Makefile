@@ -28,9 +28,11 @@ FLUX_HC   ?= v1.6.4
 # PrometheusRule CRDs the manifests' optional components are checked against.
 PROM_OP   ?= v0.88.0
 
-# Native fuzz targets, as package:target.
+# Native fuzz targets, as package:target, or package:target@COUNT for one
+# whose every input is a whole history (FuzzOracle: a simulated Flux).
 FUZZ_TARGETS := \
 	./internal/api:FuzzWireString \
+	./internal/rollout:FuzzOracle@2000x \
 	./internal/flux:FuzzDecode \
 	./internal/flux:FuzzDecodePlain \
 	./internal/flux:FuzzParseRevision \
@@ -219,9 +221,10 @@ unit: bin/github-openapi.json
 # `make unit` already ran.
 fuzz-short:
 	@set -e; for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$name ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		pkg=$${t%%:*}; name=$${t##*:}; n=$(FUZZTIME); \
+		case $$name in *@*) [ "$(FUZZTIME)" = "$(FUZZLONG)" ] || n=$${name##*@}; name=$${name%%@*};; esac; \
+		echo "fuzz $$name ($$n)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $$n $$pkg; \
 	done
 
 fuzz:
