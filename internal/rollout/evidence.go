@@ -373,6 +373,12 @@ type Member struct {
 
 // reported is whether the emitter itself said something about the
 // revision, beyond the cluster's membership mark.
+// hasOutcome reports whether the emitter succeeded or failed on the
+// revision; nil has none.
+func (ev *Evidence) hasOutcome() bool {
+	return ev != nil && (ev.Succeeded != nil || len(ev.Failures) > 0)
+}
+
 func (ev *Evidence) reported() bool {
 	return ev.Progress != nil || ev.Succeeded != nil || len(ev.Failures) > 0
 }

@@ -49,6 +49,7 @@ type simConfig struct {
 	suspend    bool    // one layer suspended mid-stream
 	releases   bool    // HelmReleases inside some layers
 	fresh      bool    // no baseline commit every layer reported
+	cluster    bool    // the cluster reader's stand-in marks which layers must apply each commit
 }
 
 // randomSimConfig draws a history's shape. Every third history loses
@@ -65,6 +66,7 @@ func randomSimConfig(r *rand.Rand) simConfig {
 		suspend:    r.IntN(5) == 0,
 		releases:   r.IntN(2) == 0,
 		fresh:      r.IntN(10) == 0,
+		cluster:    r.IntN(3) == 0,
 	}
 	if r.IntN(3) == 0 {
 		c.drop = []float64{0.05, 0.2, 0.5}[r.IntN(3)]
@@ -88,7 +90,7 @@ type simLayer struct {
 	busyUntil int
 	busyOn    int // the commit it works on
 	outcome   string
-	next      int // its next reconciliation, in seconds
+	next      int  // its next reconciliation, in seconds
 	suspend   bool // told to suspend: it does once its reconciliation ends
 	suspended bool
 	lastHB    int // its last heartbeat
@@ -113,6 +115,7 @@ type simEvent struct {
 	obs     Observation
 	arrives time.Time
 	order   int // a tiebreak for arrival in the same instant
+	group   int // the reader's marks of one commit come in one batch (0: none)
 }
 
 // truth is what really happened, by commit label.
@@ -134,6 +137,8 @@ type fluxSim struct {
 	outage  [2]int
 	truth   truth
 	now     int
+	// the suspended layer (-1: none), and when the cluster said so
+	suspended, suspendAt int
 }
 
 const simCluster = "prod"
@@ -144,7 +149,7 @@ func simHash(label string) string {
 }
 
 func newFluxSim(cfg simConfig, r *rand.Rand, t0 time.Time) *fluxSim {
-	s := &fluxSim{cfg: cfg, r: r, t0: t0, limit: map[string]int{},
+	s := &fluxSim{cfg: cfg, r: r, t0: t0, limit: map[string]int{}, suspended: -1, suspendAt: -1,
 		truth: truth{ran: map[string]map[string]time.Time{}, failed: map[string]map[string]time.Time{}, sent: map[string][]Observation{}}}
 	names := []string{"infra", "platform", "apps", "tenants", "edge", "monitoring"}
 	for src := range cfg.sources {
@@ -194,9 +199,8 @@ func (s *fluxSim) run() {
 	}
 	slices.SortStableFunc(pushes, func(a, b *simCommit) int { return a.pushed - b.pushed })
 	end := pushes[len(pushes)-1].pushed + 900
-	suspendAt, suspended := -1, -1
 	if s.cfg.suspend {
-		suspendAt, suspended = 60+s.r.IntN(end/2), s.r.IntN(len(s.layers))
+		s.suspendAt, s.suspended = 60+s.r.IntN(end/2), s.r.IntN(len(s.layers))
 	}
 	for s.now = 0; s.now <= end; s.now++ {
 		for len(pushes) > 0 && pushes[0].pushed == s.now {
@@ -205,6 +209,9 @@ func (s *fluxSim) run() {
 			c.pushed = s.now
 			s.commits = append(s.commits, c)
 			s.art[c.src] = len(s.commits) - 1
+			if s.cfg.cluster {
+				s.marks(c)
+			}
 			if s.cfg.sourceEvts {
 				s.emit(Observation{Emitter: Emitter{Role: RoleSource, Kind: "GitRepository", Namespace: "flux-system", Name: fmt.Sprintf("repo-%d", c.src)},
 					Signal: SignalArtifact, Reason: "NewArtifact", Message: "stored artifact for commit '" + c.label + "'", Subject: c.label}, c)
@@ -217,13 +224,62 @@ func (s *fluxSim) run() {
 				}
 			}
 		}
-		if s.now == suspendAt {
-			s.layers[suspended].suspend = true
+		if s.now == s.suspendAt {
+			l := s.layers[s.suspended]
+			l.suspend = true
+			if a := s.art[l.src]; s.cfg.cluster && a >= 0 {
+				s.marks(s.commits[a])
+			}
 		}
 		for i := range s.layers {
 			s.step(i)
 		}
 	}
+}
+
+// marks are what the cluster reader says when c is its source's current
+// artifact, or when a layer on it is suspended: which layers must apply
+// it, each with its dependencies, all in one batch, lost never.
+func (s *fluxSim) marks(c *simCommit) {
+	at := s.t0.Add(time.Duration(s.now) * time.Second)
+	arrives := at.Add(time.Duration(s.r.IntN(2000)) * time.Millisecond)
+	group := len(s.events) + 1
+	for _, l := range s.layers {
+		if l.src != c.src {
+			continue
+		}
+		o := Observation{Cluster: simCluster, Emitter: Emitter{Role: RoleLayer, Kind: "Kustomization", Namespace: "flux-system", Name: l.name},
+			Revision: "main@sha1:" + c.hash, Hash: c.hash, At: at, Signal: SignalExpected}
+		if l.suspend {
+			o.Signal = SignalSuspended
+		}
+		for _, d := range l.deps {
+			o.DependsOn = append(o.DependsOn, "flux-system/"+s.layers[d].name)
+		}
+		s.events = append(s.events, simEvent{obs: o, arrives: arrives, order: len(s.events), group: group})
+	}
+}
+
+// excluded reports whether, with the cluster reader, layer i is not
+// expected to run c: the cluster said it was suspended while c was its
+// source's current artifact (or before), and it had not run c nor failed
+// it.
+func (s *fluxSim) excluded(i int, c *simCommit) bool {
+	if !s.cfg.cluster || i != s.suspended {
+		return false
+	}
+	if _, ran := s.truth.ran[c.label][s.layers[i].name]; ran {
+		return false
+	}
+	if _, failed := s.truth.failed[c.label][s.layers[i].name]; failed {
+		return false
+	}
+	for _, n := range s.commits {
+		if n.src == c.src && n.pushed > c.pushed {
+			return s.suspendAt < n.pushed
+		}
+	}
+	return true
 }
 
 func (s *fluxSim) newCommit(src, at int) *simCommit {

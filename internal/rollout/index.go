@@ -172,8 +172,8 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	if old != nil {
 		oldMember = old.Member
 	}
-	if !sameMember(oldMember, ev.Member) {
-		dirty.full(r) // what r expects may change
+	if !sameMember(oldMember, ev.Member) || ev.Member != nil && ev.Member.Signal == SignalSuspended && ev.hasOutcome() && !old.hasOutcome() {
+		dirty.full(r) // what r expects may change (expected)
 	} else {
 		dirty.slot(r, e)
 	}
