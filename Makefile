@@ -41,7 +41,7 @@ FUZZ_TARGETS := \
 	./internal/store:FuzzDecodeEvidence \
 	./internal/webhook:FuzzSignature
 
-.PHONY: all build run sample test test-short unit-short browser postgres testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
+.PHONY: all build run sample test test-short unit-short hygiene browser postgres testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
 
 all: build
 
@@ -73,6 +73,7 @@ test: browser postgres bin/staticcheck bin/github-openapi.json
 	setsid $(MAKE) --no-print-directory testbin > bin/testbin.log 2>&1 & tb=$$!; \
 	trap 'kill -- -$$tb 2>/dev/null || true' EXIT; \
 	echo "== make test: building the test binaries in the background (bin/testbin.log)"; \
+	$(MAKE) --no-print-directory hygiene; \
 	$(MAKE) --no-print-directory vet; phase "vet passed"; \
 	$(MAKE) --no-print-directory unit-short; phase "tests that need no built binary passed (go test -short)"; \
 	$(MAKE) --no-print-directory fuzz-short; phase "fuzz targets passed"; \
@@ -80,6 +81,17 @@ test: browser postgres bin/staticcheck bin/github-openapi.json
 	trap - EXIT; phase "test binaries built"; \
 	FDN_REQUIRE_BROWSER=1 $(GO) test -race -count=1 $(BIN_TEST_PKGS); \
 	phase "tests on the built binaries passed: make test passed"
+
+# No build output is committed: a tracked file outside testdata/ and
+# docs/images/ that is a compiled binary (ELF) or larger than 1 MB fails
+# make test, named (a 26 MB fdn-fleet was committed once).
+hygiene:
+	@command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1 || exit 0; \
+	bad=$$(git ls-files | grep -v -e '^testdata/' -e '/testdata/' -e '^docs/images/' | while read -r f; do \
+		[ -f "$$f" ] || continue; \
+		if [ "$$(stat -c %s "$$f")" -gt 1048576 ] || [ "$$(head -c 4 "$$f" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ]; then echo "  $$f"; fi; \
+	done); \
+	if [ -n "$$bad" ]; then echo "tracked files that are build outputs or over 1 MB (keep them out of git, or under testdata/ or docs/images/):"; echo "$$bad"; exit 1; fi
 
 # The unit tests alone, without the test binaries (a few minutes): every
 # test but those on the real kube-apiserver, kustomize and promtool.
