@@ -21,10 +21,12 @@ import "slices"
 // family is a set of live rollouts connected through their emitters.
 type family struct {
 	members map[*rolloutState]struct{}
+	layers  map[Emitter]struct{} // the layers with evidence on a member
+	newest  logEntry             // the latest start of a member
 }
 
 func newFamily(r *rolloutState) *family {
-	return &family{members: map[*rolloutState]struct{}{r: {}}}
+	return &family{members: map[*rolloutState]struct{}{r: {}}, layers: map[Emitter]struct{}{}, newest: r.start()}
 }
 
 // join merges the families of a and b, the smaller into the larger, and
@@ -40,6 +42,12 @@ func join(a, b *rolloutState) bool {
 	for m := range fb.members {
 		m.fam = fa
 		fa.members[m] = struct{}{}
+	}
+	for l := range fb.layers {
+		fa.layers[l] = struct{}{}
+	}
+	if fa.newest.compare(fb.newest) < 0 {
+		fa.newest = fb.newest
 	}
 	return true
 }
@@ -63,6 +71,23 @@ func (c *cluster) joinLog(r *rolloutState, e Emitter) bool {
 	return false
 }
 
+// started records r's start in its family, which was was before (zero
+// when r had none).
+func (f *family) started(r *rolloutState, was logEntry) {
+	switch st := r.start(); {
+	case f.newest.compare(st) < 0:
+		f.newest = st
+	case was == f.newest && st != was:
+		// The newest began earlier than it seemed: which is the newest now?
+		f.newest = logEntry{}
+		for m := range f.members {
+			if f.newest.compare(m.start()) < 0 {
+				f.newest = m.start()
+			}
+		}
+	}
+}
+
 // leave takes r, dropped from the index, out of its family, and splits
 // what is left into the components it still makes: r may have been the
 // only revision two emitters shared.
@@ -76,12 +101,28 @@ func (c *cluster) leave(r *rolloutState) {
 			seed = m
 			break
 		}
-		nf := &family{members: c.component(seed)}
+		nf := c.familyOf(c.component(seed))
 		for m := range nf.members {
 			m.fam = nf
 			delete(f.members, m)
 		}
 	}
+}
+
+// familyOf makes the family of members: its layers and its newest start.
+func (c *cluster) familyOf(members map[*rolloutState]struct{}) *family {
+	f := &family{members: members, layers: map[Emitter]struct{}{}}
+	for m := range members {
+		for e := range m.ev {
+			if e.IsLayer() {
+				f.layers[e] = struct{}{}
+			}
+		}
+		if f.newest.compare(m.start()) < 0 {
+			f.newest = m.start()
+		}
+	}
+	return f
 }
 
 // component reads afresh the live rollouts connected to r through their
@@ -114,17 +155,27 @@ func (c *cluster) component(r *rolloutState) map[*rolloutState]struct{} {
 	return out
 }
 
-// latestBefore is the rollout of the latest revision of r's family layer l
-// reported that is older than r (began before it), nil when l reported
-// none: the revision l was at when r came.
+// latestBefore is the rollout of the revision layer l was at when r
+// began, nil when l reported no older revision of r's family: the one it
+// reported last before r began (by when it first reported it: a binary
+// search of its log), or, when it reported none before then (a layer that
+// was behind), the latest-starting of the older ones it reported since.
 func (c *cluster) latestBefore(l Emitter, r *rolloutState) *rolloutState {
 	lg := c.logs[l]
 	if lg == nil {
 		return nil
 	}
-	var best *rolloutState
 	st := r.start()
-	for _, x := range lg.revs {
+	i, _ := slices.BinarySearchFunc(lg.revs, st, logEntry.compare)
+	for j := i - 1; j >= 0; j-- {
+		// Its entries before r's start are of older revisions: each began
+		// at or before l reported it.
+		if q := c.rollouts[lg.revs[j].hash]; q != nil && q != r && q.fam == r.fam {
+			return q
+		}
+	}
+	var best *rolloutState
+	for _, x := range lg.revs[i:] {
 		q := c.rollouts[x.hash]
 		if q == nil || q == r || q.fam != r.fam || q.start().compare(st) >= 0 {
 			continue
@@ -176,9 +227,10 @@ func (c *cluster) wasAt(r *rolloutState, l Emitter, preds map[string]bool) strin
 // change: the rollouts of the family judged on events alone that began
 // after from (every one, when from is zero). Each is read afresh, or, when
 // only the revision a silent layer was at may have moved (layer, not
-// zero: it reported r), its slot.
+// zero: it reported r), its slot. On a source's newest commit there are
+// none, and nothing is looked at.
 func (d dirtySet) familyChanged(r *rolloutState, from logEntry, layer Emitter) {
-	if d == nil {
+	if d == nil || r.fam.newest.compare(from) <= 0 {
 		return
 	}
 	for m := range r.fam.members {

@@ -494,24 +494,22 @@ func (s *fluxSim) record(o Observation, c *simCommit) {
 	switch o.Signal {
 	case SignalSucceeded:
 		if o.Emitter.IsLayer() {
-			m := s.truth.ran[c.label]
-			if m == nil {
-				m = map[string]time.Time{}
-				s.truth.ran[c.label] = m
-			}
-			if _, ok := m[layer]; !ok {
-				m[layer] = o.At
-			}
+			firstAt(s.truth.ran, c.label, layer, o.At)
 		}
 	case SignalFailed:
-		m := s.truth.failed[c.label]
-		if m == nil {
-			m = map[string]time.Time{}
-			s.truth.failed[c.label] = m
-		}
-		if _, ok := m[layer]; !ok {
-			m[layer] = o.At
-		}
+		firstAt(s.truth.failed, c.label, layer, o.At)
+	}
+}
+
+// firstAt records at under commit and layer unless an earlier time is.
+func firstAt(m map[string]map[string]time.Time, commit, layer string, at time.Time) {
+	byLayer := m[commit]
+	if byLayer == nil {
+		byLayer = map[string]time.Time{}
+		m[commit] = byLayer
+	}
+	if _, ok := byLayer[layer]; !ok {
+		byLayer[layer] = at
 	}
 }
 

@@ -320,8 +320,9 @@ func (m *Model) Verify() {
 				want, _ := json.Marshal(ref)
 				panic(fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want))
 			}
-			if got, want := r.fam.members, c.component(r); !reflect.DeepEqual(got, want) {
-				panic(fmt.Sprintf("rollout %s: its family has %d rollouts, its emitters connect %d", r.key, len(got), len(want)))
+			if got, want := r.fam, c.familyOf(c.component(r)); !reflect.DeepEqual(got, want) {
+				panic(fmt.Sprintf("rollout %s: its family has %d rollouts and %d layers, newest %v; its emitters connect %d and %d, newest %v",
+					r.key, len(got.members), len(got.layers), got.newest, len(want.members), len(want.layers), want.newest))
 			}
 			var all folds
 			for em, ev := range r.ev {

@@ -137,7 +137,12 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 			// eyes of every rollout that compares starts with it.
 			dirty.moved(c, r)
 		}
+		was := r.start()
 		r.first = ev.First
+		r.fam.started(r, was)
+	}
+	if e.IsLayer() {
+		r.fam.layers[e] = struct{}{}
 	}
 	if ev.Last.After(r.last) {
 		r.last = ev.Last
@@ -167,6 +172,10 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		// A layer's report on r: the rollouts after r it did not report
 		// expect it, at r if r is the latest it reported before them.
 		dirty.familyChanged(r, r.start(), e)
+	case e.IsLayer() && !old.First.Equal(ev.First):
+		// Its report moved in its log: for the rollouts that began since
+		// the earlier of its two places, it may be at r now, or no more.
+		dirty.familyChanged(r, logEntry{first: ev.First}, e)
 	}
 	var oldMember *Member
 	if old != nil {

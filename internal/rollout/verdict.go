@@ -200,25 +200,18 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 			preds[p] = true
 		}
 	}
-	silent := map[Emitter]bool{}
-	add := func(q *rolloutState) {
-		for e := range q.ev {
-			if e.IsLayer() && !set[e] {
-				silent[e] = true
+	for p := range preds {
+		for e := range c.rollouts[p].ev {
+			if e.IsLayer() && !set[e] && !c.leftSource(r, e) {
+				set[e] = true
 			}
 		}
 	}
-	for p := range preds {
-		add(c.rollouts[p])
-	}
-	st := r.start()
-	for q := range r.fam.members {
-		if q != r && q.start().compare(st) < 0 {
-			add(q)
+	for l := range r.fam.layers {
+		if set[l] {
+			continue
 		}
-	}
-	for l := range silent {
-		if !c.leftSource(r, l) {
+		if cur := c.latestBefore(l, r); cur != nil && !otherSource(cur, r) {
 			set[l] = true
 		}
 	}
