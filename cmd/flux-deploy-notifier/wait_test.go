@@ -110,6 +110,9 @@ func TestWait(t *testing.T) {
 			ev("infra", a, "ReconciliationSucceeded", 200), ev("platform", a, "Progressing", 201),
 			ev("platform", a, "HealthCheckCanceled", 205),
 			ev("infra", b, "ReconciliationSucceeded", 206), ev("platform", b, "ReconciliationSucceeded", 210),
+			// apps, at the samples' revision, must move too (events alone
+			// expect every layer at an older revision of the source).
+			ev("apps", b, "ReconciliationSucceeded", 212),
 		}
 		if err := postEvents(context.Background(), client, url, token, events); err != nil {
 			t.Fatal(err)
