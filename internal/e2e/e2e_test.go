@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -64,6 +65,7 @@ func TestFlux(t *testing.T) {
 		{"suspended", suspendedTier},
 		{"down", downDuringRollout},
 		{"down-two-commits", downDuringTwoCommits},
+		{"lost-between-commits", eventsLostBetweenCommits},
 		{"restart", restartMidRollout},
 		{"replicas", replicasLeaderKilled},
 		{"no-success-event", noSuccessEvent},
@@ -108,6 +110,9 @@ type world struct {
 	// slack, when set, is the Slack stand-in both instances show their
 	// verdicts in: svc in #<ns>, evt in #<ns>-events.
 	slack *slacktest.Server
+	// inferLayers starts evt without --layers: it knows the tiers from
+	// their events alone.
+	inferLayers bool
 }
 
 func (r *rig) world(t *testing.T, name string) *world {
@@ -135,6 +140,9 @@ func (w *world) start(t *testing.T, f files, opts map[string]tier) Commit {
 		layers = append(layers, w.ns+"/"+n)
 	}
 	evt := Options{EventsOnly: true, Layers: layers, StuckAfter: w.stuckAfter, ReleaseNamespaces: w.releaseNS, SilentReleases: w.silent}
+	if w.inferLayers {
+		evt.Layers = nil
+	}
 	if w.github != nil {
 		tok := filepath.Join(t.TempDir(), "github-token")
 		if err := os.WriteFile(tok, []byte(githubToken), 0o600); err != nil {
@@ -339,15 +347,20 @@ func (w *world) expectWait(t *testing.T, c Commit, code int, extra ...string) {
 // kustomization reads a tier's Kustomization.
 func (w *world) kustomization(t *testing.T, tier string) *unstructured.Unstructured {
 	t.Helper()
-	ri, err := w.c.ResourceFor("kustomize.toolkit.fluxcd.io/v1", "Kustomization", w.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := ri.Get(context.Background(), tier, metav1.GetOptions{})
+	k, err := w.readKustomization(tier)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// readKustomization is kustomization for another goroutine than the test's.
+func (w *world) readKustomization(tier string) (*unstructured.Unstructured, error) {
+	ri, err := w.c.ResourceFor("kustomize.toolkit.fluxcd.io/v1", "Kustomization", w.ns)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Get(context.Background(), tier, metav1.GetOptions{})
 }
 
 func lastApplied(k *unstructured.Unstructured) string {
@@ -999,6 +1012,155 @@ func downDuringTwoCommits(t *testing.T, w *world) {
 	w.expectWait(t, r2, 0)
 	w.expectMails(t, applying(r0), applied(r0), applying(r1), applied(r1), applying(r2), applied(r2))
 	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictUnknown}, {r2, rollout.VerdictUnknown}}, applying(r0), applied(r0))
+}
+
+// 8c. Events lost while a commit reached the first tier only (issue 50).
+// The events-only instance, without --layers, misses every event while r1
+// reaches infra, whose health check waits on a Deployment, and r2 is
+// pushed: platform's and apps' DependencyNotReady for both (notification-
+// controller drops the repeats of each for 5 minutes). It is down for them
+// as it would be behind a stopped notification-controller, which every
+// scenario here shares and so keeps running. Back up, it hears infra report
+// r1, then r2 first: platform and apps, at r0 as far as it heard, must run
+// r2 before it says applied (it said applied on infra alone, and turned back
+// to applying when platform spoke, before expected layers followed every
+// layer's last revision). One applied mail; its `wait` exits 0 only then.
+func eventsLostBetweenCommits(t *testing.T, w *world) {
+	w.inferLayers = true
+	f0 := w.base("0")
+	r0 := w.start(t, f0, map[string]tier{"infra": {wait: true, timeout: "5m"}})
+	// It knows the tiers from r0 alone: the first commit it hears of, which
+	// it may say applied before the later tiers first spoke.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		v, err := w.evt.Verdict(r0.Hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v != nil && v.Verdict == rollout.VerdictApplied && v.Layers.Len() == len(tiers) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events only: r0 not applied on every tier within 1m: %s", dump(v))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	w.evt.Stop()
+	seen := len(w.deliveries(t))
+	f1 := f0.with("infra/web.yaml", w.deployment("infra"))
+	r1 := w.repo.Publish(t, f1)
+	deadline = time.Now().Add(time.Minute)
+	for w.object(t, "apps/v1", "Deployment", "infra", "web") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("infra did not apply the Deployment within 1m")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// infra ends r1's health check and applies r2 in one second, the first
+	// either instance hears of them: revisions first seen in the same second
+	// are ordered by hash (README, "Limits known today"), so r2's content is
+	// one whose hash sorts after r1's, as its time does.
+	var f2 files
+	for i := 2; f2 == nil || w.repo.NextHash(t, f2) < r1.Hash; i++ {
+		f2 = f1.with("infra/settings.yaml", w.configMap("infra", "settings", "", fmt.Sprint(i)))
+	}
+	r2 := w.repo.Publish(t, f2)
+	w.awaitLost(t, seen)
+	w.evt.Start()
+	// Every answer it gives for r2, and its pipeline's wait, checked
+	// against what Flux says in the Kustomizations' status (written before
+	// the events that say so).
+	early := make(chan string, 1)
+	go func() {
+		code, out, err := w.evt.Wait(r2)
+		apps, kerr := w.readKustomization("apps")
+		if kerr != nil {
+			err = errors.Join(err, kerr)
+		}
+		early <- fmt.Sprintf("exit %d (%v) with apps at %s\n%s", code, err, lastApplied(apps), out)
+	}()
+	watched := w.watchApplied(w.evt, r2)
+	w.makeReady(t, "infra", "web")
+	w.awaitApplied(t, r2, tiers...)
+	if got := <-early; !strings.HasPrefix(got, "exit 0 (<nil>) with apps at "+r2.Revision+"\n") {
+		t.Fatalf("events only: wait for r2 ended before apps applied it, or failed:\n%s", got)
+	}
+	if err := <-watched; err != nil {
+		t.Fatal(err)
+	}
+	v := w.evt.AwaitVerdict(t, r2, rollout.VerdictApplied, time.Minute)
+	if v.Layers.Len() != 3 || v.ExpectedFrom != rollout.ExpectedFromEvents {
+		t.Fatalf("events only: r2 applied on %d layers, expected from %s:\n%s", v.Layers.Len(), v.ExpectedFrom, dump(v))
+	}
+	w.expectWait(t, r2, 0)
+	w.expectMails(t, applying(r0), applied(r0), applying(r1), applying(r2), applied(r2))
+	w.expectEventsOnly(t, []verdict{{r1, rollout.VerdictSuperseded}, {r2, rollout.VerdictApplied}},
+		applying(r0), applied(r0), applying(r1), applying(r2), applied(r2))
+}
+
+// awaitLost waits until notification-controller has given up delivering to
+// the events-only instance every event it dispatched since seen, and has
+// dispatched apps' DependencyNotReady for two commits.
+func (w *world) awaitLost(t *testing.T, seen int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var dispatched, waits, failed int
+		for _, d := range w.deliveries(t)[seen:] {
+			switch {
+			case d.Failed && d.Alert == (Options{EventsOnly: true}).Registration():
+				failed++
+			case d.Failed:
+			default:
+				dispatched++
+				if d.Name == "apps" && strings.HasPrefix(d.Message, "Dependencies do not meet ready condition") {
+					waits++
+				}
+			}
+		}
+		if waits >= 2 && failed == dispatched {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("notification-controller still delivering to the events-only instance after 1m: %d dispatched, %d failed, apps waiting %d times", dispatched, failed, waits)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// watchApplied polls svc's verdict for c until it is applied, checking
+// each time it is that every tier has applied c as Flux's status says;
+// the channel gives the first breach, or nil.
+func (w *world) watchApplied(svc *Service, c Commit) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			v, err := svc.Verdict(c.Hash)
+			if err != nil {
+				done <- err
+				return
+			}
+			if v != nil && v.Verdict == rollout.VerdictApplied {
+				for _, n := range tiers {
+					k, err := w.readKustomization(n)
+					if err != nil {
+						done <- err
+						return
+					}
+					if got := lastApplied(k); got != c.Revision {
+						done <- fmt.Errorf("%s said %s applied while %s's lastAppliedRevision is %s:\n%s", svc.MailTo, c.Hash[:7], n, got, dump(v))
+						return
+					}
+				}
+				done <- nil
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		done <- fmt.Errorf("%s did not say %s applied within 3m", svc.MailTo, c.Hash[:7])
+	}()
+	return done
 }
 
 // deliveries are notification-controller's deliveries for the scenario's

@@ -59,8 +59,9 @@ type Service struct {
 type Options struct {
 	// EventsOnly runs it without cluster access (--cluster=off), expecting
 	// Layers (namespace/name) on every rollout (--layers): what a team
-	// that gives the service no access to the cluster configures. Its
-	// Provider, Alert and Secret are named flux-deploy-notifier-events.
+	// that gives the service no access to the cluster configures; without
+	// Layers, it infers them from events alone. Its Provider, Alert and
+	// Secret are named flux-deploy-notifier-events.
 	EventsOnly bool
 	Layers     []string
 	// StuckAfter is --stuck-after; zero keeps the default (30m).
@@ -133,7 +134,10 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	}
 	if opts.EventsOnly {
 		mailTo = namespace + "-events@e2e.test"
-		args = append(args, "--cluster=off", "--layers", strings.Join(opts.Layers, ","))
+		args = append(args, "--cluster=off")
+		if len(opts.Layers) > 0 {
+			args = append(args, "--layers", strings.Join(opts.Layers, ","))
+		}
 	} else {
 		args = append(args, "--kubeconfig", c.Kubeconfig, "--namespaces", strings.Join(append([]string{namespace}, opts.ReleaseNamespaces...), ","))
 	}

@@ -111,12 +111,17 @@ type Commit struct {
 // changes no manifests.
 func (r *Repo) Publish(t testing.TB, files map[string]string) Commit {
 	t.Helper()
+	hash := r.NextHash(t, files)
 	r.n++
-	tgz := tarball(t, files)
-	sum := sha1.Sum(fmt.Appendf(nil, "%s/%s/%d/%x", r.Namespace, r.Name, r.n, sha256.Sum256(tgz)))
-	c := Commit{Hash: hex.EncodeToString(sum[:])}
-	r.published[c.Hash] = maps.Clone(files)
-	return r.push(t, c.Hash, tgz)
+	r.published[hash] = maps.Clone(files)
+	return r.push(t, hash, tarball(t, files))
+}
+
+// NextHash is the hash of the commit Publish(files) would make next.
+func (r *Repo) NextHash(t testing.TB, files map[string]string) string {
+	t.Helper()
+	sum := sha1.Sum(fmt.Appendf(nil, "%s/%s/%d/%x", r.Namespace, r.Name, r.n+1, sha256.Sum256(tarball(t, files))))
+	return hex.EncodeToString(sum[:])
 }
 
 // Rebuild pushes commit c again as a new artifact (a CI re-run: the same
