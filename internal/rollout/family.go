@@ -20,13 +20,23 @@ import "slices"
 
 // family is a set of live rollouts connected through their emitters.
 type family struct {
-	members map[*rolloutState]struct{}
+	members []*rolloutState      // by start: the newest last
 	layers  map[Emitter]struct{} // the layers with evidence on a member
-	newest  logEntry             // the latest start of a member
 }
 
 func newFamily(r *rolloutState) *family {
-	return &family{members: map[*rolloutState]struct{}{r: {}}, layers: map[Emitter]struct{}{}, newest: r.start()}
+	return &family{members: []*rolloutState{r}, layers: map[Emitter]struct{}{}}
+}
+
+func byStart(a, b *rolloutState) int { return a.start().compare(b.start()) }
+
+// after is where the members that began after x begin.
+func (f *family) after(x logEntry) int {
+	i, found := slices.BinarySearchFunc(f.members, x, func(m *rolloutState, x logEntry) int { return m.start().compare(x) })
+	if found {
+		i++
+	}
+	return i
 }
 
 // join merges the families of a and b, the smaller into the larger, and
@@ -39,15 +49,19 @@ func join(a, b *rolloutState) bool {
 	if len(fa.members) < len(fb.members) {
 		fa, fb = fb, fa
 	}
-	for m := range fb.members {
+	for _, m := range fb.members {
 		m.fam = fa
-		fa.members[m] = struct{}{}
+	}
+	if len(fb.members) == 1 {
+		// A new revision joins its source's: one insertion.
+		m := fb.members[0]
+		fa.members = slices.Insert(fa.members, fa.after(m.start()), m)
+	} else {
+		fa.members = append(fa.members, fb.members...)
+		slices.SortFunc(fa.members, byStart)
 	}
 	for l := range fb.layers {
 		fa.layers[l] = struct{}{}
-	}
-	if fa.newest.compare(fb.newest) < 0 {
-		fa.newest = fb.newest
 	}
 	return true
 }
@@ -71,21 +85,15 @@ func (c *cluster) joinLog(r *rolloutState, e Emitter) bool {
 	return false
 }
 
-// started records r's start in its family, which was was before (zero
-// when r had none).
+// started moves r, which began at was before, to where its start is now.
 func (f *family) started(r *rolloutState, was logEntry) {
-	switch st := r.start(); {
-	case f.newest.compare(st) < 0:
-		f.newest = st
-	case was == f.newest && st != was:
-		// The newest began earlier than it seemed: which is the newest now?
-		f.newest = logEntry{}
-		for m := range f.members {
-			if f.newest.compare(m.start()) < 0 {
-				f.newest = m.start()
-			}
-		}
+	i, found := slices.BinarySearchFunc(f.members, was, func(m *rolloutState, x logEntry) int { return m.start().compare(x) })
+	if m := f.members; !found || m[i] != r {
+		// r's start is already its new one: find it where it is.
+		i = slices.Index(m, r)
 	}
+	f.members = slices.Delete(f.members, i, i+1)
+	f.members = slices.Insert(f.members, f.after(r.start()), r)
 }
 
 // leave takes r, dropped from the index, out of its family, and splits
@@ -93,35 +101,39 @@ func (f *family) started(r *rolloutState, was logEntry) {
 // only revision two emitters shared.
 func (c *cluster) leave(r *rolloutState) {
 	f := r.fam
-	delete(f.members, r)
+	left := make(map[*rolloutState]struct{}, len(f.members))
+	for _, m := range f.members {
+		if m != r {
+			left[m] = struct{}{}
+		}
+	}
 	r.fam = newFamily(r)
-	for len(f.members) > 0 {
+	for len(left) > 0 {
 		var seed *rolloutState
-		for m := range f.members {
+		for m := range left {
 			seed = m
 			break
 		}
 		nf := c.familyOf(c.component(seed))
-		for m := range nf.members {
+		for _, m := range nf.members {
 			m.fam = nf
-			delete(f.members, m)
+			delete(left, m)
 		}
 	}
 }
 
-// familyOf makes the family of members: its layers and its newest start.
+// familyOf makes the family of members: in order, with its layers.
 func (c *cluster) familyOf(members map[*rolloutState]struct{}) *family {
-	f := &family{members: members, layers: map[Emitter]struct{}{}}
+	f := &family{members: make([]*rolloutState, 0, len(members)), layers: map[Emitter]struct{}{}}
 	for m := range members {
+		f.members = append(f.members, m)
 		for e := range m.ev {
 			if e.IsLayer() {
 				f.layers[e] = struct{}{}
 			}
 		}
-		if f.newest.compare(m.start()) < 0 {
-			f.newest = m.start()
-		}
 	}
+	slices.SortFunc(f.members, byStart)
 	return f
 }
 
@@ -230,11 +242,12 @@ func (c *cluster) wasAt(r *rolloutState, l Emitter, preds map[string]bool) strin
 // zero: it reported r), its slot. On a source's newest commit there are
 // none, and nothing is looked at.
 func (d dirtySet) familyChanged(r *rolloutState, from logEntry, layer Emitter) {
-	if d == nil || r.fam.newest.compare(from) <= 0 {
+	if d == nil {
 		return
 	}
-	for m := range r.fam.members {
-		if m == r || m.known || m.start().compare(from) <= 0 {
+	f := r.fam
+	for _, m := range f.members[f.after(from):] {
+		if m == r || m.known {
 			continue
 		}
 		switch {

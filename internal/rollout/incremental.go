@@ -321,8 +321,8 @@ func (m *Model) Verify() {
 				panic(fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want))
 			}
 			if got, want := r.fam, c.familyOf(c.component(r)); !reflect.DeepEqual(got, want) {
-				panic(fmt.Sprintf("rollout %s: its family has %d rollouts and %d layers, newest %v; its emitters connect %d and %d, newest %v",
-					r.key, len(got.members), len(got.layers), got.newest, len(want.members), len(want.layers), want.newest))
+				panic(fmt.Sprintf("rollout %s: its family has %d rollouts and %d layers; its emitters connect %d and %d",
+					r.key, len(got.members), len(got.layers), len(want.members), len(want.layers)))
 			}
 			var all folds
 			for em, ev := range r.ev {

@@ -141,7 +141,7 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		r.first = ev.First
 		r.fam.started(r, was)
 	}
-	if e.IsLayer() {
+	if old == nil && e.IsLayer() {
 		r.fam.layers[e] = struct{}{}
 	}
 	if ev.Last.After(r.last) {

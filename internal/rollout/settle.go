@@ -148,7 +148,7 @@ func (c *cluster) dependents(r *rolloutState, byFirst []*rolloutState) []*rollou
 	var spans []span
 	// On events alone, what the rollouts of r's family expect reads r
 	// (family.go), and r may be what holds the family together.
-	for q := range r.fam.members {
+	for _, q := range r.fam.members {
 		if q.view != nil && !q.known {
 			add(q.key.Hash)
 		}
