@@ -176,7 +176,8 @@ func newFluxSim(cfg simConfig, r *rand.Rand, t0 time.Time) *fluxSim {
 	return s
 }
 
-// run simulates the cluster for the given seconds after the last push.
+// run pushes the commits and moves the cluster on, a second a step, until
+// 15 minutes after the last push.
 func (s *fluxSim) run() {
 	var pushes []*simCommit
 	if !s.cfg.fresh {
@@ -282,13 +283,9 @@ func (s *fluxSim) excluded(i int, c *simCommit) bool {
 	return true
 }
 
+// newCommit is a commit of source src to be pushed at second at, with its
+// fate on each layer drawn now.
 func (s *fluxSim) newCommit(src, at int) *simCommit {
-	n := 0
-	for _, c := range s.commits {
-		if c.src == src {
-			n++
-		}
-	}
 	label := fmt.Sprintf("s%d-c%d-%d", src, at, s.r.IntN(1000))
 	c := &simCommit{src: src, label: label, hash: simHash(label), pushed: at,
 		fails: map[int]string{}, transient: map[int]bool{}, changes: map[int]bool{}, releaseFail: map[int]bool{}}
