@@ -954,21 +954,25 @@ func (w *world) expectNoEvents(t *testing.T) {
 // instances, the last of them being apps' success (the end of a rollout).
 func (w *world) awaitUndelivered(t *testing.T, seen int) {
 	t.Helper()
-	w.awaitGivenUp(t, map[string]int{w.ns: seen}, func(last Delivery) bool {
+	w.awaitGivenUp(t, map[string]int{w.ns: seen}, bothInstances, func(ds []Delivery) bool {
+		last := ds[len(ds)-1]
 		return last.Name == "apps" && strings.HasPrefix(last.Message, "Reconciliation finished")
 	})
 }
 
-// awaitGivenUp waits until notification-controller has given up, for both
-// instances, on every event about the namespaces it dispatched since seen
-// (how many deliveries of each it had logged before), and done says the
-// last dispatched one is the one awaited.
-func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, done func(last Delivery) bool) {
+// bothInstances are the registrations of a scenario's two instances.
+var bothInstances = []string{Options{}.Registration(), Options{EventsOnly: true}.Registration()}
+
+// awaitGivenUp waits until notification-controller has given up, for each
+// of the instances registered as regs, on every event about the
+// namespaces it dispatched since seen (how many deliveries of each it had
+// logged before), and done says the dispatched ones (never none) are
+// those awaited.
+func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, regs []string, done func(dispatched []Delivery) bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		var dispatched int
-		var last Delivery
+		var dispatched []Delivery
 		failed := map[string]int{}
 		for ns, n := range seen {
 			ds, err := w.flux.Deliveries(ns)
@@ -979,16 +983,19 @@ func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, done func(last D
 				if d.Failed {
 					failed[d.Alert]++
 				} else {
-					dispatched++
-					last = d
+					dispatched = append(dispatched, d)
 				}
 			}
 		}
-		if dispatched > 0 && done(last) && failed[Options{}.Registration()] == dispatched && failed[Options{EventsOnly: true}.Registration()] == dispatched {
+		given := len(dispatched) > 0 && done(dispatched)
+		for _, r := range regs {
+			given = given && failed[r] == len(dispatched)
+		}
+		if given {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", dispatched, failed)
+			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", len(dispatched), failed)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -1103,29 +1110,15 @@ func eventsLostBetweenCommits(t *testing.T, w *world) {
 // dispatched apps' DependencyNotReady for two commits.
 func (w *world) awaitLost(t *testing.T, seen int) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var dispatched, waits, failed int
-		for _, d := range w.deliveries(t)[seen:] {
-			switch {
-			case d.Failed && d.Alert == (Options{EventsOnly: true}).Registration():
-				failed++
-			case d.Failed:
-			default:
-				dispatched++
-				if d.Name == "apps" && strings.HasPrefix(d.Message, "Dependencies do not meet ready condition") {
-					waits++
-				}
+	w.awaitGivenUp(t, map[string]int{w.ns: seen}, []string{Options{EventsOnly: true}.Registration()}, func(ds []Delivery) bool {
+		waits := 0
+		for _, d := range ds {
+			if d.Name == "apps" && strings.HasPrefix(d.Message, "Dependencies do not meet ready condition") {
+				waits++
 			}
 		}
-		if waits >= 2 && failed == dispatched {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering to the events-only instance after 1m: %d dispatched, %d failed, apps waiting %d times", dispatched, failed, waits)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return waits >= 2
+	})
 }
 
 // watchApplied polls svc's verdict for c until it is applied, checking
@@ -1454,7 +1447,7 @@ func helmDown(t *testing.T, w *world) {
 	r2 := w.repo.Publish(t, w.base("2").with("apps/release.yaml", h.release("v2", true)))
 	w.awaitCluster(t, r2, tiers...)
 	w.awaitStalled(t, h.ns, "web")
-	w.awaitGivenUp(t, seen, func(Delivery) bool { return true })
+	w.awaitGivenUp(t, seen, bothInstances, func([]Delivery) bool { return true })
 	w.svc.Start()
 	w.evt.Start()
 	w.svc.AwaitVerdict(t, r1, rollout.VerdictApplied, time.Minute)

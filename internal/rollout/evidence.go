@@ -371,14 +371,17 @@ type Member struct {
 	DependsOn []string `json:"depends_on,omitempty"`
 }
 
-// reported is whether the emitter itself said something about the
-// revision, beyond the cluster's membership mark.
-// hasOutcome reports whether the emitter succeeded or failed on the
-// revision; nil has none.
-func (ev *Evidence) hasOutcome() bool {
-	return ev != nil && (ev.Succeeded != nil || len(ev.Failures) > 0)
+// expectedByCluster reports whether the cluster's membership marks make a
+// layer with this evidence expected: marked so, or marked suspended once
+// it had applied or failed the revision (the suspension says it will not
+// apply it, and it did: the oracle's cluster stand-in, oracle_test.go).
+// nil is not.
+func (ev *Evidence) expectedByCluster() bool {
+	return ev != nil && ev.Member != nil && (ev.Member.Signal == SignalExpected || ev.Succeeded != nil || len(ev.Failures) > 0)
 }
 
+// reported is whether the emitter itself said something about the
+// revision, beyond the cluster's membership mark.
 func (ev *Evidence) reported() bool {
 	return ev.Progress != nil || ev.Succeeded != nil || len(ev.Failures) > 0
 }

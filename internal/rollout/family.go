@@ -85,13 +85,9 @@ func (c *cluster) joinLog(r *rolloutState, e Emitter) bool {
 	return false
 }
 
-// started moves r, which began at was before, to where its start is now.
-func (f *family) started(r *rolloutState, was logEntry) {
-	i, found := slices.BinarySearchFunc(f.members, was, func(m *rolloutState, x logEntry) int { return m.start().compare(x) })
-	if m := f.members; !found || m[i] != r {
-		// r's start is already its new one: find it where it is.
-		i = slices.Index(m, r)
-	}
+// started moves r, whose start moved, to where its start is now.
+func (f *family) started(r *rolloutState) {
+	i := slices.Index(f.members, r)
 	f.members = slices.Delete(f.members, i, i+1)
 	f.members = slices.Insert(f.members, f.after(r.start()), r)
 }
@@ -114,7 +110,7 @@ func (c *cluster) leave(r *rolloutState) {
 			seed = m
 			break
 		}
-		nf := c.familyOf(c.component(seed))
+		nf := familyOf(c.component(seed))
 		for _, m := range nf.members {
 			m.fam = nf
 			delete(left, m)
@@ -123,7 +119,7 @@ func (c *cluster) leave(r *rolloutState) {
 }
 
 // familyOf makes the family of members: in order, with its layers.
-func (c *cluster) familyOf(members map[*rolloutState]struct{}) *family {
+func familyOf(members map[*rolloutState]struct{}) *family {
 	f := &family{members: make([]*rolloutState, 0, len(members)), layers: map[Emitter]struct{}{}}
 	for m := range members {
 		f.members = append(f.members, m)
@@ -199,15 +195,6 @@ func (c *cluster) latestBefore(l Emitter, r *rolloutState) *rolloutState {
 	return best
 }
 
-// leftSource reports whether layer l, silent on r, is at a revision of
-// another source than r's, as the sources' own events tell (a layer moved
-// to another GitRepository): it does not read r's source any more. Without
-// those events nothing says so, and l stays expected.
-func (c *cluster) leftSource(r *rolloutState, l Emitter) bool {
-	cur := c.latestBefore(l, r)
-	return cur != nil && otherSource(cur, r)
-}
-
 // otherSource reports whether the sources' events say a and b are
 // revisions of different sources.
 func otherSource(a, b *rolloutState) bool {
@@ -218,9 +205,19 @@ func otherSource(a, b *rolloutState) bool {
 // before r, or, when every revision it reported began after r, the latest
 // of the revisions r replaced that it carried; "" when none.
 func (c *cluster) wasAt(r *rolloutState, l Emitter, preds map[string]bool) string {
-	if cur := c.latestBefore(l, r); cur != nil {
-		return cur.ev[l].Revision
+	at := c.latestBefore(l, r)
+	if at == nil {
+		at = c.carried(l, preds)
 	}
+	if at == nil {
+		return ""
+	}
+	return at.ev[l].Revision
+}
+
+// carried is the latest of the revisions r replaced (preds) that layer l
+// reported, by when it first did; nil when none.
+func (c *cluster) carried(l Emitter, preds map[string]bool) *rolloutState {
 	var at *logEntry
 	for p := range preds {
 		if ev := c.rollouts[p].ev[l]; ev != nil {
@@ -230,9 +227,9 @@ func (c *cluster) wasAt(r *rolloutState, l Emitter, preds map[string]bool) strin
 		}
 	}
 	if at == nil {
-		return ""
+		return nil
 	}
-	return c.rollouts[at.hash].ev[l].Revision
+	return c.rollouts[at.hash]
 }
 
 // familyChanged records what a change to r that its family reads may

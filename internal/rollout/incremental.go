@@ -320,7 +320,7 @@ func (m *Model) Verify() {
 				want, _ := json.Marshal(ref)
 				panic(fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want))
 			}
-			if got, want := r.fam, c.familyOf(c.component(r)); !reflect.DeepEqual(got, want) {
+			if got, want := r.fam, familyOf(c.component(r)); !reflect.DeepEqual(got, want) {
 				panic(fmt.Sprintf("rollout %s: its family has %d rollouts and %d layers; its emitters connect %d and %d",
 					r.key, len(got.members), len(got.layers), len(want.members), len(want.layers)))
 			}

@@ -130,16 +130,15 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		c.unhold(r, &lg.emitter, old)
 		c.hold(r, &lg.emitter, ev)
 	}
-	started := r.first
+	first := r.first
 	if r.first.IsZero() || ev.First.Before(r.first) {
 		if !r.first.IsZero() {
 			// Every silent layer's place moved, and so did r's in the
 			// eyes of every rollout that compares starts with it.
 			dirty.moved(c, r)
 		}
-		was := r.start()
 		r.first = ev.First
-		r.fam.started(r, was)
+		r.fam.started(r)
 	}
 	if old == nil && e.IsLayer() {
 		r.fam.layers[e] = struct{}{}
@@ -161,7 +160,7 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 			dirty.full(r)
 		}
 		dirty.familyChanged(r, logEntry{}, Emitter{})
-	case merged || source != r.source || !started.IsZero() && !started.Equal(r.first):
+	case merged || source != r.source || !first.IsZero() && !first.Equal(r.first):
 		// r joined its source's family, or its start or its source moved:
 		// what it expects, and what the rollouts after it read of it.
 		if !r.known {
@@ -181,8 +180,8 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	if old != nil {
 		oldMember = old.Member
 	}
-	if !sameMember(oldMember, ev.Member) || ev.Member != nil && ev.Member.Signal == SignalSuspended && ev.hasOutcome() && !old.hasOutcome() {
-		dirty.full(r) // what r expects may change (expected)
+	if !sameMember(oldMember, ev.Member) || old.expectedByCluster() != ev.expectedByCluster() {
+		dirty.full(r) // what r expects may change
 	} else {
 		dirty.slot(r, e)
 	}

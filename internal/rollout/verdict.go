@@ -180,10 +180,7 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 		// must apply it: exactly those (and the configured ones). A layer
 		// suspended since, or on another source, is not expected.
 		for e, ev := range r.ev {
-			if e.IsLayer() && ev.Member != nil && (ev.Member.Signal == SignalExpected || ev.hasOutcome()) {
-				// A layer suspended once it had an outcome keeps it: the
-				// suspension says it will not apply the revision, and it
-				// did (the oracle's cluster stand-in, oracle_test.go).
+			if e.IsLayer() && ev.expectedByCluster() {
 				set[e] = true
 			}
 			if p := c.predecessor(r, e); p != "" {
@@ -200,18 +197,14 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 			preds[p] = true
 		}
 	}
-	for p := range preds {
-		for e := range c.rollouts[p].ev {
-			if e.IsLayer() && !set[e] && !c.leftSource(r, e) {
-				set[e] = true
-			}
-		}
-	}
+	// Every layer of r's family was at an older revision (latestBefore), or
+	// carried one r replaced (its every report began after r's), unless
+	// the revision it was at is of another source.
 	for l := range r.fam.layers {
 		if set[l] {
 			continue
 		}
-		if cur := c.latestBefore(l, r); cur != nil && !otherSource(cur, r) {
+		if cur := c.latestBefore(l, r); cur != nil && !otherSource(cur, r) || cur == nil && c.carried(l, preds) != nil {
 			set[l] = true
 		}
 	}
