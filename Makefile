@@ -65,12 +65,17 @@ sample: build
 # ten minutes and more the first time), it runs what needs none of them:
 # vet, the tests in -short (each test that needs a built binary skips
 # itself there, clustertest.Binary) and the fuzz targets. Then, the
-# binaries built, the packages whose tests need them, whole.
+# binaries built, the packages whose tests need them, whole. The
+# background build runs at the lowest CPU and I/O priority: it takes only
+# what the foreground phases leave, so that on a cold machine vet and the
+# short tests have the cores to themselves and a first result comes early
+# (docs/ci.md), while the whole run takes no longer: the cores stay busy.
+IONICE := $(if $(shell command -v ionice 2>/dev/null),ionice -c 3)
 BIN_TEST_PKGS = $$($(GO) list -f '{{.ImportPath}} {{join .TestImports " "}} {{join .XTestImports " "}}' ./... | awk '/\/internal\/cluster\/clustertest( |$$)/ {print $$1}')
 test: browser postgres bin/staticcheck bin/github-openapi.json
 	@set -e; start=$$(date +%s); mkdir -p bin; \
 	phase() { echo "== make test: $$1 at +$$(( $$(date +%s) - start )) s"; }; \
-	setsid $(MAKE) --no-print-directory testbin > bin/testbin.log 2>&1 & tb=$$!; \
+	setsid nice -n 19 $(IONICE) $(MAKE) --no-print-directory testbin > bin/testbin.log 2>&1 & tb=$$!; \
 	trap 'kill -- -$$tb 2>/dev/null || true' EXIT; \
 	echo "== make test: building the test binaries in the background (bin/testbin.log)"; \
 	$(MAKE) --no-print-directory hygiene; \
