@@ -14,7 +14,7 @@ import (
 
 // migrate copies a bbolt state into PostgreSQL and checks the copy: how a
 // single-replica install moves to several replicas without losing history
-// or sending a mail twice (README "Several replicas").
+// or sending a mail twice (docs/architecture.md, "Several replicas").
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	f := newFlags("migrate", getenv, stderr)
 	dataDir := f.String("data-dir", "FDN_DATA_DIR", "./data", "directory of the bbolt state to copy (the service on it stopped)")

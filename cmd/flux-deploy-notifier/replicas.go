@@ -20,7 +20,7 @@ type postgresConfig struct {
 }
 
 func (c *postgresConfig) flags(f *flags) {
-	c.conn = f.String("postgres", "FDN_POSTGRES", "", "PostgreSQL connection, libpq keywords or a postgres:// URL: the state lives there instead of --data-dir, and several replicas may run (README \"Several replicas\")")
+	c.conn = f.String("postgres", "FDN_POSTGRES", "", "PostgreSQL connection, libpq keywords or a postgres:// URL: the state lives there instead of --data-dir, and several replicas may run (docs/architecture.md, \"Several replicas\")")
 	c.passwordFile = f.String("postgres-password-file", "FDN_POSTGRES_PASSWORD_FILE", "", "file holding PostgreSQL's password (else libpq's: the connection string, PGPASSWORD, PGPASSFILE)")
 	c.leaseTTL = f.Duration("lease-duration", "FDN_LEASE_DURATION", replica.DefaultLeaseTTL, "with --postgres: how long the leader's lease lasts unrenewed (a dead leader's successor takes over within it and --lease-renew)")
 	c.renew = f.Duration("lease-renew", "FDN_LEASE_RENEW", replica.DefaultRenew, "with --postgres: how often the leader renews its lease and the other replicas ask for it")

@@ -203,7 +203,7 @@ func (s *service) watchCluster(ctx context.Context) error {
 }
 
 // warnings are what people must know of, on /readyz, /rollouts and the
-// status pages; none fails readiness (README "Health").
+// status pages; none fails readiness (docs/configuration.md, "Health").
 func (s *service) warnings() []string {
 	sources := []func() string{s.storeWarning, s.mailer.Warning}
 	for _, c := range s.channels {
@@ -329,7 +329,7 @@ func (s *service) run(ctx context.Context) error {
 	}
 	// Drain HTTP first: in-flight webhooks are waiting on the engine, and
 	// long polls answer once draining ends. Within Kubernetes' grace
-	// period with the mail flush: see README "Stopping".
+	// period with the mail flush: see docs/configuration.md, "Stopping".
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if serr := s.srv.Shutdown(shutdownCtx); serr != nil {

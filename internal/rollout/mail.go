@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// MailKind names the mails of the README's "Mail" section.
+// MailKind names the mails of docs/channels.md's "Mail" section.
 type MailKind string
 
 const (

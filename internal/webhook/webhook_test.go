@@ -27,7 +27,7 @@ import (
 )
 
 // An event as Flux marshals it, and the signature notification-controller
-// computes over those bytes with token my-secret-token (README, "The
+// computes over those bytes with token my-secret-token (docs/configuration.md, "The
 // webhook").
 const (
 	docBody = `{"involvedObject":{"kind":"Kustomization","namespace":"flux-system","name":"apps","uid":"7d0cdc51-ddcf-4743-b223-83ca5c699632","apiVersion":"kustomize.toolkit.fluxcd.io/v1","resourceVersion":"123456"},"severity":"info","timestamp":"2026-08-07T10:15:30Z","message":"Deployment/apps/webapp configured\nService/apps/webapp created","reason":"Progressing","metadata":{"revision":"main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1"},"reportingController":"kustomize-controller","reportingInstance":"kustomize-controller-7c7b47f5f-8bhrp"}`

@@ -13,14 +13,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
-// TestREADMEConfiguration: the README's configuration table lists every
-// flag of serve, no other, each with its environment variable and, where
-// the flag has one, its default.
-func TestREADMEConfiguration(t *testing.T) {
+// The documents these tests hold to the code, relative to this package.
+const (
+	readmeFile        = "../../README.md"
+	configurationFile = "../../docs/configuration.md" // flags, metrics
+	pipelinesFile     = "../../docs/pipelines.md"     // wait
+	channelsFile      = "../../docs/channels.md"      // the webhook's signature
+	architectureFile  = "../../docs/architecture.md"  // the layout
+)
+
+// TestDocsConfiguration: the configuration table lists every flag of
+// serve, no other, each with its environment variable and, where the flag
+// has one, its default.
+func TestDocsConfiguration(t *testing.T) {
 	var usage bytes.Buffer
 	if _, err := parseServe([]string{"-h"}, func(string) string { return "" }, &usage); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("serve -h: %v", err)
@@ -36,11 +46,7 @@ func TestREADMEConfiguration(t *testing.T) {
 		t.Fatalf("read %d flags of %d in serve's usage:\n%s", len(flags), n, usage.String())
 	}
 
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := readmeSection(t, string(readme), "Configuration")
+	section := docSection(t, configurationFile, "Configuration")
 	row := regexp.MustCompile("(?m)^\\| `--([a-z-]+)` \\| `(FDN_[A-Z_]+)` \\|([^|]*)\\|")
 	documented := map[string]bool{}
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
@@ -49,26 +55,30 @@ func TestREADMEConfiguration(t *testing.T) {
 		f, ok := flags[name]
 		switch {
 		case !ok:
-			t.Errorf("README documents --%s, which serve does not have", name)
+			t.Errorf("docs/configuration.md documents --%s, which serve does not have", name)
 		case env != f.env:
-			t.Errorf("README: --%s reads %s, serve reads %s", name, env, f.env)
+			t.Errorf("docs/configuration.md: --%s reads %s, serve reads %s", name, env, f.env)
 		case f.def != "" && !sameDefault(def, f.def):
-			t.Errorf("README: --%s defaults to %q, serve to %q", name, def, f.def)
+			t.Errorf("docs/configuration.md: --%s defaults to %q, serve to %q", name, def, f.def)
 		}
 	}
 	for name := range flags {
 		if !documented[name] {
-			t.Errorf("--%s is not in the README's configuration table", name)
+			t.Errorf("--%s is not in docs/configuration.md's table", name)
 		}
 	}
 }
 
-// readmeSection is the text of the README's "## title" section.
-func readmeSection(t *testing.T, readme, title string) string {
+// docSection is the text of a document's "## title" section.
+func docSection(t *testing.T, file, title string) string {
 	t.Helper()
-	_, section, ok := strings.Cut(readme, "\n## "+title+"\n")
+	doc, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "\n## "+title+"\n")
 	if !ok {
-		t.Fatalf("README has no %q section", title)
+		t.Fatalf("%s has no %q section", file, title)
 	}
 	if end := strings.Index(section, "\n## "); end >= 0 {
 		section = section[:end]
@@ -87,11 +97,11 @@ func sameDefault(readme, flag string) bool {
 	return errA == nil && errB == nil && a == b
 }
 
-// TestREADMECommandFlags: every flag of the other commands is named in the
-// README or docs/ci.md.
-func TestREADMECommandFlags(t *testing.T) {
+// TestDocsCommandFlags: every flag of the other commands is named in the
+// README, docs/pipelines.md or docs/configuration.md.
+func TestDocsCommandFlags(t *testing.T) {
 	var docs []byte
-	for _, f := range []string{"../../README.md", "../../docs/ci.md"} {
+	for _, f := range []string{readmeFile, pipelinesFile, configurationFile} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -112,22 +122,18 @@ func TestREADMECommandFlags(t *testing.T) {
 		}
 		for _, m := range names {
 			if !named[m[1]] {
-				t.Errorf("%s --%s is not in the README or docs/ci.md", cmd, m[1])
+				t.Errorf("%s --%s is not in the README, docs/pipelines.md or docs/configuration.md", cmd, m[1])
 			}
 		}
 	}
 }
 
-// checkMetricsDocumented: the README's metrics table lists every fdn_
+// checkMetricsDocumented: the metrics table lists every fdn_
 // metric family of metrics (a /metrics page of a service with cluster
 // access, which has them all), and no other.
 func checkMetricsDocumented(t *testing.T, metrics string) {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := readmeSection(t, string(readme), "Metrics")
+	section := docSection(t, configurationFile, "Metrics")
 	documented := map[string]bool{} // false: only with a forge, or on PostgreSQL, which this service has not
 	metric := regexp.MustCompile("`(fdn_[a-z_]+)")
 	for _, m := range regexp.MustCompile(`(?m)^\| (.*?) \|(.*)$`).FindAllStringSubmatch(section, -1) {
@@ -139,7 +145,7 @@ func checkMetricsDocumented(t *testing.T, metrics string) {
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (fdn_[a-z_]+) `).FindAllStringSubmatch(metrics, -1) {
 		exposed[m[1]] = true
 		if _, ok := documented[m[1]]; !ok {
-			t.Errorf("/metrics has %s, which the README's metrics table lacks", m[1])
+			t.Errorf("/metrics has %s, which the metrics table lacks", m[1])
 		}
 	}
 	if len(exposed) < 15 {
@@ -147,19 +153,15 @@ func checkMetricsDocumented(t *testing.T, metrics string) {
 	}
 	for name, always := range documented {
 		if always && !exposed[name] {
-			t.Errorf("the README's metrics table lists %s, which /metrics lacks", name)
+			t.Errorf("the metrics table lists %s, which /metrics lacks", name)
 		}
 	}
 }
 
-// TestREADMELayout: the README's layout names every package of the
+// TestDocsLayout: the layout names every package of the
 // module, and no directory that is not one.
-func TestREADMELayout(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := readmeSection(t, string(readme), "Layout")
+func TestDocsLayout(t *testing.T) {
+	section := docSection(t, architectureFile, "Layout")
 	named := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^((?:cmd|internal)/[a-z0-9/-]+)/ `).FindAllStringSubmatch(section, -1) {
 		named[m[1]] = true
@@ -180,12 +182,12 @@ func TestREADMELayout(t *testing.T) {
 	}
 	for p := range pkgs {
 		if !named[p] {
-			t.Errorf("the README's layout does not name %s", p)
+			t.Errorf("the layout does not name %s", p)
 		}
 	}
 	for p := range named {
 		if !pkgs[p] {
-			t.Errorf("the README's layout names %s, which is no package", p)
+			t.Errorf("the layout names %s, which is no package", p)
 		}
 	}
 	if len(pkgs) < 20 {
@@ -193,15 +195,11 @@ func TestREADMELayout(t *testing.T) {
 	}
 }
 
-// TestREADMESignatureExamples: the README's checks of a webhook's
+// TestDocsSignatureExamples: the documented checks of a webhook's
 // signature, in Go and in a shell, take the service's signature (keyed
 // with a key file's bytes, its newline included) and refuse another.
-func TestREADMESignatureExamples(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := readmeSection(t, string(readme), "Slack, Teams and signed webhooks")
+func TestDocsSignatureExamples(t *testing.T) {
+	section := docSection(t, channelsFile, "Slack, Teams and signed webhooks")
 	block := func(lang string) string {
 		_, rest, ok := strings.Cut(section, "\n```"+lang+"\n")
 		code, _, ok2 := strings.Cut(rest, "\n```\n")
@@ -256,4 +254,73 @@ func main() {
 			t.Errorf("the Go example says %q (%v), want %s", out, err, want)
 		}
 	}
+}
+
+// TestDocsLinks: every relative link of the README and docs/ reaches a
+// file, and a heading there when it names one; and the README stays a
+// front door (what it does, set-up, install, use), its reference in docs/.
+func TestDocsLinks(t *testing.T) {
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, readmeFile)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)|src="([^"]+)"`)
+	for _, file := range files {
+		text, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if file == readmeFile {
+			if n := bytes.Count(text, []byte("\n")); n > 550 {
+				t.Errorf("the README has %d lines: move reference and measurements to docs/", n)
+			}
+		}
+		for _, m := range link.FindAllStringSubmatch(string(text), -1) {
+			target := m[1] + m[2]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			dest := file
+			if path != "" {
+				dest = filepath.Join(filepath.Dir(file), path)
+			}
+			doc, err := os.ReadFile(dest)
+			if err != nil {
+				t.Errorf("%s links %s, which is not there", file, target)
+				continue
+			}
+			if anchor != "" && !headingAnchors(string(doc))[anchor] {
+				t.Errorf("%s links %s, whose file has no such heading", file, target)
+			}
+		}
+	}
+}
+
+// headingAnchors are the anchors GitHub gives a Markdown file's headings:
+// lower case, punctuation dropped, spaces made hyphens.
+func headingAnchors(doc string) map[string]bool {
+	out := map[string]bool{}
+	inCode := false
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				b.WriteByte('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out[b.String()] = true
+	}
+	return out
 }
