@@ -39,7 +39,7 @@ FUZZ_TARGETS := \
 	./internal/flux:FuzzParsePruneMessage \
 	./internal/flux:FuzzParseRemediation \
 	./internal/store:FuzzDecodeEvidence \
-	./internal/webhook:FuzzSignature
+	./internal/signature:FuzzSignature
 
 .PHONY: all build run sample test test-short unit-short hygiene browser postgres testbin e2ebin e2e vet unit fuzz-short fuzz bench bench-fleet mail-preview ui-preview manifests-check image image-scratch podman image-test clean
 

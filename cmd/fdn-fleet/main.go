@@ -45,8 +45,8 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
 func main() {
@@ -624,7 +624,7 @@ func (f *fleet) eventIn(kind, namespace, name, controller string, at time.Time, 
 		Metadata:            map[string]string{"revision": rev},
 		ReportingController: controller,
 	})
-	return event{body: body, sig: webhook.Sign(f.token, body)}
+	return event{body: body, sig: signature.Sign(f.token, body)}
 }
 
 // ingest posts each phase's events from n connections, a phase once the

@@ -39,6 +39,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	router "github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
@@ -507,7 +508,7 @@ func newEvents(token []byte, n, width int) *events {
 					ReportingController: "kustomize-controller",
 					ReportingInstance:   "kustomize-controller-7c7b47f5f-8bhrp",
 				})
-				out = append(out, event{body: body, sig: webhook.Sign(token, body)})
+				out = append(out, event{body: body, sig: signature.Sign(token, body)})
 			}
 		}
 	}

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
 // child is the real binary running as a separate process.
@@ -139,7 +139,7 @@ func TestAcknowledgedEventsSurviveSIGKILL(t *testing.T) {
 			for i := range work {
 				req, _ := http.NewRequest(http.MethodPost, first.url+"/webhook", bytes.NewReader(events[i].body))
 				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("X-Signature", webhook.Sign(token, events[i].body))
+				req.Header.Set("X-Signature", signature.Sign(token, events[i].body))
 				resp, err := client.Do(req)
 				if err != nil {
 					continue

@@ -15,7 +15,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // The documents these tests hold to the code, relative to this package.
@@ -216,8 +216,8 @@ func TestDocsSignatureExamples(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "body.json"), body, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	good := webhook.Sign(key, body)
-	bad := webhook.Sign(bytes.TrimSpace(key), body) // the key without its newline
+	good := signature.Sign(key, body)
+	bad := signature.Sign(bytes.TrimSpace(key), body) // the key without its newline
 
 	for sig, want := range map[string]string{good: "valid", bad: "forged"} {
 		cmd := exec.Command("bash", "-c", block("sh"))

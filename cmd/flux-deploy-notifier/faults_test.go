@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // post sends one event to the child and returns the status (0 when the
@@ -25,7 +25,7 @@ import (
 func post(client *http.Client, url string, token []byte, e crashEvent) int {
 	req, _ := http.NewRequest(http.MethodPost, url+"/webhook", bytes.NewReader(e.body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Signature", webhook.Sign(token, e.body))
+	req.Header.Set("X-Signature", signature.Sign(token, e.body))
 	resp, err := client.Do(req)
 	if err != nil {
 		return 0

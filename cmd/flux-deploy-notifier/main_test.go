@@ -22,7 +22,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/fixture"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // lineWriter hands each line written to it to a channel, so a test can wait
@@ -225,7 +225,7 @@ func TestFixturesOverHTTP(t *testing.T) {
 			for _, h := range []string{"Content-Type", "Gotk-Component", "User-Agent"} {
 				req.Header.Set(h, strings.Join(r.Headers[h], ","))
 			}
-			req.Header.Set("X-Signature", webhook.Sign(token, []byte(r.Body)))
+			req.Header.Set("X-Signature", signature.Sign(token, []byte(r.Body)))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

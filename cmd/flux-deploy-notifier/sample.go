@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // sample posts, signed as notification-controller would, the events of one
@@ -153,7 +153,7 @@ func postEvents(ctx context.Context, client *http.Client, base string, token []b
 		}
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Gotk-Component", ev.ReportingController)
-		req.Header.Set("X-Signature", webhook.Sign(token, body))
+		req.Header.Set("X-Signature", signature.Sign(token, body))
 		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("post event: %w", err)

@@ -24,7 +24,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/secret"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // TypePrefix begins every event's type: TypePrefix + the verdict
@@ -145,7 +145,7 @@ func (w *Webhook) Deliver(ctx context.Context, p outbox.Publication, _ func(stri
 		return &outbox.Error{Message: "the webhook's URL: " + err.Error()}
 	}
 	req.Header.Set("Content-Type", ContentType)
-	req.Header.Set("X-Signature", webhook.Sign([]byte(key), body)) // generic-hmac's, as notification-controller's requests to this service
+	req.Header.Set(signature.Header, signature.Sign([]byte(key), body)) // generic-hmac's, as notification-controller's requests to this service
 	req.Header.Set("Idempotency-Key", e.ID())
 	req.Header.Set("User-Agent", "flux-deploy-notifier")
 	if err := outbox.Send(w.o.HTTP, req, "webhook", w.o.Now); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkHandler(b *testing.B) {
 	sigs := make([]string, b.N)
 	for i := range bodies {
 		bodies[i] = fmt.Appendf(nil, `{"involvedObject":{"kind":"Kustomization","namespace":"flux-system","name":"layer-%d"},"severity":"info","timestamp":"2026-11-30T10:15:30Z","message":"Deployment/apps/web configured","reason":"Progressing","metadata":{"revision":"main@sha1:%040x"}}`, i%20, i/20)
-		sigs[i] = webhook.Sign([]byte(token), bodies[i])
+		sigs[i] = signature.Sign([]byte(token), bodies[i])
 	}
 	var next atomic.Int64
 	b.SetParallelism(32)

@@ -6,16 +6,10 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/hex"
 	"errors"
-	"hash"
 	"log/slog"
 	"mime"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +19,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // MaxBody is the largest event accepted. Flux caps a message at 39,000
@@ -45,7 +40,7 @@ type Handler struct {
 	events  *prometheus.CounterVec
 	latency prometheus.Histogram
 	bufs    sync.Pool
-	macs    sync.Pool // HMAC-SHA256 keyed by key: hmac.New allocates two digests and their pads
+	sigs    *signature.Verifier
 	onEvent func()
 }
 
@@ -80,7 +75,7 @@ func New(token []byte, sub Submitter, log *slog.Logger, reg prometheus.Registere
 	}
 	if token != nil {
 		h.key = token
-		h.macs.New = func() any { return hmac.New(sha256.New, token) }
+		h.sigs = signature.NewVerifier(token)
 		// A header cannot carry a line break, so a token file ending in a
 		// newline (the usual Secret) is matched without it.
 		h.bearer = edge.NewAuth(bytes.TrimRight(token, "\r\n"), "", nil)
@@ -188,51 +183,10 @@ func (h *Handler) authorized(r *http.Request, body []byte) bool {
 	if h.key == nil {
 		return true
 	}
-	if sig := r.Header.Get("X-Signature"); sig != "" && h.validSignature(sig, body) {
+	if sig := r.Header.Get(signature.Header); sig != "" && h.sigs.Valid(sig, body) {
 		return true
 	}
 	return h.bearer.Bearer(r)
-}
-
-// validSignature checks "<algo>=<hex>". Flux sends sha256 today; its docs
-// reserve sha224, sha384 and sha512.
-func (h *Handler) validSignature(sig string, body []byte) bool {
-	algo, hexSig, ok := strings.Cut(sig, "=")
-	if !ok {
-		return false
-	}
-	var mac hash.Hash
-	switch algo {
-	case "sha256":
-		mac = h.macs.Get().(hash.Hash)
-		defer func() {
-			mac.Reset() // back to the key's state, whatever was written
-			h.macs.Put(mac)
-		}()
-	case "sha224":
-		mac = hmac.New(sha256.New224, h.key)
-	case "sha384":
-		mac = hmac.New(sha512.New384, h.key)
-	case "sha512":
-		mac = hmac.New(sha512.New, h.key)
-	default:
-		return false
-	}
-	want, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return false
-	}
-	mac.Write(body)
-	var sum [sha512.Size]byte
-	return hmac.Equal(mac.Sum(sum[:0]), want)
-}
-
-// Sign returns the X-Signature value Flux would send for body; the sample
-// command and tests use it.
-func Sign(key, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write(body)
-	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 func (h *Handler) reject(w http.ResponseWriter, status int, field, msg string) {

@@ -22,6 +22,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
@@ -35,7 +36,7 @@ const (
 )
 
 func TestSignMatchesFlux(t *testing.T) {
-	if got := webhook.Sign([]byte("my-secret-token"), []byte(docBody)); got != docSig {
+	if got := signature.Sign([]byte("my-secret-token"), []byte(docBody)); got != docSig {
 		t.Fatalf("Sign = %s, want %s", got, docSig)
 	}
 }
@@ -83,7 +84,7 @@ func post(t *testing.T, url string, body []byte, header map[string]string) (int,
 }
 
 func signed(token string, body string) map[string]string {
-	return map[string]string{"X-Signature": webhook.Sign([]byte(token), []byte(body))}
+	return map[string]string{"X-Signature": signature.Sign([]byte(token), []byte(body))}
 }
 
 func TestAuthentication(t *testing.T) {
@@ -204,7 +205,7 @@ func TestBadInput(t *testing.T) {
 			default:
 				req.Header.Set("Content-Type", tt.contentType)
 			}
-			req.Header.Set("X-Signature", webhook.Sign([]byte(token), []byte(tt.body)))
+			req.Header.Set("X-Signature", signature.Sign([]byte(token), []byte(tt.body)))
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/chattest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cloudevent"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // Server is the receiver.
@@ -68,7 +68,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		violate("%s: events are POSTed", r.Method)
 		return
 	}
-	if got, want := r.Header.Get("X-Signature"), webhook.Sign(s.key, body); !hmac.Equal([]byte(got), []byte(want)) {
+	if got, want := r.Header.Get("X-Signature"), signature.Sign(s.key, body); !hmac.Equal([]byte(got), []byte(want)) {
 		http.Error(w, "signature", http.StatusUnauthorized)
 		return
 	}
