@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
@@ -14,32 +15,95 @@ import (
 // (hash NUL cluster), the latest verdict decided for it, what is shown
 // with it, and what the channel took last (outbox.Publication); and the
 // keys of the records with a verdict to deliver, so that the dispatcher
-// reads what is due, not the retention's worth of delivered ones. The
-// forge's buckets kept their names from before there were other channels.
+// reads what is due, not the retention's worth of delivered ones.
+//
+// Both buckets are named after the channel: its records the name, the
+// keys due the name and "-due". The forge's were "forge" and "forge-due"
+// before there were other channels, and every channel since is named the
+// same way: the store declares none, and a new channel needs no change
+// here (nor a migration).
+type channelBuckets struct{ records, due []byte }
+
+func bucketsOf(name string) channelBuckets {
+	return channelBuckets{[]byte(name), []byte(name + "-due")}
+}
+
 var (
-	bucketForge      = []byte("forge")
-	bucketForgeDue   = []byte("forge-due")
-	bucketSlack      = []byte("slack")
-	bucketSlackDue   = []byte("slack-due")
-	bucketTeams      = []byte("teams")
-	bucketTeamsDue   = []byte("teams-due")
-	bucketWebhook    = []byte("webhook")
-	bucketWebhookDue = []byte("webhook-due")
 	// cluster NUL line (a source, else a repository) -> the commit the
 	// forge last showed applied: the base of the next one's commits
 	// (forge.Comparer).
 	bucketForgeHeads = []byte("forge-heads")
+	// keyChannels, in the meta bucket, lists the channels whose outboxes
+	// the store keeps, comma-separated: every channel ever configured, so
+	// that retention purges the records of one configured no more and
+	// Copy copies them.
+	keyChannels = []byte("channels")
 )
 
-// channelBuckets are a channel's records and the index of those due.
-type channelBuckets struct{ records, due []byte }
+// forgeChannel is the channel the commits publish to until SetChannels
+// names others, as before there were other channels; its outbox is
+// always kept.
+const forgeChannel = "forge"
 
-// channelsByName are the channels the store keeps.
-var channelsByName = map[string]channelBuckets{
-	"forge":   {bucketForge, bucketForgeDue},
-	"slack":   {bucketSlack, bucketSlackDue},
-	"teams":   {bucketTeams, bucketTeamsDue},
-	"webhook": {bucketWebhook, bucketWebhookDue},
+// channelsBefore are the channels whose outboxes a store written before
+// it listed them (keyChannels) may hold: the buckets those releases made.
+var channelsBefore = []string{forgeChannel, "slack", "teams", "webhook"}
+
+// validChannel checks that a channel's name makes two buckets of its own:
+// lower-case letters and digits, and neither bucket one the store keeps
+// for itself.
+func validChannel(name string) error {
+	ok := name != "" && len(name) <= 32 && name[0] >= 'a' && name[0] <= 'z'
+	for _, r := range name {
+		ok = ok && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9')
+	}
+	bk := bucketsOf(name)
+	for _, b := range append(buckets, bucketForgeHeads) {
+		ok = ok && string(b) != string(bk.records) && string(b) != string(bk.due)
+	}
+	if !ok {
+		return fmt.Errorf("channel %q: a channel's name is lower-case letters and digits, and not one of the store's buckets", name)
+	}
+	return nil
+}
+
+// channelsIn reads the channels whose outboxes tx's store keeps, the
+// forge's always among them, and makes their buckets where a backend
+// needs them made.
+func channelsIn(tx txn) ([]string, error) {
+	names := []string{forgeChannel}
+	if v := tx.Bucket(bucketMeta).Get(keyChannels); len(v) > 0 {
+		names = append(names, strings.Split(string(v), ",")...)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	for _, n := range names {
+		bk := bucketsOf(n)
+		if err := tx.ensure(bk.records); err != nil {
+			return nil, err
+		}
+		if err := tx.ensure(bk.due); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
+// keepChannels adds names to the channels the store keeps, makes their
+// buckets, and returns them all.
+func keepChannels(tx txn, names []string) ([]string, error) {
+	kept, err := channelsIn(tx)
+	if err != nil {
+		return nil, err
+	}
+	all := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(kept), names...))))
+	if slices.Equal(all, kept) {
+		return kept, nil
+	}
+	if err := tx.Bucket(bucketMeta).Put(keyChannels, []byte(strings.Join(all, ","))); err != nil {
+		return nil, err
+	}
+	return channelsIn(tx)
 }
 
 // publicationVersion 2 added what is shown with the verdict (Shown), 3
@@ -131,7 +195,7 @@ func decodePublication(k, v []byte) (outbox.Publication, error) {
 // takes them (merge).
 func publish(tx txn, channels []outbox.Channel, ps []rollout.Published) error {
 	for _, ch := range channels {
-		bk := channelsByName[ch.Name]
+		bk := bucketsOf(ch.Name)
 		for _, pub := range ps {
 			if !ch.Takes(pub) {
 				continue
@@ -191,7 +255,7 @@ func merge(p *outbox.Publication, pub rollout.Published) bool {
 // one in neither stays without, and is not shown.
 func fillShown(tx txn, records *codec) error {
 	var fill []outbox.Publication
-	bk := channelsByName["forge"]
+	bk := bucketsOf(forgeChannel)
 	b := tx.Bucket(bk.records)
 	err := tx.Bucket(bk.due).ForEach(func(k, _ []byte) error {
 		v := b.Get(k)
@@ -250,11 +314,12 @@ func putPublication(tx txn, bk channelBuckets, k []byte, p outbox.Publication) e
 }
 
 // purgePublications drops the records of verdicts delivered (or refused
-// for good) that were decided before cutoff, in every channel's outbox
-// (one configured no more too): retention, as for settled rollouts. An
-// undelivered one stays until it is.
-func purgePublications(tx txn, cutoff time.Time) error {
-	for _, bk := range channelsByName {
+// for good) that were decided before cutoff, in the outboxes of channels
+// (those kept, one configured no more too): retention, as for settled
+// rollouts. An undelivered one stays until it is.
+func purgePublications(tx txn, channels []string, cutoff time.Time) error {
+	for _, name := range channels {
+		bk := bucketsOf(name)
 		b := tx.Bucket(bk.records)
 		var gone [][]byte
 		err := b.ForEach(func(k, v []byte) error {
@@ -280,15 +345,33 @@ func purgePublications(tx txn, cutoff time.Time) error {
 }
 
 // SetChannels names the channels whose outboxes the commits publish to
-// (forge alone until it is called). Called before the first commit.
+// (forge alone until it is called), and keeps their outboxes from then on.
+// Called before the first commit.
 func (d *DB) SetChannels(chs ...outbox.Channel) error {
-	for _, ch := range chs {
-		if _, ok := channelsByName[ch.Name]; !ok {
-			return fmt.Errorf("no outbox for channel %q", ch.Name)
+	names := make([]string, len(chs))
+	for i, ch := range chs {
+		if err := validChannel(ch.Name); err != nil {
+			return err
 		}
+		names[i] = ch.Name
+	}
+	if err := d.keep(names); err != nil {
+		return fmt.Errorf("keep the channels' outboxes: %w", err)
 	}
 	d.channels = append([]outbox.Channel{}, chs...) // none: no channel, not the forge
 	return nil
+}
+
+// keep adds names to the channels whose outboxes the store keeps.
+func (d *DB) keep(names []string) error {
+	if !slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(d.kept, n) }) {
+		return nil
+	}
+	return d.kv.update(func(tx txn) error {
+		var err error
+		d.kept, err = keepChannels(tx, names)
+		return err
+	})
 }
 
 // ChannelBox is one channel's outbox (outbox.Verdicts). Its reads show
@@ -299,14 +382,13 @@ type ChannelBox struct {
 	bk   channelBuckets
 }
 
-// Channel returns the outbox of the channel name ("forge", "slack",
-// "teams", "webhook"); it panics on another name, a programming error.
+// Channel returns the outbox of the channel name, one SetChannels named
+// (or the forge's); it panics on another name, a programming error.
 func (d *DB) Channel(name string) ChannelBox {
-	bk, ok := channelsByName[name]
-	if !ok {
+	if !slices.Contains(d.kept, name) {
 		panic("store: no outbox for channel " + name)
 	}
-	return ChannelBox{d, name, bk}
+	return ChannelBox{d, name, bucketsOf(name)}
 }
 
 // pending is the progress taken through the log that the channel takes.

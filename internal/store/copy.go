@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -17,8 +18,11 @@ func Copy(dst, src *DB) (map[string]int, error) {
 	if err := empty(dst); err != nil {
 		return nil, err
 	}
+	if err := dst.keep(src.kept); err != nil {
+		return nil, fmt.Errorf("keep the channels' outboxes: %w", err)
+	}
 	counts := map[string]int{}
-	for _, name := range buckets {
+	for _, name := range src.allBuckets() {
 		var (
 			chunk [][2][]byte
 			seq   uint64
@@ -80,7 +84,7 @@ const copyChunk = 1000
 // empty checks that d holds nothing Copy would overwrite.
 func empty(d *DB) error {
 	return d.kv.view(func(tx txn) error {
-		for _, name := range buckets {
+		for _, name := range d.allBuckets() {
 			if string(name) == string(bucketMeta) {
 				continue // the schema, which every store writes when opened
 			}
@@ -96,7 +100,10 @@ func empty(d *DB) error {
 // nil when every bucket holds the same keys and values and the same
 // sequence. It reads both a page at a time.
 func Compare(a, b *DB) error {
-	for _, name := range buckets {
+	if !slices.Equal(a.kept, b.kept) {
+		return fmt.Errorf("the channels kept: %v against %v", a.kept, b.kept)
+	}
+	for _, name := range a.allBuckets() {
 		var after []byte
 		for {
 			ka, va, sa, err := page(a, name, after)

@@ -7,17 +7,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 )
 
 // TestCopyIntoPostgres: every record of a bbolt state (live evidence and
 // its pending log, settled rollouts and their indexes, floors, the outbox
-// with its sequence and keys, dead letters, the mail log, the forge's
-// outbox and heads) is copied into PostgreSQL, and Compare finds them
+// with its sequence and keys, dead letters, the mail log, the channels'
+// outboxes, whatever their names, and the forge's heads) is copied into PostgreSQL, and Compare finds them
 // equal; a record changed on one side, or a second copy, is refused.
 func TestCopyIntoPostgres(t *testing.T) {
 	src := openT(t, t.TempDir())
+	if err := src.SetChannels(outbox.ForgeChannel(), outbox.Channel{Name: "discord"}); err != nil {
+		t.Fatal(err)
+	}
 	b := sampleBatch()
 	k := rollout.Key{Cluster: "prod", Hash: strings.Repeat("ab", 20)}
 	b.Mails = []rollout.Mail{mailFor(k, rollout.MailApplying, "a@x"), mailFor(k, rollout.MailApplied, "a@x"), mailFor(k, rollout.MailStuck, "b@x")}
@@ -50,11 +54,15 @@ func TestCopyIntoPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts[string(bucketEvidence)] != len(b.Puts)*2 || counts[string(bucketSettled)] != 1 || counts[string(bucketOutbox)] != 1 || counts[string(bucketDead)] != 1 {
+	if counts[string(bucketEvidence)] != len(b.Puts)*2 || counts[string(bucketSettled)] != 1 || counts[string(bucketOutbox)] != 1 || counts[string(bucketDead)] != 1 ||
+		counts["forge"] != 1 || counts["discord"] != 1 || counts["discord-due"] != 1 {
 		t.Fatalf("counts %v", counts)
 	}
 	if err := Compare(dst, src); err != nil {
 		t.Fatal(err)
+	}
+	if ps, err := dst.Channel("discord").Publications(); err != nil || len(ps) != 1 {
+		t.Fatalf("the copy's discord outbox: %+v (%v)", ps, err)
 	}
 	if l := loadAll(t, dst); len(l.evidence) != len(b.Puts)*2 || len(l.mailed) != 3 {
 		t.Fatalf("loaded from the copy: %d evidence, %d mail keys", len(l.evidence), len(l.mailed))

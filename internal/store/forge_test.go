@@ -43,10 +43,10 @@ func TestPublicationOfSchema7(t *testing.T) {
 			k rollout.Key
 			v rollout.Verdict
 		}{{settled.Key(), settled.Verdict}, {live, rollout.VerdictApplying}, {gone, rollout.VerdictFailed}} {
-			if err := tx.Bucket(bucketForge).Put(publicationKey(p.k), v1(p.k, p.v)); err != nil {
+			if err := tx.Bucket(bucketsOf(forgeChannel).records).Put(publicationKey(p.k), v1(p.k, p.v)); err != nil {
 				return err
 			}
-			if err := tx.Bucket(bucketForgeDue).Put(publicationKey(p.k), nil); err != nil {
+			if err := tx.Bucket(bucketsOf(forgeChannel).due).Put(publicationKey(p.k), nil); err != nil {
 				return err
 			}
 		}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -25,6 +26,10 @@ type backend interface {
 
 type txn interface {
 	Bucket(name []byte) bucket
+	// ensure makes the bucket name where the backend needs a bucket made
+	// before it is used (bbolt); the store's own are made when it opens,
+	// a channel's when it is kept (channels.go).
+	ensure(name []byte) error
 }
 
 // bucket is bbolt's bucket, as much of it as the store uses. Get and the
@@ -55,9 +60,20 @@ type cursor interface {
 	Delete() error
 }
 
-// buckets are every bucket the store keeps.
-var buckets = [][]byte{bucketMeta, bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForge, bucketForgeDue, bucketForgeHeads,
-	bucketSlack, bucketSlackDue, bucketTeams, bucketTeamsDue, bucketWebhook, bucketWebhookDue}
+// buckets are the store's own buckets; the channels' outboxes are named
+// after the channels (channels.go).
+var buckets = [][]byte{bucketMeta, bucketEvidence, bucketOutbox, bucketMailKeys, bucketDead, bucketSettled, bucketOrigin, bucketTime, bucketFloors, bucketMailLog, bucketForgeHeads}
+
+// allBuckets are the store's own buckets and those of the channels it
+// keeps.
+func (d *DB) allBuckets() [][]byte {
+	out := slices.Clone(buckets)
+	for _, name := range d.kept {
+		bk := bucketsOf(name)
+		out = append(out, bk.records, bk.due)
+	}
+	return out
+}
 
 type boltBackend struct{ db *bolt.DB }
 
@@ -93,6 +109,11 @@ func (t boltTx) Bucket(name []byte) bucket {
 		b.FillPercent = 0.9
 	}
 	return boltBucket{b}
+}
+
+func (t boltTx) ensure(name []byte) error {
+	_, err := t.CreateBucketIfNotExists(name)
+	return err
 }
 
 type boltBucket struct{ *bolt.Bucket }

@@ -155,7 +155,11 @@ func OpenPostgres(ctx context.Context, conn string, opt PostgresOptions) (*DB, e
 		return nil, err
 	}
 	d := &DB{kv: pg}
-	if err := d.kv.update(initRecords); err != nil {
+	err = d.kv.update(func(tx txn) error {
+		d.kept, err = initRecords(tx)
+		return err
+	})
+	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("init the records: %w", err)
 	}
@@ -391,6 +395,9 @@ func (t *pgTx) flush() bool {
 }
 
 func (t *pgTx) Bucket(name []byte) bucket { return &pgBucket{t: t, name: string(name)} }
+
+// ensure makes nothing: a bucket is its rows of fdn_kv.
+func (t *pgTx) ensure([]byte) error { return nil }
 
 type pgBucket struct {
 	t    *pgTx

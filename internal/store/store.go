@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +72,7 @@ type DB struct {
 	wal *wal       // bbolt's write-ahead log; nil on PostgreSQL
 
 	channels []outbox.Channel // SetChannels'
+	kept     []string         // the channels whose outboxes it keeps (channels.go), sorted
 	// progress are the progress publications of batches that went to the
 	// log (bbolt), the latest of each rollout, not in the outboxes yet:
 	// written at the next checkpoint (or a delivery's record), shown by
@@ -123,19 +125,20 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return nil, err
 		}
 	}
-	err = db.Update(func(t *bolt.Tx) error {
+	d := &DB{kv: boltBackend{db}, path: path}
+	err = d.kv.update(func(tx txn) error {
 		for _, b := range buckets {
-			if _, err := t.CreateBucketIfNotExists(b); err != nil {
+			if err := tx.ensure(b); err != nil {
 				return err
 			}
 		}
-		return initRecords(boltTx{t})
+		d.kept, err = initRecords(tx)
+		return err
 	})
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	d := &DB{kv: boltBackend{db}, path: path}
 	if d.wal, err = openWAL(d.kv, filepath.Join(dir, WALName)); err != nil {
 		db.Close()
 		return nil, err
@@ -143,19 +146,32 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 	return d, nil
 }
 
-// initRecords checks the records' schema, upgrades an older one, and
-// fills what version 1 forge records lack.
-func initRecords(tx txn) error {
+// initRecords checks the records' schema, upgrades an older one, makes
+// the outboxes of the channels kept, which it returns, and fills what
+// version 1 forge records lack.
+func initRecords(tx txn) ([]string, error) {
 	meta := tx.Bucket(bucketMeta)
-	switch v := meta.Get(keySchema); {
+	v := meta.Get(keySchema)
+	if v != nil && meta.Get(keyChannels) == nil {
+		// Written before the store listed the channels it keeps: the
+		// buckets its release made may hold records.
+		if err := meta.Put(keyChannels, []byte(strings.Join(channelsBefore, ","))); err != nil {
+			return nil, err
+		}
+	}
+	switch {
 	case v == nil, string(v) == "1", string(v) == "2", string(v) == "3", string(v) == "4", string(v) == "5", string(v) == "6", string(v) == "7":
 		if err := meta.Put(keySchema, []byte(schema)); err != nil {
-			return err
+			return nil, err
 		}
 	case string(v) != schema:
-		return fmt.Errorf("schema %q, this binary reads %q", v, schema)
+		return nil, fmt.Errorf("schema %q, this binary reads %q", v, schema)
 	}
-	return fillShown(tx, &codec{})
+	kept, err := channelsIn(tx)
+	if err != nil {
+		return nil, err
+	}
+	return kept, fillShown(tx, &codec{})
 }
 
 func open(path string) (*bolt.DB, error) {
@@ -487,7 +503,7 @@ func (d *DB) commitTx(tx txn, b *rollout.Batch, e encoded) error {
 		if err := purge(tx, &d.records, b.PurgeBefore); err != nil {
 			return err
 		}
-		if err := purgePublications(tx, b.PurgeBefore); err != nil {
+		if err := purgePublications(tx, d.kept, b.PurgeBefore); err != nil {
 			return err
 		}
 	}

@@ -33,6 +33,7 @@ var suite = []struct {
 	{"ScanSettledInChunks", testScanSettledInChunks},
 	{"ForgeOutbox", testForgeOutbox},
 	{"ChannelOutboxes", testChannelOutboxes},
+	{"NewChannel", testNewChannel},
 	{"ForgeHeadsAndLastEvent", testForgeHeadsAndLastEvent},
 	{"FailedCommitWritesNothing", testFailedCommitWritesNothing},
 }
@@ -515,7 +516,7 @@ func testForgeOutbox(t *testing.T, open Opener) {
 		for _, p := range ps {
 			hashes = append(hashes, p.Key.Hash)
 		}
-		return hashes, keysIn(t, d, bucketForgeDue)
+		return hashes, keysIn(t, d, bucketsOf(forgeChannel).due)
 	}
 	for i, h := range []string{"a", "b", "c"} {
 		publish(h, rollout.VerdictApplying, at.Add(time.Duration(i)*time.Minute))
@@ -582,8 +583,10 @@ func testChannelOutboxes(t *testing.T, open Opener) {
 	if err := d.SetChannels(chans...); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SetChannels(outbox.Channel{Name: "pager"}); err == nil {
-		t.Fatal("a channel the store has no outbox for is taken")
+	for _, bad := range []string{"", "Slack", "my channel", "evidence", "forge-heads", "settled-time"} {
+		if err := d.SetChannels(outbox.Channel{Name: bad}); err == nil {
+			t.Fatalf("a channel named %q is taken", bad)
+		}
 	}
 	k := rollout.Key{Cluster: "prod", Hash: "a"}
 	shown := rollout.Shown{Revision: "main@sha1:a", Commit: "a", Done: 1, Expected: 3, RootCause: "flux-system/infra",
@@ -722,5 +725,40 @@ func testFailedCommitWritesNothing(t *testing.T, open Opener) {
 	}
 	if qs, _ := d.Pending(); len(qs) != 1 {
 		t.Fatalf("%d pending after the commit, want 1", len(qs))
+	}
+}
+
+// testNewChannel: a channel the store was never told of has an outbox of
+// its own as soon as it is configured (its buckets are named after it),
+// kept across a reopen without being configured again, and purged by
+// retention once configured no more; a store copied keeps it.
+func testNewChannel(t *testing.T, open Opener) {
+	d := open(t)
+	if err := d.SetChannels(outbox.Channel{Name: "discord"}); err != nil {
+		t.Fatal(err)
+	}
+	k := rollout.Key{Cluster: "prod", Hash: "a"}
+	pub := rollout.Published{Key: k, Verdict: rollout.VerdictApplied, At: at, Shown: rollout.Shown{Revision: "main@sha1:a", Commit: "a"}}
+	if err := d.Commit(&rollout.Batch{Published: []rollout.Published{pub}, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := d.Channel("forge").Publication(k); ok {
+		t.Fatal("the forge, not configured, took the verdict")
+	}
+	d.Close()
+	d = open(t) // told of no channel
+	box := d.Channel("discord")
+	ps, err := box.Publications()
+	if err != nil || len(ps) != 1 || ps[0].Shown != pub.Shown {
+		t.Fatalf("after a reopen, discord's due: %+v (%v)", ps, err)
+	}
+	if err := box.UpdatePublication(k, func(p *outbox.Publication) { p.SentSeq, p.Sent = p.Seq, p.Verdict }); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Commit(&rollout.Batch{PurgeBefore: at.Add(time.Hour), At: at.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := box.Publication(k); ok {
+		t.Fatal("retention kept the delivered verdict of a channel configured no more")
 	}
 }
