@@ -1,7 +1,9 @@
 package main
 
 import (
+	"flag"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack/slacktest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/teams/teamstest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cloudevent/cloudeventtest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
 // TestChannelsAcrossSIGKILL: the real binary with Slack, Teams and a
@@ -116,14 +120,21 @@ func TestChannelsAcrossSIGKILL(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	resp, err = http.Get(second.url + "/ui/prod/" + events[1].hash)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{"Shown elsewhere", "<td>Slack</td>", "<td>Teams</td>", "<td>Webhook</td>", "delivered: applied"} {
-		if !strings.Contains(string(b), want) {
+	// A delivery is recorded after the channel answered: the page says
+	// so once the service has recorded each.
+	var page string
+	until("every channel's delivery on the page", func() string { return page }, func() bool {
+		resp, err := http.Get(second.url + "/ui/prod/" + events[1].hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page = string(b)
+		return strings.Count(page, "delivered: applied") == 3
+	})
+	for _, want := range []string{"Shown elsewhere", "<td>Slack</td>", "<td>Teams</td>", "<td>Webhook</td>"} {
+		if !strings.Contains(page, want) {
 			t.Errorf("the rollout's page does not say %q", want)
 		}
 	}
@@ -143,5 +154,72 @@ func secretFiles(t *testing.T) func(name, content string) string {
 			t.Fatal(err)
 		}
 		return path
+	}
+}
+
+// TestChannelTable: every row of the channel table registers flags of its
+// own, passes its checks with none given and is then not given, and, with
+// its flags given, is given and makes a Deliverer and a label for the
+// pages; the store keeps an outbox under each row's name, and the one
+// dispatcher delivers it. A new channel is a package and a row: this test
+// asks for the flags that give it.
+func TestChannelTable(t *testing.T) {
+	write := secretFiles(t)
+	given := map[string][]string{
+		"forge":   {"--github-token-file", write("github", "ghp_x\n"), "--github-repo", "acme/fleet"},
+		"slack":   {"--slack-token-file", write("slack", "xoxb-x\n"), "--slack-channel", "#deploys"},
+		"teams":   {"--teams-webhook-file", write("teams", "https://example.com/workflows/x?sig=y\n")},
+		"webhook": {"--webhook-url", "https://hooks.example.com/fdn", "--webhook-secret-file", write("hook", "k\n")},
+	}
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	names := map[string]bool{}
+	var specs []outbox.Channel
+	for i, row := range channelRows() {
+		alert := time.Minute
+		f := newFlags("serve", func(string) string { return "" }, io.Discard)
+		r := row(f, &forgeConfig{}, &alert)
+		var own []string
+		f.VisitAll(func(fl *flag.Flag) { own = append(own, fl.Name) })
+		switch {
+		case r.name == "" || names[r.name]:
+			t.Fatalf("row %d: name %q, empty or taken", i, r.name)
+		case len(own) == 0:
+			t.Fatalf("%s: no flags", r.name)
+		case r.check == nil || r.given == nil || r.open == nil || r.takes == nil || r.label == nil || r.record == "" || r.alertAfter == nil:
+			t.Fatalf("%s: a part of the row is missing: %+v", r.name, r)
+		case given[r.name] == nil:
+			t.Fatalf("%s: the test does not know the flags that give it", r.name)
+		}
+		names[r.name] = true
+		if err := r.check(); err != nil || r.given() {
+			t.Fatalf("%s with no flag: given %v, check %v", r.name, r.given(), err)
+		}
+		if err := f.parse(given[r.name]); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.check(); err != nil || !r.given() {
+			t.Fatalf("%s with %v: given %v, check %v", r.name, given[r.name], r.given(), err)
+		}
+		to, err := r.open(channelEnv{db: db, hc: http.DefaultClient, log: slog.New(slog.DiscardHandler), now: time.Now,
+			sourceURL: func(string, string, string) (string, bool) { return "", false }})
+		if err != nil || to == nil || to.Name() == "" {
+			t.Fatalf("%s: deliverer %v, %v", r.name, to, err)
+		}
+		if r.label() == "" {
+			t.Fatalf("%s: no label for the pages", r.name)
+		}
+		specs = append(specs, r.spec())
+	}
+	if err := db.SetChannels(specs...); err != nil {
+		t.Fatal(err)
+	}
+	for name := range names {
+		if _, err := db.Channel(name).Publications(); err != nil {
+			t.Fatalf("%s's outbox: %v", name, err)
+		}
 	}
 }

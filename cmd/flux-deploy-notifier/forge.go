@@ -3,18 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
 // forgeConfig is the forge part of serve's configuration: the forge whose
@@ -101,27 +96,23 @@ func (c *forgeConfig) finish() error {
 	return nil
 }
 
-// dispatcher builds the forge's dispatcher, nil when no forge is
-// configured; externalURL makes each status link to the rollout's page,
-// and sourceURL reads what a source names from the cluster.
-func (c *forgeConfig) dispatcher(db *store.DB, externalURL string, sourceURL func(kind, ns, name string) (string, bool),
-	log *slog.Logger, reg prometheus.Registerer) (*outbox.Dispatcher, error) {
-	if c.chosen == nil {
-		return nil, nil
-	}
-	f, err := c.chosen.open(&http.Client{Timeout: 30 * time.Second})
+// deliverer makes the chosen forge's Deliverer; env's external URL makes
+// each status link to the rollout's page, and its sourceURL reads what a
+// source names from the cluster.
+func (c *forgeConfig) deliverer(env channelEnv) (outbox.Deliverer, error) {
+	f, err := c.chosen.open(env.hc)
 	if err != nil {
 		return nil, err
 	}
-	c.repos.URL = sourceURL
+	c.repos.URL = env.sourceURL
 	cfg := forge.Config{Repo: c.repos.Repo, AlertAfter: *c.alertAfter, Environments: c.envs}
-	if externalURL = strings.TrimRight(externalURL, "/"); externalURL != "" {
-		cfg.LogURL = func(k rollout.Key) string { return externalURL + edge.RolloutPath(k) }
+	if ext := strings.TrimRight(env.externalURL, "/"); ext != "" {
+		cfg.LogURL = func(k rollout.Key) string { return ext + edge.RolloutPath(k) }
 	}
 	def := "none"
 	if c.repos.Default != nil {
 		def = c.repos.Default.String()
 	}
-	log.Info("verdicts shown as deployments", "forge", f.Name(), "host", c.repos.Host, "default_repo", def, "mapped_sources", len(c.repos.Map))
-	return forge.NewDispatcher(db.Channel("forge"), db, f, cfg, log, time.Now, reg), nil
+	env.log.Info("verdicts shown as deployments", "forge", f.Name(), "host", c.repos.Host, "default_repo", def, "mapped_sources", len(c.repos.Map))
+	return forge.NewDeliverer(env.db, f, cfg, env.log), nil
 }

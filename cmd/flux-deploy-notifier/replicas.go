@@ -62,7 +62,7 @@ func (s *service) openReplica(ctx context.Context) error {
 	if s.db, err = s.c.postgres.open(ctx, identity); err != nil {
 		return err
 	}
-	if err := s.db.SetChannels(s.c.specs()...); err != nil {
+	if err := s.db.SetChannels(s.c.channels.specs()...); err != nil {
 		return err
 	}
 	model, err := rollout.NewModel(s.c.engine)

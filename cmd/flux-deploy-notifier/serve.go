@@ -29,8 +29,7 @@ type serveConfig struct {
 	logLevel       slog.Level
 	logFormat      string
 	mail           mailConfig
-	forge          forgeConfig
-	channels       channelsConfig
+	channels       channelsConfig // the forge, the chats, the webhook
 	cluster        clusterConfig
 	postgres       postgresConfig
 	verdictToken   string
@@ -56,8 +55,6 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	mc.flags(f)
 	var cc clusterConfig
 	cc.flags(f)
-	var fc forgeConfig
-	fc.flags(f)
 	var chc channelsConfig
 	chc.flags(f)
 	var pc postgresConfig
@@ -73,7 +70,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation,
 			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf, CommitOf: flux.GitCommit},
 		mail:  mc,
-		forge: fc, channels: chc,
+		channels: chc,
 		cluster: cc, postgres: pc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}
 	if err := c.cluster.validate(); err != nil {
@@ -91,14 +88,11 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, err
 	}
 	c.engine.MailTo = c.mail.to
-	if err := c.forge.finish(); err != nil {
-		return c, err
-	}
 	if err := c.channels.finish(); err != nil {
 		return c, err
 	}
-	c.engine.Publish = len(c.specs()) > 0
-	for _, ch := range c.specs() {
+	c.engine.Publish = len(c.channels.specs()) > 0
+	for _, ch := range c.channels.specs() {
 		c.engine.Progress = c.engine.Progress || ch.Progress
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {

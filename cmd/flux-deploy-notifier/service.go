@@ -77,7 +77,7 @@ type service struct {
 
 	node     *replica.Node // with --postgres
 	mailer   *mail.Dispatcher
-	channels []shownIn       // the forge, the chats, the webhook configured
+	channels []shownIn       // the forge, the chats, the webhook configured (channelTable)
 	reader   *cluster.Reader // nil: events only
 	watchdog *blind.Watchdog // with the reader
 	srv      *http.Server
@@ -118,7 +118,7 @@ func (s *service) openState(ctx context.Context) error {
 	if s.db, err = store.Open(s.c.dataDir); err != nil {
 		return err
 	}
-	if err := s.db.SetChannels(s.c.specs()...); err != nil {
+	if err := s.db.SetChannels(s.c.channels.specs()...); err != nil {
 		return err
 	}
 	if s.eng, err = engine.New(s.db, s.c.engine, s.log, time.Now); err != nil {
@@ -153,19 +153,12 @@ func (s *service) openChannels(context.Context) error {
 		}
 		return s.reader.SourceURL(kind, ns, name)
 	}
-	forger, err := s.c.forge.dispatcher(s.db, *s.c.mail.externalURL, sourceURL, s.log, s.reg)
-	if err != nil {
+	env := channelEnv{db: s.db, links: s.c.links(sourceURL), externalURL: *s.c.mail.externalURL, sourceURL: sourceURL,
+		hc: &http.Client{Timeout: 30 * time.Second}, log: s.log, now: time.Now}
+	var err error
+	if s.channels, err = s.c.channels.dispatchers(env, s.reg); err != nil {
 		return err
 	}
-	if forger != nil {
-		s.channels = append(s.channels, shownIn{d: forger,
-			ui: ui.Channel{Name: s.c.forge.name(), Record: "deployment", Publication: s.db.Channel("forge").Publication}})
-	}
-	chats, err := s.c.channels.dispatchers(s.db, s.c.links(sourceURL), s.log, s.reg)
-	if err != nil {
-		return err
-	}
-	s.channels = append(s.channels, chats...)
 	if s.eng != nil {
 		s.eng.OnPublish(s.wakeChannels)
 	}

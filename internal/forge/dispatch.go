@@ -29,10 +29,17 @@ type Config struct {
 }
 
 // NewDispatcher wires the dispatcher of the forge's outbox (box, and the
-// commits last applied: heads) to f. Its outcomes are counted in
-// fdn_forge_deliveries_total too, as before there were other channels.
-// reg may be nil.
+// commits last applied: heads) to f, its outcomes counted in
+// fdn_forge_deliveries_total too (Deliveries). reg may be nil.
 func NewDispatcher(box outbox.Verdicts, heads outbox.Heads, f Forge, cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *outbox.Dispatcher {
+	return outbox.NewDispatcher(box, NewDeliverer(heads, f, cfg, log), outbox.DispatchConfig{
+		AlertAfter: cfg.AlertAfter, Log: log, Now: now, Reg: reg, More: []*prometheus.CounterVec{Deliveries(reg)}})
+}
+
+// Deliveries is fdn_forge_deliveries_total, registered on reg (nil:
+// none): the forge's outcomes as they were counted before there were
+// other channels, beside fdn_deliveries_total.
+func Deliveries(reg prometheus.Registerer) *prometheus.CounterVec {
 	byForge := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fdn_forge_deliveries_total",
 		Help: "Verdicts delivered to a forge, by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (no repository or commit); fdn_deliveries_total{channel=<the forge>} counts the same.",
@@ -40,8 +47,14 @@ func NewDispatcher(box outbox.Verdicts, heads outbox.Heads, f Forge, cfg Config,
 	if reg != nil {
 		reg.MustRegister(byForge)
 	}
-	to := &deliverer{forge: f, heads: heads, cfg: cfg, log: log.With("forge", f.Name())}
-	return outbox.NewDispatcher(box, to, outbox.DispatchConfig{AlertAfter: cfg.AlertAfter, Log: log, Now: now, Reg: reg, More: []*prometheus.CounterVec{byForge}})
+	return byForge
+}
+
+// NewDeliverer is the forge's Deliverer: a deployment (or a commit
+// status) of each rollout's commit in f, and the commits that went out
+// inside it (heads: the commits last shown applied).
+func NewDeliverer(heads outbox.Heads, f Forge, cfg Config, log *slog.Logger) outbox.Deliverer {
+	return &deliverer{forge: f, heads: heads, cfg: cfg, log: log.With("forge", f.Name())}
 }
 
 // deliverer shows verdicts in a forge: a deployment (or a commit status)
