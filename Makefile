@@ -107,7 +107,7 @@ unit-short: postgres bin/github-openapi.json
 
 # GitHub's OpenAPI description (npm's @octokit/openapi), which the forge
 # contract server checks every request and answer against
-# (internal/forge/forgetest): GitHub itself cannot be reached from tests.
+# (internal/channel/forge/forgetest): GitHub itself cannot be reached from tests.
 OCTOKIT_OPENAPI := 23.0.2
 bin/github-openapi.json: Makefile
 	@command -v npm >/dev/null || { \
@@ -198,7 +198,7 @@ bin/notification-controller: tools/notification-controller/go.mod tools/notifica
 # helm-controller v1.6.4 (tools/helm-controller carries the replace lines
 # of its own go.mod, without which its dependencies do not resolve).
 # A real Gitea (v1.27.3, SQLite through cgo) for the forge's tests
-# (internal/forge/gitea): about seven minutes on 2 cores the first time.
+# (internal/channel/forge/gitea): about seven minutes on 2 cores the first time.
 # Built without bindata, it reads its locales and templates from
 # bin/gitea-assets, copied from its module.
 bin/gitea: tools/gitea/go.mod tools/gitea/go.sum

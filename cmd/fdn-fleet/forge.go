@@ -13,7 +13,7 @@ import (
 // github stands in for GitHub's deployments API in the fleet (-github): it
 // makes every deployment asked for and keeps each one's last state, so that
 // the run measures the service with a forge and checks that every verdict
-// reached it. The API's contract is the tests' (internal/forge/forgetest);
+// reached it. The API's contract is the tests' (internal/channel/forge/forgetest);
 // this only answers, fast.
 type github struct {
 	URL string

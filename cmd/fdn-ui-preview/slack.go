@@ -9,8 +9,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	slackapi "github.com/slack-go/slack"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/slack"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -21,7 +21,7 @@ import (
 func slackPage(rs interface {
 	Get(rollout.Key) *rollout.View
 }, now time.Time) http.HandlerFunc {
-	links := chat.Links{
+	links := channel.Links{
 		Commit: func(_ rollout.Ref, c string) string { return "https://github.com/acme/fleet/commit/" + c },
 		Page:   func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
 	}
@@ -32,7 +32,7 @@ func slackPage(rs interface {
 			http.NotFound(w, r)
 			return
 		}
-		m := chat.Of(outbox.Publication{Key: v.Key(), Verdict: v.Verdict, Changed: now, Shown: rollout.ShownOf(v)}, links)
+		m := channel.Of(outbox.Publication{Key: v.Key(), Verdict: v.Verdict, Changed: now, Shown: rollout.ShownOf(v)}, links)
 		data := struct {
 			At            string
 			Blocks, Reply []block

@@ -11,12 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/teams"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cloudevent"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/cloudevent"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/slack"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/teams"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/secret"
@@ -72,7 +72,7 @@ type channelRow struct {
 // forge's heads), what messages link to, HTTP, the log and the clock.
 type channelEnv struct {
 	db          *store.DB
-	links       chat.Links
+	links       channel.Links
 	externalURL string
 	// sourceURL is what a source names in the cluster (its repository),
 	// false without cluster access.
@@ -182,7 +182,7 @@ func forgeChannelRow(f *flags, fc *forgeConfig, _ *time.Duration) *channelRow {
 
 func slackRow(f *flags, _ *forgeConfig, alertAfter *time.Duration) *channelRow {
 	token := f.String("slack-token-file", "FDN_SLACK_TOKEN_FILE", "", "file holding a Slack bot token (scope chat:write): one message per commit and cluster, updated in place")
-	channel := f.String("slack-channel", "FDN_SLACK_CHANNEL", "", "Slack channel of every cluster's messages (an id, or #name), unless --slack-channels names another")
+	everyCluster := f.String("slack-channel", "FDN_SLACK_CHANNEL", "", "Slack channel of every cluster's messages (an id, or #name), unless --slack-channels names another")
 	channels := f.String("slack-channels", "FDN_SLACK_CHANNELS", "", "Slack channels by cluster: cluster=channel,...")
 	api := f.String("slack-api-url", "FDN_SLACK_API_URL", slack.DefaultAPIURL, "Slack's Web API (another for an egress proxy)")
 	var byCluster map[string]string
@@ -197,10 +197,10 @@ func slackRow(f *flags, _ *forgeConfig, alertAfter *time.Duration) *channelRow {
 			if byCluster, err = pairs("--slack-channels", *channels, "cluster=channel"); err != nil {
 				return err
 			}
-			if *token == "" && (*channel != "" || len(byCluster) > 0) {
+			if *token == "" && (*everyCluster != "" || len(byCluster) > 0) {
 				return errors.New("--slack-channel and --slack-channels need --slack-token-file")
 			}
-			if *token != "" && *channel == "" && len(byCluster) == 0 {
+			if *token != "" && *everyCluster == "" && len(byCluster) == 0 {
 				return errors.New("--slack-token-file needs --slack-channel or --slack-channels")
 			}
 			return nil
@@ -210,8 +210,8 @@ func slackRow(f *flags, _ *forgeConfig, alertAfter *time.Duration) *channelRow {
 			if err != nil {
 				return nil, err
 			}
-			env.log.Info("verdicts shown in Slack", "api", *api, "channel", *channel, "mapped_clusters", len(byCluster))
-			return slack.New(slack.Options{APIURL: *api, Token: tok, Channel: *channel, Channels: byCluster,
+			env.log.Info("verdicts shown in Slack", "api", *api, "channel", *everyCluster, "mapped_clusters", len(byCluster))
+			return slack.New(slack.Options{APIURL: *api, Token: tok, Channel: *everyCluster, Channels: byCluster,
 				Links: env.links, HTTP: env.hc, Now: env.now, Log: env.log}), nil
 		},
 	}
@@ -297,8 +297,8 @@ func webhookRow(f *flags, _ *forgeConfig, alertAfter *time.Duration) *channelRow
 // configured forge's repository of its source, else the repository its
 // source names in the cluster), and the rollout's page with
 // --external-url.
-func (c *serveConfig) links(sourceURL func(kind, ns, name string) (string, bool)) chat.Links {
-	var l chat.Links
+func (c *serveConfig) links(sourceURL func(kind, ns, name string) (string, bool)) channel.Links {
+	var l channel.Links
 	if ext := strings.TrimRight(*c.mail.externalURL, "/"); ext != "" {
 		l.Page = func(k rollout.Key) string { return ext + edge.RolloutPath(k) }
 	}

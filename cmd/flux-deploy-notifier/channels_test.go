@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack/slacktest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/teams/teamstest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cloudevent/cloudeventtest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/cloudevent/cloudeventtest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/slack/slacktest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/teams/teamstest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge/forgetest"
 )
 
 // TestForgeDeploymentAfterSIGKILL: the service is killed while GitHub

@@ -7,15 +7,15 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/gitea"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/github"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/gitlab"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge/gitea"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge/github"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge/gitlab"
 )
 
 // forgeTable is every forge the verdicts can be shown on, one row each,
 // its flags registered on f: a new forge is its package under
-// internal/forge and one row here. The flags are validated here, once,
+// internal/channel/forge and one row here. The flags are validated here, once,
 // and only here: the forge packages know options, not flags.
 func forgeTable(f *flags) []*forgeRow {
 	return []*forgeRow{githubRow(f), gitlabRow(f), giteaRow(f)}

@@ -18,10 +18,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack/slacktest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cloudevent/cloudeventtest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/cloudevent/cloudeventtest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge/forgetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/slack/slacktest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"

@@ -69,9 +69,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		insecureNoAuth: *insecure, logFormat: *format,
 		engine: rollout.Config{StuckAfter: *stuck, Retention: *retention, SettleAfter: *settleAfter, DefaultCluster: *cluster, Verify: verifyEvaluation,
 			ClassOf: ingest.FailureClass, RoleOf: ingest.RoleOf, CommitOf: flux.GitCommit},
-		mail:  mc,
+		mail:     mc,
 		channels: chc,
-		cluster: cc, postgres: pc, verdictToken: *verdictToken, trustHeader: *trustHeader,
+		cluster:  cc, postgres: pc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 	}
 	if err := c.cluster.validate(); err != nil {
 		return c, err

@@ -20,9 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/chat/slack/slacktest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge/forgetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/slack/slacktest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
