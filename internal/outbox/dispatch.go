@@ -167,6 +167,7 @@ type DispatchConfig struct {
 // records each outcome.
 type Dispatcher struct {
 	outbox Verdicts
+	rec    *recorder // writes outcomes to outbox
 	to     Deliverer
 	cfg    DispatchConfig
 	log    *slog.Logger
@@ -192,7 +193,7 @@ var outcomes = []string{"sent", "retried", "rate_limited", "dead", "skipped"}
 // dispatcher on cfg.Reg) and in cfg.More.
 func NewDispatcher(box Verdicts, to Deliverer, cfg DispatchConfig) *Dispatcher {
 	log := cfg.Log.With("channel", to.Name())
-	d := &Dispatcher{outbox: box, to: to, cfg: cfg, log: log, warner: Warner{Log: log}, wake: NewWaker()}
+	d := &Dispatcher{outbox: box, rec: newRecorder(box), to: to, cfg: cfg, log: log, warner: Warner{Log: log}, wake: NewWaker()}
 	all := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fdn_deliveries_total",
 		Help: "Verdicts delivered to a channel (a forge, slack, teams, webhook), by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (not shown there).",
@@ -263,6 +264,8 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 	}
 	var next, oldest time.Time
 	defer func() {
+		// The next Flush reads what this one recorded.
+		d.rec.wait()
 		d.mu.Lock()
 		d.oldest = oldest
 		d.mu.Unlock()
@@ -307,9 +310,14 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 // service's rate limit stopped it.
 func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, bool) {
 	log := d.log.With("cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
-	// A failure to record it is logged: the deliverer goes on (a forge
-	// finds its deployment again by its marker; a chat may post twice).
-	save := func(ref string) { d.record(p, func(q *Publication) { q.Ref = ref }, log) }
+	// Written before the deliverer goes on to use it, so that a crash
+	// after does not make a second. A failure to record it is logged: the
+	// deliverer goes on (a forge finds its deployment again by its
+	// marker; a chat may post twice).
+	save := func(ref string) {
+		d.record(p, func(q *Publication) { q.Ref = ref }, log)
+		d.rec.wait()
+	}
 	err := d.to.Deliver(ctx, p, save)
 	var skip Skip
 	switch {
@@ -380,11 +388,71 @@ func (d *Dispatcher) retry(p Publication, fe *Error, log *slog.Logger) (time.Tim
 	return at, fe.Limited
 }
 
-// record applies f to p's record; a failure to record is logged: the
-// delivery then happens again, which every channel takes (an update in
-// place, an idempotency key).
+// record applies f to p's record, in the order outcomes come: written
+// with the outcomes that arrive while the write before is under way, in
+// one transaction (recorder). A failure to record is logged: the delivery
+// then happens again, which every channel takes (an update in place, an
+// idempotency key).
 func (d *Dispatcher) record(p Publication, f func(*Publication), log *slog.Logger) {
-	if err := d.outbox.UpdatePublication(p.Key, f); err != nil {
-		log.Warn("record a delivery", "err", err)
+	d.rec.add(Update{Key: p.Key, Apply: f}, log)
+}
+
+// recorder writes a dispatcher's outcomes as they come, in batches: what
+// arrived while the last batch was being written is the next batch (a
+// group commit), so that a burst of deliveries costs a handful of store
+// transactions, not one each, and an outcome waits for at most one write
+// before its own. An outcome not written yet when the process dies is a
+// delivery made again at the next start: each verdict at most once more
+// per crash, as before, though a crash may now repeat several rollouts'.
+type recorder struct {
+	box Verdicts
+
+	mu      sync.Mutex
+	pending []Update
+	logs    []*slog.Logger // pending's, to log a failure with
+	writing bool
+	idle    *sync.Cond // signalled when a write ends with nothing pending
+}
+
+func newRecorder(box Verdicts) *recorder {
+	r := &recorder{box: box}
+	r.idle = sync.NewCond(&r.mu)
+	return r
+}
+
+// add queues u and starts a writer when none runs.
+func (r *recorder) add(u Update, log *slog.Logger) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending, r.logs = append(r.pending, u), append(r.logs, log)
+	if !r.writing {
+		r.writing = true
+		go r.write()
+	}
+}
+
+// write writes what is pending, batch after batch, until nothing is.
+func (r *recorder) write() {
+	r.mu.Lock()
+	for len(r.pending) > 0 {
+		batch, logs := r.pending, r.logs
+		r.pending, r.logs = nil, nil
+		r.mu.Unlock()
+		if err := r.box.UpdatePublications(batch); err != nil {
+			logs[0].Warn("record deliveries", "err", err, "outcomes", len(batch))
+		}
+		r.mu.Lock()
+	}
+	r.writing = false
+	r.idle.Broadcast()
+	r.mu.Unlock()
+}
+
+// wait returns once every outcome added is written.
+func (r *recorder) wait() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for r.writing {
+		r.idle.Wait()
 	}
 }

@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 func TestBackoff(t *testing.T) {
@@ -111,5 +115,108 @@ func TestClassify(t *testing.T) {
 	}
 	if e := outbox.AsError(errors.New("connection refused")); !e.Retry || e.Status != 0 {
 		t.Fatalf("a network error: %+v, want transient", e)
+	}
+}
+
+// boxOf is an outbox in memory whose writes the test can hold up: each
+// UpdatePublications is one transaction.
+type boxOf struct {
+	mu     sync.Mutex
+	recs   map[rollout.Key]*outbox.Publication
+	txns   int
+	gate   chan struct{} // each write waits for a token, when set
+	writes chan int      // each write's size, when set
+}
+
+func (b *boxOf) Publications() ([]outbox.Publication, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []outbox.Publication
+	for _, p := range b.recs {
+		if p.Due() {
+			out = append(out, *p)
+		}
+	}
+	slices.SortFunc(out, func(a, b outbox.Publication) int { return strings.Compare(a.Key.Hash, b.Key.Hash) })
+	return out, nil
+}
+
+func (b *boxOf) UpdatePublications(ups []outbox.Update) error {
+	if b.writes != nil {
+		b.writes <- len(ups)
+	}
+	if b.gate != nil {
+		<-b.gate
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.txns++
+	for _, u := range ups {
+		u.Apply(b.recs[u.Key])
+	}
+	return nil
+}
+
+// deliverFunc is a Deliverer of a function.
+type deliverFunc func(ctx context.Context, p outbox.Publication, save func(string)) error
+
+func (deliverFunc) Name() string { return "test" }
+func (f deliverFunc) Deliver(ctx context.Context, p outbox.Publication, save func(string)) error {
+	return f(ctx, p, save)
+}
+
+// TestOutcomesInBatches: the outcomes of a burst are written in a
+// handful of transactions, those that came while one was being written
+// in the next (here, the first write held until every delivery was
+// made: at most three transactions for 50 deliveries), every one written when Flush
+// returns; a record the deliverer saves is written before it goes on.
+func TestOutcomesInBatches(t *testing.T) {
+	box := &boxOf{recs: map[rollout.Key]*outbox.Publication{}, gate: make(chan struct{}, 100), writes: make(chan int, 100)}
+	const n = 50
+	for i := range n {
+		k := rollout.Key{Cluster: "prod", Hash: fmt.Sprintf("%03d", i)}
+		box.recs[k] = &outbox.Publication{Key: k, Verdict: rollout.VerdictApplied, Seq: 1}
+	}
+	delivered, all := 0, make(chan struct{})
+	to := deliverFunc(func(_ context.Context, p outbox.Publication, save func(string)) error {
+		if p.Key.Hash == "000" {
+			box.gate <- struct{}{} // the save's write goes through at once
+			save("ref-0")
+			box.mu.Lock()
+			ref := box.recs[p.Key].Ref
+			box.mu.Unlock()
+			if ref != "ref-0" {
+				t.Errorf("the saved record is not written before the deliverer goes on: %q", ref)
+			}
+		}
+		if delivered++; delivered == n {
+			close(all)
+		}
+		return nil
+	})
+	d := outbox.NewDispatcher(box, to, outbox.DispatchConfig{AlertAfter: time.Hour, Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
+	done := make(chan struct{})
+	go func() {
+		d.Flush(context.Background())
+		close(done)
+	}()
+	<-box.writes // the save's
+	<-box.writes // the first outcomes' (one or more): held until every delivery is made
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deliveries wait for their outcomes to be written")
+	}
+	close(box.gate) // let every write through
+	<-done
+	// The save's; the held one; the rest, but for the last delivery's
+	// outcome, which may come after the writer took them.
+	if box.txns < 2 || box.txns > 4 {
+		t.Errorf("%d transactions for a burst of %d (one saved record), want the save's and at most three more", box.txns, n)
+	}
+	for k, p := range box.recs {
+		if p.SentSeq != 1 || p.Sent != rollout.VerdictApplied {
+			t.Fatalf("%s not recorded delivered when Flush returned: %+v", k.Hash, p)
+		}
 	}
 }

@@ -151,8 +151,16 @@ type Verdicts interface {
 	// Publications returns the records with a verdict not delivered yet,
 	// oldest decision first.
 	Publications() ([]Publication, error)
-	// UpdatePublication applies f to the record of k in one transaction.
-	UpdatePublication(k rollout.Key, f func(*Publication)) error
+	// UpdatePublications applies each update to its record, in order, in
+	// one transaction.
+	UpdatePublications(ups []Update) error
+}
+
+// Update is a change to the record of one rollout in a channel's outbox:
+// what a delivery's outcome records.
+type Update struct {
+	Key   rollout.Key
+	Apply func(*Publication)
 }
 
 // Heads keep the commit a forge last showed applied on a cluster, by the

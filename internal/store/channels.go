@@ -486,39 +486,70 @@ func (c ChannelBox) Publication(k rollout.Key) (outbox.Publication, bool, error)
 	return p, found, err
 }
 
-// UpdatePublication applies f to the record of k as one transaction: the
-// dispatcher's outcome of a delivery of seq. f sees the record as stored,
-// which may hold a later verdict than the one delivered; progress of k
-// taken through the log is written first.
+// UpdatePublication applies f to the record of k as one transaction
+// (UpdatePublications of one).
 func (c ChannelBox) UpdatePublication(k rollout.Key, f func(*outbox.Publication)) error {
+	return c.UpdatePublications([]outbox.Update{{Key: k, Apply: f}})
+}
+
+// UpdatePublications applies each update to its record, in order, as one
+// transaction: the dispatcher's outcomes of a burst of deliveries. Each
+// sees the record as stored, which may hold a later verdict than the one
+// delivered; progress of its rollout taken through the log is written
+// first. An update whose record is gone (purged while its delivery was
+// under way) is skipped, and ErrNoPublication returned once the others
+// are written.
+func (c ChannelBox) UpdatePublications(ups []outbox.Update) error {
+	if len(ups) == 0 {
+		return nil
+	}
+	var withPub []rollout.Published
 	c.d.pmu.Lock()
-	pub, withPub := c.d.progress[k]
+	for _, u := range ups {
+		if pub, ok := c.d.progress[u.Key]; ok {
+			withPub = append(withPub, pub)
+		}
+	}
 	c.d.pmu.Unlock()
+	missing := false
 	err := c.d.kv.update(func(tx txn) error {
-		key := publicationKey(k)
-		if withPub {
-			if err := publish(tx, c.d.publishTo(), []rollout.Published{pub}); err != nil {
+		missing = false
+		if err := publish(tx, c.d.publishTo(), withPub); err != nil {
+			return err
+		}
+		for _, u := range ups {
+			key := publicationKey(u.Key)
+			p, found, err := getPublication(tx, c.bk, key)
+			if err != nil {
+				return err
+			}
+			if !found {
+				missing = true
+				continue
+			}
+			u.Apply(&p)
+			if err := putPublication(tx, c.bk, key, p); err != nil {
 				return err
 			}
 		}
-		p, found, err := getPublication(tx, c.bk, key)
-		if err != nil {
-			return err
-		}
-		if !found {
-			return ErrNoPublication
-		}
-		f(&p)
-		return putPublication(tx, c.bk, key, p)
+		return nil
 	})
-	if err == nil && withPub {
+	if err != nil {
+		return err
+	}
+	if len(withPub) > 0 {
 		c.d.pmu.Lock()
-		if cur, ok := c.d.progress[k]; ok && cur == pub { // not a later one since
-			delete(c.d.progress, k)
+		for _, pub := range withPub {
+			if cur, ok := c.d.progress[pub.Key]; ok && cur == pub { // not a later one since
+				delete(c.d.progress, pub.Key)
+			}
 		}
 		c.d.pmu.Unlock()
 	}
-	return err
+	if missing {
+		return ErrNoPublication
+	}
+	return nil
 }
 
 // Head returns the commit the forge last showed applied on cluster for
