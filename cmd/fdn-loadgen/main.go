@@ -397,7 +397,7 @@ func serveService(token []byte) (string, func(), error) {
 // follows, the engine while it leads.
 func serveReplica(token []byte, conn string) (string, func(), error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	db, err := store.OpenPostgres(ctx, conn, store.PostgresOptions{})
+	db, co, err := store.OpenPostgres(ctx, conn, store.PostgresOptions{})
 	if err != nil {
 		cancel()
 		return "", nil, err
@@ -409,7 +409,7 @@ func serveReplica(token []byte, conn string) (string, func(), error) {
 		return "", nil, err
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := replica.New(db, replica.Config{Identity: replica.Identity(os.Getenv)}, model.Normalise, log)
+	n, err := replica.New(db, co, replica.Config{Identity: replica.Identity(os.Getenv)}, model.Normalise, log)
 	if err != nil {
 		cancel()
 		return "", nil, err

@@ -39,12 +39,12 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 		return err
 	}
 	defer src.Close()
-	dst, err := pc.open(ctx, "migrate")
+	dst, co, err := pc.open(ctx, "migrate")
 	if err != nil {
 		return err
 	}
 	defer dst.Close()
-	switch running, err := dst.LeaderRunning(ctx); {
+	switch running, err := co.LeaderRunning(ctx); {
 	case err != nil:
 		return err
 	case running:

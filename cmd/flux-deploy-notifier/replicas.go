@@ -43,12 +43,12 @@ func (c *postgresConfig) validate() error {
 // open connects to the database and opens the store in it, its schema
 // created or migrated. The connection string is never logged: it may hold
 // a password.
-func (c *postgresConfig) open(ctx context.Context, application string) (*store.DB, error) {
+func (c *postgresConfig) open(ctx context.Context, application string) (*store.DB, *store.Coordination, error) {
 	opt := store.PostgresOptions{Application: application}
 	if *c.passwordFile != "" {
 		pw, err := readSecret(*c.passwordFile)
 		if err != nil {
-			return nil, fmt.Errorf("read PostgreSQL's password: %w", err)
+			return nil, nil, fmt.Errorf("read PostgreSQL's password: %w", err)
 		}
 		opt.Password = pw
 	}
@@ -58,8 +58,8 @@ func (c *postgresConfig) open(ctx context.Context, application string) (*store.D
 // openReplica opens the store in PostgreSQL and this replica on it.
 func (s *service) openReplica(ctx context.Context) error {
 	identity := replica.Identity(s.getenv)
-	var err error
-	if s.db, err = s.c.postgres.open(ctx, identity); err != nil {
+	co, err := s.openPostgres(ctx, identity)
+	if err != nil {
 		return err
 	}
 	if err := s.db.SetChannels(s.c.channels.specs()...); err != nil {
@@ -70,7 +70,7 @@ func (s *service) openReplica(ctx context.Context) error {
 		return err
 	}
 	cfg := replica.Config{Identity: identity, LeaseTTL: *s.c.postgres.leaseTTL, Renew: *s.c.postgres.renew}
-	if s.node, err = replica.New(s.db, cfg, model.Normalise, s.log); err != nil {
+	if s.node, err = replica.New(s.db, co, cfg, model.Normalise, s.log); err != nil {
 		return err
 	}
 	s.rollouts, s.submitter, s.events, s.storeWarning = s.node.Reads(), s.node, s.node.Events(), s.node.StoreWarning
@@ -95,9 +95,20 @@ func (s *service) lead(e *engine.Engine) []func(context.Context) {
 	return loops
 }
 
+// openPostgres opens the store in PostgreSQL as s.db, and returns what
+// the replicas share on it.
+func (s *service) openPostgres(ctx context.Context, identity string) (*store.Coordination, error) {
+	db, co, err := s.c.postgres.open(ctx, identity)
+	if err != nil {
+		return nil, err
+	}
+	s.db, s.co = db, co
+	return co, nil
+}
+
 // loginAttempts counts the login form's wrong tokens in PostgreSQL, where
 // every replica counts them (ui.Attempts).
-type loginAttempts struct{ db *store.DB }
+type loginAttempts struct{ co *store.Coordination }
 
-func (a loginAttempts) Failures() (int, error) { return a.db.LoginFailures() }
-func (a loginAttempts) Failed() error          { return a.db.LoginFailed() }
+func (a loginAttempts) Failures() (int, error) { return a.co.LoginFailures() }
+func (a loginAttempts) Failed() error          { return a.co.LoginFailed() }

@@ -217,8 +217,8 @@ func (r *replicas) converged(events []crashEvent, acked []bool) {
 					r.t.Logf("%s misses %s on %s: %s", c.url, events[i].hash, events[i].layer, verdictOf(r.t, c.url, events[i].hash))
 				}
 			}
-			if db, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{}); err == nil {
-				in, err := db.Inbox(context.Background(), 100)
+			if db, co, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{}); err == nil {
+				in, err := co.Inbox(context.Background(), 100)
 				r.t.Logf("inbox: %d entries (%v)", len(in), err)
 				db.Close()
 			}
@@ -267,7 +267,7 @@ func verdictOf(t *testing.T, url, hash string) string {
 // most dups of them twice.
 func (r *replicas) mailsOnce(events []crashEvent, dups int) {
 	r.t.Helper()
-	db, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{})
+	db, _, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func TestPostgresDown(t *testing.T) {
 	// when PostgreSQL stops (a mail sent whose record then fails would be
 	// sent again, a fault of its own), so each of the two faults below
 	// may repeat one.
-	db, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{})
+	db, _, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,8 @@ type service struct {
 
 	token, verdictToken []byte
 	db                  *store.DB
-	eng                 *engine.Engine // on bbolt; on PostgreSQL, the leader makes one each term
+	co                  *store.Coordination // with --postgres
+	eng                 *engine.Engine      // on bbolt; on PostgreSQL, the leader makes one each term
 	// What reads are answered from, what the cluster reader and the
 	// webhook hand observations to, and what says the store fails: the
 	// engine on bbolt, the replica on PostgreSQL.
@@ -247,7 +248,7 @@ func (s *service) listen(context.Context) error {
 	if s.node != nil {
 		// A session's key derives from the verdict token, the same on
 		// every replica; the form's limit is counted where all count.
-		opts.Attempts = loginAttempts{s.db}
+		opts.Attempts = loginAttempts{s.co}
 	}
 	pages, err := ui.New(s.rollouts, uiFS, opts)
 	if err != nil {

@@ -322,7 +322,7 @@ func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, boo
 	var skip Skip
 	switch {
 	case errors.As(err, &skip):
-		d.record(p, func(q *Publication) { q.SentSeq, q.LastError = max(q.SentSeq, p.Seq), skip.Error() }, log)
+		d.record(p, func(q *Publication) { q.SentSeq, q.LastError = max(q.SentSeq, q.taken(p)), skip.Error() }, log)
 		d.count("skipped")
 		log.Debug("verdict not shown", "why", string(skip))
 		return time.Time{}, false
@@ -337,12 +337,7 @@ func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, boo
 		return d.retry(p, fe, log)
 	}
 	at := d.cfg.Now()
-	d.record(p, func(q *Publication) {
-		q.SentSeq, q.Sent, q.SentAt = max(q.SentSeq, p.Seq), p.Verdict, at
-		if q.Seq == p.Seq {
-			q.Delivery = Delivery{}
-		}
-	}, log)
+	d.record(p, func(q *Publication) { q.Delivered(p, at) }, log)
 	d.mu.Lock()
 	d.refusal, d.dead = "", time.Time{}
 	d.mu.Unlock()

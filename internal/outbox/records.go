@@ -108,6 +108,26 @@ type Publication struct {
 // Due reports whether p has a verdict the channel has not taken.
 func (p Publication) Due() bool { return p.SentSeq < p.Seq && !p.Dead }
 
+// Delivered records in p, the record as stored, that a delivery of d (the
+// record as it was read) went out at at.
+func (p *Publication) Delivered(d Publication, at time.Time) {
+	p.SentSeq, p.Sent, p.SentAt = max(p.SentSeq, p.taken(d)), d.Verdict, at
+	if p.SentSeq == p.Seq {
+		p.Delivery = Delivery{}
+	}
+}
+
+// taken is the Seq of p's record that a delivery of d took: d's, unless
+// the record holds something else under that number (progress shown by a
+// read, not recorded yet, numbered as the change a commit made since),
+// which stays due.
+func (p Publication) taken(d Publication) uint64 {
+	if p.Seq == d.Seq && (p.Verdict != d.Verdict || p.Shown != d.Shown) {
+		return d.Seq - 1
+	}
+	return d.Seq
+}
+
 // Mails is the mail outbox as the mail dispatcher uses it.
 type Mails interface {
 	// Pending returns the mails to deliver, oldest first.

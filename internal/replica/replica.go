@@ -67,7 +67,8 @@ type Lead func(ctx context.Context) error
 
 // Node is one replica.
 type Node struct {
-	db        *store.DB
+	db        *store.DB           // the records
+	co        *store.Coordination // the lease, the inbox, the views
 	cfg       Config
 	log       *slog.Logger
 	reader    *engine.Reader
@@ -91,10 +92,10 @@ type Node struct {
 	viewEp   episode.Tracker
 }
 
-// New returns a replica on db. normalise checks an observation before it
+// New returns a replica on db and its coordination co. normalise checks an observation before it
 // is appended (the model's own check, so that the inbox holds nothing the
 // leader would refuse).
-func New(db *store.DB, cfg Config, normalise func(*rollout.Observation) error, log *slog.Logger) (*Node, error) {
+func New(db *store.DB, co *store.Coordination, cfg Config, normalise func(*rollout.Observation) error, log *slog.Logger) (*Node, error) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
@@ -107,10 +108,8 @@ func New(db *store.DB, cfg Config, normalise func(*rollout.Observation) error, l
 	if cfg.Renew*2 > cfg.LeaseTTL {
 		return nil, fmt.Errorf("the lease (%s) must last at least two renewals (%s)", cfg.LeaseTTL, cfg.Renew)
 	}
-	if err := db.RequireLease(); err != nil {
-		return nil, err
-	}
-	return &Node{db: db, cfg: cfg, log: log, reader: engine.NewReader(db, log), normalise: normalise}, nil
+	co.RequireLease()
+	return &Node{db: db, co: co, cfg: cfg, log: log, reader: engine.NewReader(db, log), normalise: normalise}, nil
 }
 
 // Reader is what this replica answers reads from.
@@ -170,7 +169,7 @@ func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
 		Name: "fdn_inbox_depth",
 		Help: "Events acknowledged by a replica that the leader has not taken into its engine yet (PostgreSQL).",
 	}, func() float64 {
-		d, _ := n.db.InboxDepth(context.Background())
+		d, _ := n.co.InboxDepth(context.Background())
 		return float64(d)
 	}))
 }
@@ -219,7 +218,7 @@ func (n *Node) submit(ctx context.Context, obs []rollout.Observation, event bool
 			return err
 		}
 	}
-	if err := n.db.Append(ctx, obs, event); err != nil {
+	if err := n.co.Append(ctx, obs, event); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -284,21 +283,21 @@ func (n *Node) follow(ctx context.Context) {
 // listened to, a poll: a loop listens before it reads what changed, then
 // waits.
 type wakeups struct {
-	db      *store.DB
+	co      *store.Coordination
 	channel string
 	poll    time.Duration
 	l       *store.Listener
 }
 
 func (n *Node) wakeups(channel string) *wakeups {
-	return &wakeups{db: n.db, channel: channel, poll: n.cfg.Poll}
+	return &wakeups{co: n.co, channel: channel, poll: n.cfg.Poll}
 }
 
 // listen listens unless it does: before the read, so that a change after
 // it wakes the wait.
 func (w *wakeups) listen(ctx context.Context) {
 	if w.l == nil {
-		w.l, _ = w.db.Listen(ctx, w.channel) // nil: polled until it can listen again
+		w.l, _ = w.co.Listen(ctx, w.channel) // nil: polled until it can listen again
 	}
 }
 
@@ -327,7 +326,7 @@ func (n *Node) catchUp(ctx context.Context, version int64) int64 {
 	if n.leading.Load() {
 		return 0
 	}
-	ch, err := n.db.ViewsSince(ctx, version)
+	ch, err := n.co.ViewsSince(ctx, version)
 	n.shown.Lock()
 	defer n.shown.Unlock()
 	switch {
@@ -369,7 +368,7 @@ func (n *Node) elect(ctx context.Context, lead Lead) {
 		n.log.Warn("no longer leading", "epoch", t.lease.Epoch, "why", why)
 		if resign {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Renew)
-			if err := n.db.Resign(rctx, t.lease); err != nil {
+			if err := n.co.Resign(rctx, t.lease); err != nil {
 				n.log.Warn("give up the lease", "err", err)
 			}
 			cancel()
@@ -388,9 +387,9 @@ func (n *Node) elect(ctx context.Context, lead Lead) {
 			lease store.Lease
 		)
 		if t == nil {
-			lease, ok, err = n.db.Campaign(rctx, n.cfg.Identity, n.cfg.LeaseTTL)
+			lease, ok, err = n.co.Campaign(rctx, n.cfg.Identity, n.cfg.LeaseTTL)
 		} else {
-			ok, err = n.db.Renew(rctx, t.lease, n.cfg.LeaseTTL)
+			ok, err = n.co.Renew(rctx, t.lease, n.cfg.LeaseTTL)
 		}
 		cancel()
 		// The lease runs from before it was asked for, on this clock.
@@ -443,7 +442,7 @@ func (n *Node) succeeded(ep *episode.Tracker, said string) {
 
 // term is one term of leadership under way.
 type term struct {
-	db     *store.DB
+	co     *store.Coordination
 	lease  store.Lease
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -454,9 +453,7 @@ type term struct {
 // expired is signalled when the lease runs out (valid from now) or lead
 // stops on its own.
 func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid time.Duration, expired chan struct{}) (*term, error) {
-	if err := n.db.Fence(&lease); err != nil {
-		return nil, err
-	}
+	n.co.Fence(&lease)
 	signal := func() {
 		select {
 		case expired <- struct{}{}:
@@ -464,7 +461,7 @@ func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid ti
 		}
 	}
 	termCtx, stop := context.WithCancel(ctx)
-	t := &term{db: n.db, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal)}
+	t := &term{co: n.co, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal)}
 	n.shown.Lock()
 	n.leading.Store(true)
 	n.shown.Unlock()
@@ -488,7 +485,7 @@ func (t *term) end() {
 	t.stop()
 	<-t.done
 	t.expiry.Stop()
-	_ = t.db.Fence(nil)
+	t.co.Fence(nil)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -527,7 +524,7 @@ func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 	}()
 	for ctx.Err() == nil {
 		w.listen(ctx)
-		entries, err := n.db.Inbox(ctx, take)
+		entries, err := n.co.Inbox(ctx, take)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -555,7 +552,7 @@ func (n *Node) pump(ctx context.Context, e *engine.Engine) {
 				}
 			}
 			if len(done) > 0 {
-				if err = n.db.Consumed(ctx, done); err == nil {
+				if err = n.co.Consumed(ctx, done); err == nil {
 					for _, v := range vacuums {
 						v.taken(ctx, n, len(done))
 					}
@@ -597,7 +594,7 @@ func (v *vacuum) taken(ctx context.Context, n *Node, entries int) {
 		defer v.running.Store(false)
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		if err := n.db.Vacuum(ctx, v.tables...); err != nil && ctx.Err() == nil {
+		if err := n.co.Vacuum(ctx, v.tables...); err != nil && ctx.Err() == nil {
 			n.log.Warn("vacuum", "tables", v.tables, "err", err)
 		}
 	})
@@ -615,7 +612,7 @@ func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e 
 		if err != nil {
 			return fmt.Errorf("load the rollouts: %w", err)
 		}
-		if err := n.db.ReplaceViews(e.Views()); err != nil {
+		if err := n.co.ReplaceViews(e.Views()); err != nil {
 			return fmt.Errorf("show the rollouts to the replicas: %w", err)
 		}
 		n.log.Info("serving as leader", "rollouts", len(e.Views()), "took", time.Since(start).Round(time.Millisecond).String())
@@ -708,7 +705,7 @@ func (w *viewWriter) flush() {
 			views = append(views, v)
 		}
 	}
-	err := w.n.db.WriteViews(views, removed)
+	err := w.n.co.WriteViews(views, removed)
 	if err == nil {
 		w.n.succeeded(&w.n.viewEp, "showing the rollouts to the other replicas succeeds again")
 		return

@@ -29,6 +29,7 @@ var cfg = rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hou
 type running struct {
 	node *replica.Node
 	db   *store.DB
+	co   *store.Coordination
 	stop func() // ends Run (the lease given up) and closes the store
 	// terms receives the engine of each term it leads.
 	terms chan *engine.Engine
@@ -36,7 +37,7 @@ type running struct {
 
 func start(t *testing.T, conn, name string) *running {
 	t.Helper()
-	db, err := store.OpenPostgres(context.Background(), conn, store.PostgresOptions{})
+	db, co, err := store.OpenPostgres(context.Background(), conn, store.PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func start(t *testing.T, conn, name string) *running {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	n, err := replica.New(db, replica.Config{Identity: name, LeaseTTL: 2 * time.Second, Renew: 200 * time.Millisecond, Poll: 100 * time.Millisecond},
+	n, err := replica.New(db, co, replica.Config{Identity: name, LeaseTTL: 2 * time.Second, Renew: 200 * time.Millisecond, Poll: 100 * time.Millisecond},
 		model.Normalise, log)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +62,7 @@ func start(t *testing.T, conn, name string) *running {
 		}))
 	}()
 	var once sync.Once
-	r := &running{node: n, db: db, terms: terms, stop: func() {
+	r := &running{node: n, db: db, co: co, terms: terms, stop: func() {
 		once.Do(func() {
 			cancel()
 			<-done
@@ -228,7 +229,7 @@ func TestUnreadableEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the leader to warn", func() bool { return strings.Contains(a.node.StoreWarning(), "newer version") })
-	if d, err := a.db.InboxDepth(context.Background()); err != nil || d != 2 {
+	if d, err := a.co.InboxDepth(context.Background()); err != nil || d != 2 {
 		t.Fatalf("inbox depth %d (%v), want both entries kept", d, err)
 	}
 	if verdict(a, obs.Hash) != rollout.VerdictUnknown {
@@ -246,7 +247,7 @@ func TestUnreadableEntry(t *testing.T) {
 func TestLeaderIsCaughtUp(t *testing.T) {
 	srv := pgtest.Start(t)
 	conn := srv.NewDatabase(t)
-	db, err := store.OpenPostgres(context.Background(), conn, store.PostgresOptions{})
+	db, _, err := store.OpenPostgres(context.Background(), conn, store.PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

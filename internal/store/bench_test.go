@@ -70,7 +70,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		for !db.wal.needsCheckpoint() {
+		for !db.log().needsCheckpoint() {
 			commit()
 		}
 		b.StartTimer()

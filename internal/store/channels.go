@@ -375,7 +375,7 @@ func (d *DB) keep(names []string) error {
 }
 
 // ChannelBox is one channel's outbox (outbox.Verdicts). Its reads show
-// the progress taken through the log as if it were in the outbox.
+// the progress kept in memory (DB.progress) as if it were in the outbox.
 type ChannelBox struct {
 	d    *DB
 	name string
@@ -391,11 +391,8 @@ func (d *DB) Channel(name string) ChannelBox {
 	return ChannelBox{d, name, bucketsOf(name)}
 }
 
-// pending is the progress taken through the log that the channel takes.
+// pending is the progress kept in memory that the channel takes.
 func (c ChannelBox) pending() map[string]rollout.Published {
-	if c.d.wal == nil {
-		return nil // PostgreSQL's commits write it
-	}
 	c.d.pmu.Lock()
 	defer c.d.pmu.Unlock()
 	if len(c.d.progress) == 0 {
@@ -495,7 +492,7 @@ func (c ChannelBox) UpdatePublication(k rollout.Key, f func(*outbox.Publication)
 // UpdatePublications applies each update to its record, in order, as one
 // transaction: the dispatcher's outcomes of a burst of deliveries. Each
 // sees the record as stored, which may hold a later verdict than the one
-// delivered; progress of its rollout taken through the log is written
+// delivered; progress of its rollout kept in memory is written
 // first. An update whose record is gone (purged while its delivery was
 // under way) is skipped, and ErrNoPublication returned once the others
 // are written.

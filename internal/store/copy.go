@@ -163,8 +163,8 @@ func page(d *DB, name, after []byte) (keys, values [][]byte, seq uint64, err err
 var ErrLeaderRunning = errors.New("a replica leads on this database: stop every replica first")
 
 // LeaderRunning reports whether a replica holds the lease now.
-func (d *DB) LeaderRunning(ctx context.Context) (bool, error) {
-	_, expires, ok, err := d.Leader(ctx)
+func (c *Coordination) LeaderRunning(ctx context.Context) (bool, error) {
+	_, expires, ok, err := c.Leader(ctx)
 	if err != nil || !ok {
 		return false, err
 	}

@@ -45,12 +45,12 @@ func TestCopyIntoPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := pgtest.Start(t).NewDatabase(t)
-	dst := openPG(t, conn)
+	dst := openReplica(t, conn, PostgresOptions{})
 	// What Copy reads is what bbolt has once its log is checkpointed, as
 	// opening the data directory does.
 	src.Close()
-	src = openT(t, filepath.Dir(src.path))
-	counts, err := Copy(dst, src)
+	src = openT(t, filepath.Dir(src.file()))
+	counts, err := Copy(dst.DB, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,13 +58,13 @@ func TestCopyIntoPostgres(t *testing.T) {
 		counts["forge"] != 1 || counts["discord"] != 1 || counts["discord-due"] != 1 {
 		t.Fatalf("counts %v", counts)
 	}
-	if err := Compare(dst, src); err != nil {
+	if err := Compare(dst.DB, src); err != nil {
 		t.Fatal(err)
 	}
 	if ps, err := dst.Channel("discord").Publications(); err != nil || len(ps) != 1 {
 		t.Fatalf("the copy's discord outbox: %+v (%v)", ps, err)
 	}
-	if l := loadAll(t, dst); len(l.evidence) != len(b.Puts)*2 || len(l.mailed) != 3 {
+	if l := loadAll(t, dst.DB); len(l.evidence) != len(b.Puts)*2 || len(l.mailed) != 3 {
 		t.Fatalf("loaded from the copy: %d evidence, %d mail keys", len(l.evidence), len(l.mailed))
 	}
 	// The copy's outbox goes on from the same sequence.
@@ -75,10 +75,10 @@ func TestCopyIntoPostgres(t *testing.T) {
 	if len(pending) != 2 || pending[1].Seq != qs[2].Seq+1 {
 		t.Fatalf("pending after the copy: %+v", pending)
 	}
-	if err := Compare(dst, src); err == nil || !strings.Contains(err.Error(), "outbox") {
+	if err := Compare(dst.DB, src); err == nil || !strings.Contains(err.Error(), "outbox") {
 		t.Fatalf("a mail more in the copy: %v", err)
 	}
-	if _, err := Copy(dst, src); err == nil || !strings.Contains(err.Error(), "already holds") {
+	if _, err := Copy(dst.DB, src); err == nil || !strings.Contains(err.Error(), "already holds") {
 		t.Fatalf("a second copy: %v", err)
 	}
 	if running, err := dst.LeaderRunning(context.Background()); err != nil || running {

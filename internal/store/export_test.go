@@ -16,4 +16,10 @@ var (
 )
 
 // bolt is the bbolt database of a DB opened by Open.
-func (d *DB) bolt() *bolt.DB { return d.kv.(boltBackend).db }
+func (d *DB) bolt() *bolt.DB { return d.kv.(*boltBackend).db }
+
+// log is the write-ahead log of a DB opened by Open.
+func (d *DB) log() *wal { return d.kv.(*boltBackend).wal }
+
+// file is the bbolt file of a DB opened by Open.
+func (d *DB) file() string { return d.kv.(*boltBackend).path }

@@ -2,7 +2,11 @@ package store
 
 import (
 	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"sync"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -20,6 +24,16 @@ import (
 type backend interface {
 	view(fn func(txn) error) error
 	update(fn func(txn) error) error
+	// commit makes a batch durable: write in a transaction, or, when the
+	// batch is evidence alone (e's puts and deletes, nothing else to
+	// write), however the backend makes evidence durable at less cost
+	// (bbolt's write-ahead log); written then when it chooses.
+	commit(e encoded, evidenceOnly bool, write func(txn) error) error
+	// snapshot runs fn in a read transaction with the evidence records
+	// the backend holds outside it (encoded key -> record, nil: deleted;
+	// none on PostgreSQL), no commit in between: what Load reads.
+	snapshot(fn func(tx txn, pending map[string][]byte) error) error
+	// size is what the state takes: the files' size, or the database's.
 	size() int64
 	close() error
 }
@@ -75,9 +89,17 @@ func (d *DB) allBuckets() [][]byte {
 	return out
 }
 
-type boltBackend struct{ db *bolt.DB }
+// boltBackend is bbolt's file and, beside it, its write-ahead log
+// (wal.go): a batch of evidence alone goes to the log, anything else to a
+// bbolt transaction that takes what the log holds with it.
+type boltBackend struct {
+	db   *bolt.DB
+	path string
+	mu   sync.Mutex // guards wal: held by commit, snapshot and close
+	wal  *wal
+}
 
-func (b boltBackend) view(fn func(txn) error) error {
+func (b *boltBackend) view(fn func(txn) error) error {
 	// Begun by hand, not through View, whose wrapper around fn would be
 	// one more allocation on every read.
 	t, err := b.db.Begin(false)
@@ -88,13 +110,67 @@ func (b boltBackend) view(fn func(txn) error) error {
 	return fn(boltTx{t})
 }
 
-func (b boltBackend) update(fn func(txn) error) error {
+func (b *boltBackend) update(fn func(txn) error) error {
 	return b.db.Update(func(t *bolt.Tx) error { return fn(boltTx{t}) })
 }
 
-func (b boltBackend) close() error { return b.db.Close() }
+func (b *boltBackend) commit(e encoded, evidenceOnly bool, write func(txn) error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if evidenceOnly && !b.wal.needsCheckpoint() {
+		if len(e.puts) == 0 && len(e.deletes) == 0 {
+			return nil
+		}
+		return b.wal.append(e.puts, e.deletes)
+	}
+	err := b.update(func(tx txn) error {
+		if err := b.wal.checkpoint(tx); err != nil {
+			return err
+		}
+		return write(tx)
+	})
+	if err != nil {
+		// Until bbolt takes a commit again, the log takes none either:
+		// evidence it took meanwhile would end the failure's episode at
+		// every event, between commits of mails or settled rollouts that
+		// fail again, and the state would look half written.
+		b.wal.doubt = true
+		return err
+	}
+	b.wal.checkpointed()
+	return nil
+}
 
-func (b boltBackend) size() int64 { return 0 } // the files', added by DB.Size
+func (b *boltBackend) snapshot(fn func(tx txn, pending map[string][]byte) error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.view(func(tx txn) error { return fn(tx, b.wal.pending) })
+}
+
+// size is the database file's and the log's: what the volume must hold.
+func (b *boltBackend) size() int64 {
+	var n int64
+	for _, p := range []string{b.path, filepath.Join(filepath.Dir(b.path), WALName)} {
+		if fi, err := os.Stat(p); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// close writes the evidence pending in the log to the file, so that a
+// clean stop leaves an empty log, and closes both.
+func (b *boltBackend) close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var err error
+	if len(b.wal.pending) > 0 {
+		if err = b.update(b.wal.checkpoint); err == nil {
+			b.wal.checkpointed()
+		}
+	}
+	return errors.Join(err, b.wal.close(), b.db.Close())
+}
 
 type boltTx struct{ *bolt.Tx }
 

@@ -133,17 +133,17 @@ func parsePostgres(conn string, opt PostgresOptions) (*pgxpool.Config, error) {
 }
 
 // OpenPostgres opens the store in the PostgreSQL database conn (libpq
-// keywords or a URL), creating or migrating its schema. A schema newer
-// than this binary knows is refused. No error repeats conn, which may
-// hold a password.
-func OpenPostgres(ctx context.Context, conn string, opt PostgresOptions) (*DB, error) {
+// keywords or a URL), creating or migrating its schema, and what several
+// replicas on it share. A schema newer than this binary knows is refused.
+// No error repeats conn, which may hold a password.
+func OpenPostgres(ctx context.Context, conn string, opt PostgresOptions) (*DB, *Coordination, error) {
 	cfg, err := parsePostgres(conn, opt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
+		return nil, nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	timeout := opt.Timeout
 	if timeout == 0 {
@@ -152,18 +152,21 @@ func OpenPostgres(ctx context.Context, conn string, opt PostgresOptions) (*DB, e
 	pg := &pgBackend{pool: pool, timeout: timeout}
 	if err := pg.migrate(ctx); err != nil {
 		pool.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	d := &DB{kv: pg}
+	d := &DB{kv: pg, purged: func(txn) {}}
 	err = d.kv.update(func(tx txn) error {
 		d.kept, err = initRecords(tx)
 		return err
 	})
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("init the records: %w", err)
+		return nil, nil, fmt.Errorf("init the records: %w", err)
 	}
-	return d, nil
+	c := &Coordination{p: pg, d: d}
+	// Retention forgets the views' removals with the rest.
+	d.purged = func(tx txn) { tx.(*pgTx).purgeViews() }
+	return d, c, nil
 }
 
 type pgBackend struct {
@@ -269,6 +272,15 @@ func (p *pgBackend) update(fn func(txn) error) error {
 		return t.err
 	}
 	return tx.Commit(ctx)
+}
+
+// commit writes every batch in a transaction: PostgreSQL's own log makes
+// it durable.
+func (p *pgBackend) commit(_ encoded, _ bool, write func(txn) error) error { return p.update(write) }
+
+// snapshot is a view: PostgreSQL holds no evidence outside its records.
+func (p *pgBackend) snapshot(fn func(tx txn, pending map[string][]byte) error) error {
+	return p.view(func(tx txn) error { return fn(tx, nil) })
 }
 
 func (p *pgBackend) size() int64 {
@@ -668,30 +680,26 @@ type Lease struct {
 	Epoch  int64
 }
 
-// ErrNotPostgres is returned by what only the PostgreSQL store does.
-var ErrNotPostgres = errors.New("only a PostgreSQL store has leaders")
-
-func (d *DB) postgres() (*pgBackend, error) {
-	p, ok := d.kv.(*pgBackend)
-	if !ok {
-		return nil, ErrNotPostgres
-	}
-	return p, nil
+// Coordination is what several replicas on one PostgreSQL database share
+// beyond the records (replicas.go): the leader's lease and the fence of
+// every write, notifications, the inbox, the live views and the login
+// form's counter. bbolt has none of it: one process is every part there.
+// It writes through the same connections, and its fence guards the
+// records' writes too.
+type Coordination struct {
+	p *pgBackend
+	d *DB // the records' codec, and retention's transaction (views)
 }
 
 // Campaign takes the lease for holder for ttl on the database's clock when
 // it is free (never taken, expired, or given up), or renews it when holder
 // has it; ok reports whether holder holds it now. Taking it over begins a
 // new epoch.
-func (d *DB) Campaign(ctx context.Context, holder string, ttl time.Duration) (l Lease, ok bool, err error) {
-	p, err := d.postgres()
-	if err != nil {
-		return Lease{}, false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) Campaign(ctx context.Context, holder string, ttl time.Duration) (l Lease, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	l.Holder = holder
-	err = p.pool.QueryRow(ctx, `INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
+	err = c.p.pool.QueryRow(ctx, `INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
 		VALUES ('leader', $1, 1, now() + $2 * interval '1 millisecond')
 		ON CONFLICT (name) DO UPDATE SET
 			holder = excluded.holder,
@@ -710,14 +718,10 @@ func (d *DB) Campaign(ctx context.Context, holder string, ttl time.Duration) (l 
 
 // Renew extends l for ttl; false when l is no longer held (expired and
 // taken over, or given up).
-func (d *DB) Renew(ctx context.Context, l Lease, ttl time.Duration) (bool, error) {
-	p, err := d.postgres()
-	if err != nil {
-		return false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) Renew(ctx context.Context, l Lease, ttl time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
-	tag, err := p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now() + $3 * interval '1 millisecond'
+	tag, err := c.p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now() + $3 * interval '1 millisecond'
 		WHERE name = 'leader' AND holder = $1 AND epoch = $2 AND expires > now()`, l.Holder, l.Epoch, ttl.Milliseconds())
 	if err != nil {
 		return false, err
@@ -727,28 +731,20 @@ func (d *DB) Renew(ctx context.Context, l Lease, ttl time.Duration) (bool, error
 
 // Resign gives l up, so that another replica takes over at once. The row
 // stays: its epoch must keep growing.
-func (d *DB) Resign(ctx context.Context, l Lease) error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) Resign(ctx context.Context, l Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
-	_, err = p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now()
+	_, err := c.p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now()
 		WHERE name = 'leader' AND holder = $1 AND epoch = $2`, l.Holder, l.Epoch)
 	return err
 }
 
 // Leader returns the lease as the database has it; ok false when nobody
 // ever took it.
-func (d *DB) Leader(ctx context.Context) (l Lease, expires time.Time, ok bool, err error) {
-	p, err := d.postgres()
-	if err != nil {
-		return Lease{}, time.Time{}, false, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) Leader(ctx context.Context) (l Lease, expires time.Time, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
-	err = p.pool.QueryRow(ctx, `SELECT holder, epoch, expires FROM fdn_leader WHERE name = 'leader'`).Scan(&l.Holder, &l.Epoch, &expires)
+	err = c.p.pool.QueryRow(ctx, `SELECT holder, epoch, expires FROM fdn_leader WHERE name = 'leader'`).Scan(&l.Holder, &l.Epoch, &expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, time.Time{}, false, nil
 	}
@@ -758,25 +754,11 @@ func (d *DB) Leader(ctx context.Context) (l Lease, expires time.Time, ok bool, e
 // Fence makes every later write check, in its own transaction, that l is
 // still held: a write of a replica that lost it commits nothing
 // (ErrFenced). Nil stops checking.
-func (d *DB) Fence(l *Lease) error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
-	p.fence.Store(l)
-	return nil
-}
+func (c *Coordination) Fence(l *Lease) { c.p.fence.Store(l) }
 
 // RequireLease makes every later write need a lease given to Fence: a
 // replica writes only while it leads.
-func (d *DB) RequireLease() error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
-	p.leased.Store(true)
-	return nil
-}
+func (c *Coordination) RequireLease() { c.p.leased.Store(true) }
 
 // Listener waits for notifications on its channels, on a connection of its
 // own (a pooled one would be recycled under it). A goroutine reads every
@@ -795,14 +777,10 @@ type Listener struct {
 }
 
 // Listen opens a connection listening on channels.
-func (d *DB) Listen(ctx context.Context, channels ...string) (*Listener, error) {
-	p, err := d.postgres()
-	if err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) Listen(ctx context.Context, channels ...string) (*Listener, error) {
+	cctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, p.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(cctx, c.p.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func TestPostgresSchema(t *testing.T) {
 	done := make(chan *DB, 2)
 	for range 2 {
 		go func() {
-			d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
+			d, _, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
 			if err != nil {
 				t.Error(err)
 			}
@@ -41,7 +41,7 @@ func TestPostgresSchema(t *testing.T) {
 		t.FailNow()
 	}
 	open := func() error {
-		d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
+		d, _, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
 		if err == nil {
 			d.Close()
 		}
@@ -58,10 +58,10 @@ func TestPostgresSchema(t *testing.T) {
 	if err := open(); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("PostgreSQL schema 99, this binary knows %d", len(migrations))) {
 		t.Fatalf("a newer schema: %v", err)
 	}
-	if _, err := OpenPostgres(context.Background(), "postgres://u:s3cret@%zz/db", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
+	if _, _, err := OpenPostgres(context.Background(), "postgres://u:s3cret@%zz/db", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("a bad connection string: %v", err)
 	}
-	if _, err := OpenPostgres(context.Background(), conn+" password=s3cret user=nobody", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
+	if _, _, err := OpenPostgres(context.Background(), conn+" password=s3cret user=nobody", PostgresOptions{}); err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("a refused login: %v", err)
 	}
 }
@@ -72,11 +72,7 @@ func TestPostgresMigrates(t *testing.T) {
 	srv := pgtest.Start(t)
 	conn := srv.NewDatabase(t)
 	srv.Exec(t, conn, migrations[0]+`; CREATE TABLE fdn_schema (version integer NOT NULL); INSERT INTO fdn_schema VALUES (1)`)
-	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	openReplica(t, conn, PostgresOptions{})
 	c, err := pgx.Connect(context.Background(), conn)
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +98,7 @@ func TestPostgresMigrates(t *testing.T) {
 func TestInbox(t *testing.T) {
 	srv := pgtest.Start(t)
 	conn := srv.NewDatabase(t)
-	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openReplica(t, conn, PostgresOptions{})
 	ctx := context.Background()
 	obs := func(i int) rollout.Observation {
 		return rollout.Observation{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Revision: fmt.Sprintf("main@sha1:%040x", i)}
@@ -185,11 +177,7 @@ func TestInbox(t *testing.T) {
 func TestListenerHoldsNoSnapshot(t *testing.T) {
 	srv := pgtest.Start(t)
 	conn := srv.NewDatabase(t)
-	d, err := OpenPostgres(context.Background(), conn, PostgresOptions{Application: "listener-test"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openReplica(t, conn, PostgresOptions{Application: "listener-test"})
 	ctx := context.Background()
 	l, err := d.Listen(ctx, "fdn_inbox")
 	if err != nil {

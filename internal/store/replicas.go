@@ -38,24 +38,20 @@ type Entry struct {
 // appends under way in this process are written together, one statement
 // and one commit (group commit), so that a burst costs a flush of the
 // database's log, not one per event.
-func (d *DB) Append(ctx context.Context, obs []rollout.Observation, event bool) error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
+func (c *Coordination) Append(ctx context.Context, obs []rollout.Observation, event bool) error {
 	body, err := encodeInbox(obs)
 	if err != nil {
 		return err
 	}
 	req := &appendReq{body: append([]byte{inboxVersion}, body...), event: event, done: make(chan error, 1)}
-	a := &p.appends
+	a := &c.p.appends
 	a.mu.Lock()
 	a.queue = append(a.queue, req)
 	lead := !a.leading
 	a.leading = true
 	a.mu.Unlock()
 	if lead {
-		a.lead(p)
+		a.lead(c.p)
 	}
 	select {
 	case err := <-req.done:
@@ -115,14 +111,10 @@ func (a *appender) lead(p *pgBackend) {
 // Inbox returns up to limit entries, oldest first. An entry stays until
 // Consumed: a leader that dies before then leaves it to the next, which
 // applies it again (applying is idempotent).
-func (d *DB) Inbox(ctx context.Context, limit int) ([]Entry, error) {
-	p, err := d.postgres()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) Inbox(ctx context.Context, limit int) ([]Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
-	rows, err := p.pool.Query(ctx, `SELECT id, event, body FROM fdn_inbox ORDER BY id LIMIT $1`, limit)
+	rows, err := c.p.pool.Query(ctx, `SELECT id, event, body FROM fdn_inbox ORDER BY id LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -211,30 +203,22 @@ func decodeInbox(b []byte) ([]rollout.Observation, error) {
 }
 
 // InboxDepth is how many entries wait in the inbox for the leader.
-func (d *DB) InboxDepth(ctx context.Context) (int, error) {
-	p, err := d.postgres()
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) InboxDepth(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	var n int
-	err = p.pool.QueryRow(ctx, `SELECT count(*) FROM fdn_inbox`).Scan(&n)
+	err := c.p.pool.QueryRow(ctx, `SELECT count(*) FROM fdn_inbox`).Scan(&n)
 	return n, err
 }
 
 // Consumed deletes inbox entries whose observations were committed.
-func (d *DB) Consumed(ctx context.Context, ids []int64) error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) Consumed(ctx context.Context, ids []int64) error {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	// Not waiting for the log's flush: a delete lost in a crash applies its
 	// entries again, which changes nothing; waiting would be one more
 	// flush the replicas' appends queue behind.
-	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, c.p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
 			return err
 		}
@@ -250,16 +234,12 @@ func (d *DB) Consumed(ctx context.Context, ids []int64) error {
 // visits a database about once a minute, and the files would grow by the
 // burst's rows instead of by what is live. The leader calls it every so
 // many events: the inbox (small, all of it dead) often, the others less.
-func (d *DB) Vacuum(ctx context.Context, tables ...Table) error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
+func (c *Coordination) Vacuum(ctx context.Context, tables ...Table) error {
 	names := make([]string, len(tables))
 	for i, t := range tables {
 		names[i] = string(t)
 	}
-	_, err = p.pool.Exec(ctx, `VACUUM `+strings.Join(names, ", "))
+	_, err := c.p.pool.Exec(ctx, `VACUUM `+strings.Join(names, ", "))
 	return err
 }
 
@@ -298,25 +278,22 @@ func (t *pgTx) purgeViews() {
 // and removes the rollouts removed: the leader's, after the commits that
 // decided them (replica's view writer), each key once. Fenced as every
 // write; one statement each, however many.
-func (d *DB) WriteViews(views []*rollout.View, removed []rollout.Key) error {
-	return d.writeViews(views, removed, false)
+func (c *Coordination) WriteViews(views []*rollout.View, removed []rollout.Key) error {
+	return c.writeViews(views, removed, false)
 }
 
 // ReplaceViews makes views the live ones, every other removed: what a new
 // leader's engine loaded. It is fenced as every write.
-func (d *DB) ReplaceViews(views []*rollout.View) error {
-	return d.writeViews(views, nil, true)
+func (c *Coordination) ReplaceViews(views []*rollout.View) error {
+	return c.writeViews(views, nil, true)
 }
 
-func (d *DB) writeViews(views []*rollout.View, removed []rollout.Key, replace bool) error {
-	if _, err := d.postgres(); err != nil {
-		return err
-	}
+func (c *Coordination) writeViews(views []*rollout.View, removed []rollout.Key, replace bool) error {
 	enc := make([][]byte, len(views))
 	clusters, hashes := make([]string, len(views)), make([]string, len(views))
 	for i, v := range views {
 		var err error
-		if enc[i], err = d.records.encodeSettled(v); err != nil {
+		if enc[i], err = c.d.records.encodeSettled(v); err != nil {
 			return err
 		}
 		clusters[i], hashes[i] = v.Cluster, v.Hash
@@ -325,7 +302,7 @@ func (d *DB) writeViews(views []*rollout.View, removed []rollout.Key, replace bo
 	for i, k := range removed {
 		rc[i], rh[i] = k.Cluster, k.Hash
 	}
-	return d.kv.update(func(tx txn) error {
+	return c.p.update(func(tx txn) error {
 		t := tx.(*pgTx)
 		if replace {
 			t.queue(`UPDATE fdn_views SET version = nextval('fdn_views_version'), changed = now(), view = NULL
@@ -359,15 +336,11 @@ type ViewChanges struct {
 
 // ViewsSince returns the changes of the live views after version (all of
 // them when version is 0), in one snapshot.
-func (d *DB) ViewsSince(ctx context.Context, version int64) (ViewChanges, error) {
-	p, err := d.postgres()
-	if err != nil {
-		return ViewChanges{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+func (c *Coordination) ViewsSince(ctx context.Context, version int64) (ViewChanges, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	out := ViewChanges{Version: version}
-	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, c.p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var floor int64
 		err := tx.QueryRow(ctx, `SELECT value FROM fdn_sequence WHERE bucket = $1`, string(viewsFloor)).Scan(&floor)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -398,7 +371,7 @@ func (d *DB) ViewsSince(ctx context.Context, version int64) (ViewChanges, error)
 				}
 				continue
 			}
-			view, err := d.records.decodeSettled(rec)
+			view, err := c.d.records.decodeSettled(rec)
 			if err != nil {
 				return fmt.Errorf("view of %s/%s: %w", k.Cluster, k.Hash, err)
 			}
@@ -422,29 +395,21 @@ func (d *DB) ViewsSince(ctx context.Context, version int64) (ViewChanges, error)
 
 // LoginFailures is how many wrong tokens the login form took in the
 // minute under way.
-func (d *DB) LoginFailures() (int, error) {
-	p, err := d.postgres()
-	if err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+func (c *Coordination) LoginFailures() (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.p.timeout)
 	defer cancel()
 	var n int
-	err = p.pool.QueryRow(ctx, `SELECT coalesce(max(failures), 0) FROM fdn_login
+	err := c.p.pool.QueryRow(ctx, `SELECT coalesce(max(failures), 0) FROM fdn_login
 		WHERE name = 'login' AND since > now() - interval '1 minute'`).Scan(&n)
 	return n, err
 }
 
 // LoginFailed counts a wrong token, in a new window when the last one is
 // over. Any replica writes it: it is no leader's.
-func (d *DB) LoginFailed() error {
-	p, err := d.postgres()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+func (c *Coordination) LoginFailed() error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.p.timeout)
 	defer cancel()
-	_, err = p.pool.Exec(ctx, `INSERT INTO fdn_login AS l (name, since, failures) VALUES ('login', now(), 1)
+	_, err := c.p.pool.Exec(ctx, `INSERT INTO fdn_login AS l (name, since, failures) VALUES ('login', now(), 1)
 		ON CONFLICT (name) DO UPDATE SET
 			since = CASE WHEN l.since > now() - interval '1 minute' THEN l.since ELSE now() END,
 			failures = CASE WHEN l.since > now() - interval '1 minute' THEN l.failures + 1 ELSE 1 END`)

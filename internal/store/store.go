@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,26 +61,27 @@ const schema = "8"
 // FileName is the database file inside the data directory.
 const FileName = "state.db"
 
-// DB is the rollout store, on bbolt (Open) or PostgreSQL (OpenPostgres).
+// DB is the rollout store, on bbolt (Open) or PostgreSQL (OpenPostgres):
+// the records, which both backends keep the same (kv.go).
 type DB struct {
 	kv      backend
-	path    string // bbolt's file; "" on PostgreSQL
 	records codec
-
-	mu  sync.Mutex // guards wal; held by Commit and Load
-	wal *wal       // bbolt's write-ahead log; nil on PostgreSQL
 
 	channels []outbox.Channel // SetChannels'
 	kept     []string         // the channels whose outboxes it keeps (channels.go), sorted
-	// progress are the progress publications of batches that went to the
-	// log (bbolt), the latest of each rollout, not in the outboxes yet:
-	// written at the next checkpoint (or a delivery's record), shown by
-	// the outboxes' reads meanwhile. Added only under mu, by Commit; pmu
-	// guards the map, so that the outboxes' reads and records never wait
-	// for a commit. A crash loses them; the reload publishes each live
-	// rollout's progress again (rollout.Model's load).
+	// progress are the latest progress publications of each rollout (how
+	// many layers applied it: rollout.Published.Progress), which no
+	// commit writes: the outboxes' reads show them, and a delivery's
+	// record writes them (ChannelBox), so that a rollout's layers applying
+	// one by one cost no transaction each (a fifth of the fleet's ingest,
+	// docs/performance.md). A crash or a stop loses them; the reload
+	// publishes each live rollout's progress again (rollout.Model's
+	// load). pmu guards the map.
 	pmu      sync.Mutex
 	progress map[rollout.Key]rollout.Published
+	// purged removes, in retention's transaction, what else its backend
+	// keeps of rollouts (the replicas' views, which Coordination sets).
+	purged func(tx txn)
 }
 
 // publishTo are the channels the commits publish to.
@@ -125,7 +125,8 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 			return nil, err
 		}
 	}
-	d := &DB{kv: boltBackend{db}, path: path}
+	kv := &boltBackend{db: db, path: path}
+	d := &DB{kv: kv, purged: func(txn) {}}
 	err = d.kv.update(func(tx txn) error {
 		for _, b := range buckets {
 			if err := tx.ensure(b); err != nil {
@@ -139,7 +140,7 @@ func openDB(dir string, compactAbove int64) (*DB, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	if d.wal, err = openWAL(d.kv, filepath.Join(dir, WALName)); err != nil {
+	if kv.wal, err = openWAL(kv, filepath.Join(dir, WALName)); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -244,20 +245,9 @@ func compact(path string) error {
 	return fsync.Dir(filepath.Dir(path))
 }
 
-// Size is the size in bytes of the database file and the log: what the
-// volume must hold.
-func (d *DB) Size() int64 {
-	if d.path == "" {
-		return d.kv.size()
-	}
-	var n int64
-	for _, p := range []string{d.path, filepath.Join(filepath.Dir(d.path), WALName)} {
-		if fi, err := os.Stat(p); err == nil {
-			n += fi.Size()
-		}
-	}
-	return n
-}
+// Size is the size in bytes of the state: bbolt's file and its log, or
+// the PostgreSQL database.
+func (d *DB) Size() int64 { return d.kv.size() }
 
 // LastEvent is the time of the last event from notification-controller
 // recorded by SetLastEvent; zero when none was.
@@ -283,33 +273,15 @@ func (d *DB) SetLastEvent(at time.Time) error {
 	})
 }
 
-// Close writes the evidence pending in bbolt's log to the file, so that a
-// clean stop leaves an empty log, and closes both.
-func (d *DB) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.wal == nil {
-		return d.kv.close()
-	}
-	var err error
-	d.pmu.Lock()
-	progress := len(d.progress)
-	d.pmu.Unlock()
-	if len(d.wal.pending) > 0 || progress > 0 {
-		if err = d.kv.update(d.checkpoint); err == nil {
-			d.checkpointed()
-		}
-	}
-	return errors.Join(err, d.wal.close(), d.kv.close())
-}
+// Close closes the store: bbolt's log is written to its file first, so
+// that a clean stop leaves it empty.
+func (d *DB) Close() error { return d.kv.close() }
 
 // Load calls evidence for every evidence record (the live rollouts), mailed
 // for the key of every mail enqueued for them, and floor for every
 // emitter's floor. Settled rollouts are not loaded: they are read when
 // asked for.
 func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, mailed func(string), floor func(rollout.FloorKey, rollout.Floor) error) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	decode := func(k, v []byte) error {
 		ek, err := decodeKey(k)
 		if err != nil {
@@ -322,12 +294,8 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 		ek.Emitter.Role = role
 		return evidence(ek, ev)
 	}
-	return d.kv.view(func(tx txn) error {
+	return d.kv.snapshot(func(tx txn, pending map[string][]byte) error {
 		evb := tx.Bucket(bucketEvidence)
-		var pending map[string][]byte
-		if d.wal != nil {
-			pending = d.wal.pending
-		}
 		err := evb.ForEach(func(k, v []byte) error {
 			if p, ok := pending[string(k)]; ok {
 				if p == nil {
@@ -370,85 +338,52 @@ func (d *DB) Load(evidence func(rollout.EvidenceKey, *rollout.Evidence) error, m
 }
 
 // Commit writes one batch durably: evidence, deletions, settled rollouts
-// with their floors, retention, and the mails the batch made due (the
-// transactional outbox). A mail whose key was ever enqueued before is
-// dropped, so it goes out at most once. A batch of evidence alone goes to
-// the log; any other is a checkpoint, one bbolt transaction that takes the
-// pending evidence with it.
+// with their floors, retention, the mails the batch made due (the
+// transactional outbox) and the verdicts published to the channels' outboxes.
+// A mail whose key was ever enqueued before is dropped, so it goes out at
+// most once. A batch of evidence alone goes where its backend makes it
+// durable at least cost (bbolt's log); the progress it publishes is kept
+// in memory (progress).
 func (d *DB) Commit(b *rollout.Batch) error {
-	e, err := d.encode(b) // outside the lock
+	e, err := d.encode(b) // outside the backend's lock
 	if err != nil {
 		return err
 	}
-	// A batch whose publications only say how far rollouts got (a
-	// chat's progress) is evidence alone to the log: a bbolt commit for
-	// each would cost the fleet a fifth of its ingest (docs/performance.md).
-	onlyProgress := !slices.ContainsFunc(b.Published, func(p rollout.Published) bool { return !p.Progress })
-	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && onlyProgress && b.PurgeBefore.IsZero()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.wal != nil && evidenceOnly && !d.wal.needsCheckpoint() {
-		if len(e.puts) > 0 || len(e.deletes) > 0 {
-			if err := d.wal.append(e.puts, e.deletes); err != nil {
-				return err
-			}
-		}
+	verdicts, progress := splitProgress(b.Published)
+	evidenceOnly := len(b.Forget) == 0 && len(b.Mails) == 0 && len(b.Settle) == 0 && len(b.Floors) == 0 && len(verdicts) == 0 && b.PurgeBefore.IsZero()
+	if err := d.kv.commit(e, evidenceOnly, func(tx txn) error { return d.commitTx(tx, b, e, verdicts) }); err != nil {
+		return err
+	}
+	if len(progress) > 0 || len(b.Forget) > 0 || len(verdicts) > 0 {
 		d.pmu.Lock()
-		for _, p := range b.Published {
+		for _, p := range verdicts {
+			delete(d.progress, p.Key) // what it shows is the latest
+		}
+		for _, p := range progress {
 			if d.progress == nil {
 				d.progress = map[rollout.Key]rollout.Published{}
 			}
 			d.progress[p.Key] = p
 		}
-		d.pmu.Unlock()
-		return nil
-	}
-	err = d.kv.update(func(tx txn) error {
-		if d.wal != nil {
-			if err := d.checkpoint(tx); err != nil {
-				return err
-			}
+		for _, k := range b.Forget {
+			delete(d.progress, k)
 		}
-		return d.commitTx(tx, b, e)
-	})
-	if d.wal == nil {
-		return err
+		d.pmu.Unlock()
 	}
-	if err != nil {
-		// Until bbolt takes a commit again, the log takes none either:
-		// evidence it took meanwhile would end the failure's episode at
-		// every event, between commits of mails or settled rollouts that
-		// fail again, and the state would look half written.
-		d.wal.doubt = true
-		return err
-	}
-	d.checkpointed()
 	return nil
 }
 
-// checkpoint writes what went to the log since the last checkpoint, in
-// tx: the evidence, and the progress to the outboxes; checkpointed then
-// forgets both once tx committed.
-func (d *DB) checkpoint(tx txn) error {
-	if err := d.wal.checkpoint(tx); err != nil {
-		return err
+// splitProgress parts publications into verdicts (a change, or one
+// restated) and progress (more layers applied).
+func splitProgress(ps []rollout.Published) (verdicts, progress []rollout.Published) {
+	for _, p := range ps {
+		if p.Progress {
+			progress = append(progress, p)
+		} else {
+			verdicts = append(verdicts, p)
+		}
 	}
-	d.pmu.Lock()
-	ps := make([]rollout.Published, 0, len(d.progress))
-	for _, p := range d.progress {
-		ps = append(ps, p)
-	}
-	d.pmu.Unlock()
-	return publish(tx, d.publishTo(), ps)
-}
-
-// checkpointed forgets what a committed checkpoint wrote: all the
-// progress, as only Commit adds any, under mu, which the checkpoint holds.
-func (d *DB) checkpointed() {
-	d.wal.checkpointed()
-	d.pmu.Lock()
-	d.progress = nil
-	d.pmu.Unlock()
+	return verdicts, progress
 }
 
 // encoded is a batch's records, encoded.
@@ -475,8 +410,9 @@ func (d *DB) encode(b *rollout.Batch) (encoded, error) {
 	return e, nil
 }
 
-// commitTx writes batch b, encoded as e, in tx.
-func (d *DB) commitTx(tx txn, b *rollout.Batch, e encoded) error {
+// commitTx writes batch b, encoded as e, in tx, with the verdicts it
+// publishes.
+func (d *DB) commitTx(tx txn, b *rollout.Batch, e encoded, verdicts []rollout.Published) error {
 	evb := tx.Bucket(bucketEvidence)
 	for k, v := range e.puts {
 		if err := evb.Put([]byte(k), v); err != nil {
@@ -507,11 +443,11 @@ func (d *DB) commitTx(tx txn, b *rollout.Batch, e encoded) error {
 			return err
 		}
 	}
-	if err := publish(tx, d.publishTo(), b.Published); err != nil {
+	if err := publish(tx, d.publishTo(), verdicts); err != nil {
 		return err
 	}
-	if t, ok := tx.(*pgTx); ok && !b.PurgeBefore.IsZero() {
-		t.purgeViews()
+	if !b.PurgeBefore.IsZero() {
+		d.purged(tx)
 	}
 	return enqueue(tx, b.Mails, b.At)
 }

@@ -130,7 +130,7 @@ func TestLogReplaysAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	torn := encodeFrame(d.wal.gen, map[string][]byte{string(encodeKey(evKey(9))): []byte(`{"revision":"torn"}`)}, nil)
+	torn := encodeFrame(d.log().gen, map[string][]byte{string(encodeKey(evKey(9))): []byte(`{"revision":"torn"}`)}, nil)
 	if _, err := f.Write(torn[:len(torn)-3]); err != nil {
 		t.Fatal(err)
 	}
@@ -141,8 +141,8 @@ func TestLogReplaysAfterCrash(t *testing.T) {
 	if n := inBolt(t, r); n != len(want) {
 		t.Fatalf("%d evidence records in bbolt after the replay, want %d", n, len(want))
 	}
-	if len(r.wal.pending) != 0 || r.wal.size != 0 {
-		t.Fatalf("after the replay: %d records pending, next frame at %d; want none, 0", len(r.wal.pending), r.wal.size)
+	if len(r.log().pending) != 0 || r.log().size != 0 {
+		t.Fatalf("after the replay: %d records pending, next frame at %d; want none, 0", len(r.log().pending), r.log().size)
 	}
 }
 
@@ -187,7 +187,7 @@ func TestFailedLogWriteCheckpoints(t *testing.T) {
 	if err := put(t, d, map[int]string{1: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	d.wal.f.Close() // every write to the log fails from now on
+	d.log().f.Close() // every write to the log fails from now on
 	if err := put(t, d, map[int]string{2: "a"}); err == nil {
 		t.Fatal("a commit whose log write failed succeeded")
 	}
@@ -208,7 +208,7 @@ func TestCheckpointThreshold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(d.wal.pending); n >= checkpointKeys {
+	if n := len(d.log().pending); n >= checkpointKeys {
 		t.Fatalf("%d records pending in the log, the threshold is %d", n, checkpointKeys)
 	}
 	if n := inBolt(t, d); n < checkpointKeys {
@@ -262,7 +262,7 @@ func TestCheckpointPacksPages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(d.wal.pending); n >= checkpointKeys {
+	if n := len(d.log().pending); n >= checkpointKeys {
 		t.Fatalf("%d records pending: no checkpoint", n)
 	}
 	var st bolt.BucketStats

@@ -411,6 +411,11 @@ func TestRolloutPageSaysWhoWasTold(t *testing.T) {
 func TestRolloutPageSaysWhatTheForgeShows(t *testing.T) {
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}
 	v := startWith(t, cfg, func(e *enginetest.Engine) ui.Options {
+		// Slack is configured, and takes none of these verdicts.
+		all := []rollout.Verdict{rollout.VerdictApplying, rollout.VerdictApplied, rollout.VerdictFailed, rollout.VerdictStuck, rollout.VerdictSuperseded}
+		if err := e.DB.SetChannels(outbox.ForgeChannel(), outbox.Channel{Name: "slack", Skip: all}); err != nil {
+			t.Fatal(err)
+		}
 		return ui.Options{Channels: []ui.Channel{
 			{Name: "GitHub", Record: "deployment", Publication: e.DB.Channel("forge").Publication},
 			{Name: "Slack", Record: "message", Publication: e.DB.Channel("slack").Publication},
