@@ -44,17 +44,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/loadkit"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "fdn-fleet:", err)
-		os.Exit(1)
-	}
-}
+func main() { loadkit.Main("fdn-fleet", run) }
 
 type config struct {
 	binary      string
@@ -514,10 +509,7 @@ type fleet struct {
 	revs  []string // hashes
 }
 
-type event struct {
-	body []byte
-	sig  string
-}
+type event = loadkit.Event
 
 // apps is how many of n layers no other layer depends on (layer i depends
 // on layer (i-1)/4): the application layers, which hold HelmReleases.
@@ -617,14 +609,13 @@ func (f *fleet) eventIn(kind, namespace, name, controller string, at time.Time, 
 	case "HelmRelease":
 		apiVersion = "helm.toolkit.fluxcd.io/v2"
 	}
-	body, _ := json.Marshal(flux.Event{
+	return loadkit.Signed(f.token, flux.Event{
 		InvolvedObject: flux.ObjectRef{Kind: kind, Namespace: namespace, Name: name,
 			UID: "7d0cdc51-ddcf-4743-b223-83ca5c699632", APIVersion: apiVersion, ResourceVersion: "1"},
 		Severity: "info", Timestamp: at.Format(time.RFC3339), Message: msg, Reason: reason,
 		Metadata:            map[string]string{"revision": rev},
 		ReportingController: controller,
 	})
-	return event{body: body, sig: signature.Sign(f.token, body)}
 }
 
 // ingest posts each phase's events from n connections, a phase once the
@@ -667,7 +658,7 @@ func post1(client *http.Client, url string, evs []event, n int, refused *atomic.
 					return
 				}
 				t := time.Now()
-				status, err := post(client, url+"/webhook", evs[i])
+				status, err := loadkit.Post(client, url+"/webhook", evs[i])
 				if err != nil {
 					errs <- err
 					return
@@ -686,22 +677,6 @@ func post1(client *http.Client, url string, evs []event, n int, refused *atomic.
 		return nil, 0, err
 	}
 	return lat, el, nil
-}
-
-func post(client *http.Client, url string, ev event) (int, error) {
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(ev.body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Signature", ev.sig)
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
 }
 
 // sampled is a day's /verdict latency and, from the same moments, the

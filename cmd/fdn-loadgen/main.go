@@ -35,22 +35,17 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/loadkit"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	router "github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
 )
 
-func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "fdn-loadgen:", err)
-		os.Exit(1)
-	}
-}
+func main() { loadkit.Main("fdn-loadgen", run) }
 
 type config struct {
 	duration    time.Duration
@@ -446,10 +441,7 @@ func listen(h http.Handler) (string, func(), error) {
 	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
-type event struct {
-	body []byte
-	sig  string
-}
+type event = loadkit.Event
 
 // events is a shared supply: each index is used once per target, so every
 // event the service sees is distinct. The bare handler only decodes, so it
@@ -497,7 +489,7 @@ func newEvents(token []byte, n, width int) *events {
 				{"Progressing", "Health check passed in 2.04s"},
 				{"ReconciliationSucceeded", "Reconciliation finished in 2.31s, next run in 10m0s"},
 			} {
-				body, _ := json.Marshal(flux.Event{
+				out = append(out, loadkit.Signed(token, flux.Event{
 					InvolvedObject: flux.ObjectRef{Kind: "Kustomization", Namespace: "flux-system", Name: name,
 						UID: "7d0cdc51-ddcf-4743-b223-83ca5c699632", APIVersion: "kustomize.toolkit.fluxcd.io/v1", ResourceVersion: "123456"},
 					Severity:            "info",
@@ -507,32 +499,20 @@ func newEvents(token []byte, n, width int) *events {
 					Metadata:            map[string]string{"revision": revision, "cluster": "prod"},
 					ReportingController: "kustomize-controller",
 					ReportingInstance:   "kustomize-controller-7c7b47f5f-8bhrp",
-				})
-				out = append(out, event{body: body, sig: signature.Sign(token, body)})
+				}))
 			}
 		}
 	}
 	return &events{list: out[:n], next: map[string]*atomic.Int64{}}
 }
 
+// post posts ev and fails unless the service acknowledged it.
 func post(client *http.Client, url string, ev event) error {
-	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(ev.body))
-	if err != nil {
-		return err
+	status, err := loadkit.Post(client, url, ev)
+	if err == nil && status != http.StatusAccepted {
+		err = fmt.Errorf("status %d", status)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Gotk-Component", "kustomize-controller")
-	req.Header.Set("X-Signature", ev.sig)
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return nil
+	return err
 }
 
 // errDry is a run that used every distinct event before its end.
@@ -804,28 +784,19 @@ func visibility(client *http.Client, pg *pgtest.Server, token []byte, c config, 
 		<-tick.C
 		ev := evs.list[i]
 		var fe flux.Event
-		if err := json.Unmarshal(ev.body, &fe); err != nil {
+		if err := json.Unmarshal(ev.Body, &fe); err != nil {
 			return err
 		}
 		sample := fe.Reason == "ReconciliationSucceeded" && (i/4)%5 == 0 // one success in five
 		wg.Go(func() {
-			req, _ := http.NewRequest(http.MethodPost, follower.url, bytes.NewReader(ev.body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Signature", ev.sig)
-			resp, err := client.Do(req)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusAccepted || !sample {
+			if status, err := loadkit.Post(client, follower.url, ev); err != nil || status != http.StatusAccepted || !sample {
 				return
 			}
 			acked := time.Now()
 			hash := fe.Metadata["revision"][strings.LastIndexByte(fe.Metadata["revision"], ':')+1:]
 			layer := fe.InvolvedObject.Namespace + "/" + fe.InvolvedObject.Name
 			for time.Since(acked) < 10*time.Second {
-				if layerApplied(client, base, hash, layer) {
+				if loadkit.LayerApplied(client, base, hash, layer) {
 					mu.Lock()
 					delays = append(delays, time.Since(acked))
 					mu.Unlock()
@@ -847,26 +818,4 @@ func visibility(client *http.Client, pg *pgtest.Server, token []byte, c config, 
 	fmt.Fprintf(out, "replicas: an event acknowledged by a follower at %d events/s shows in its /verdict after p50 %.1f ms, p99 %.1f ms, max %.1f ms (%d samples, %d not within 10 s)\n",
 		c.rate, ms(pct(0.5)), ms(pct(0.99)), ms(delays[len(delays)-1]), len(delays), missing)
 	return nil
-}
-
-// layerApplied reports whether /verdict shows layer applied in the
-// rollout of hash.
-func layerApplied(client *http.Client, base, hash, layer string) bool {
-	resp, err := client.Get(base + "/verdict?rev=" + hash)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Layers []struct{ Name, State string } `json:"layers"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return false
-	}
-	for _, l := range v.Layers {
-		if l.Name == layer {
-			return l.State == "applied"
-		}
-	}
-	return false
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,22 +16,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/loadkit"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
 )
 
 // post sends one event to the child and returns the status (0 when the
 // request failed: refused, reset).
 func post(client *http.Client, url string, token []byte, e crashEvent) int {
-	req, _ := http.NewRequest(http.MethodPost, url+"/webhook", bytes.NewReader(e.body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Signature", signature.Sign(token, e.body))
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	status, _ := loadkit.Post(client, url+"/webhook", loadkit.Event{Body: e.body, Sig: signature.Sign(token, e.body)})
+	return status
 }
 
 func readyz(t *testing.T, url string) (int, []string) {

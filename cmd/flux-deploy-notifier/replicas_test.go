@@ -22,6 +22,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge/forgetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/slack/slacktest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/loadkit"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail/smtptest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
@@ -736,7 +737,7 @@ func TestClusterCatchUpAcrossTakeover(t *testing.T) {
 	r := startReplicas(t, 2, "--lease-duration", "2s", "--lease-renew", "500ms", "--kubeconfig", c.KubeconfigFor(t, "fdn-reader"))
 	shows := func(ch *child, rev string) bool {
 		for _, l := range layers {
-			if !layerApplied(t, ch.url, rev[len("main@sha1:"):], "flux-system/"+l) {
+			if !loadkit.LayerApplied(http.DefaultClient, ch.url, rev[len("main@sha1:"):], "flux-system/"+l) {
 				return false
 			}
 		}
@@ -762,27 +763,4 @@ func TestClusterCatchUpAcrossTakeover(t *testing.T) {
 			t.Fatalf("the successor never shows what the cluster applied while none led:\n%s", tail(successor.logs.String(), 20))
 		}
 	}
-}
-
-// layerApplied reports whether url's /verdict shows layer applied in the
-// rollout of hash.
-func layerApplied(t *testing.T, url, hash, layer string) bool {
-	t.Helper()
-	resp, err := http.Get(url + "/verdict?rev=" + hash)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var v struct {
-		Layers []struct{ Name, State string } `json:"layers"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&v) != nil {
-		return false
-	}
-	for _, l := range v.Layers {
-		if l.Name == layer {
-			return l.State == "applied"
-		}
-	}
-	return false
 }

@@ -1,0 +1,83 @@
+// Package loadkit is what the programs and tests that drive the real
+// service over HTTP share: the load generator, the fleet tool and the
+// tests of several replicas. It posts events signed as
+// notification-controller signs them and asks /verdict what a layer did,
+// so that each says it once.
+package loadkit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
+)
+
+// Main runs a program's run with its arguments and standard output, and
+// exits 1 naming the program when it fails.
+func Main(name string, run func(args []string, out io.Writer) error) {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+// Event is an event's body and its signature, made once: a run posts
+// them many times, and signing is not what it measures.
+type Event struct {
+	Body []byte
+	Sig  string
+}
+
+// Signed is e as notification-controller posts it, signed with token.
+func Signed(token []byte, e flux.Event) Event {
+	body, err := json.Marshal(e)
+	if err != nil {
+		panic(err) // flux.Event always marshals
+	}
+	return Event{Body: body, Sig: signature.Sign(token, body)}
+}
+
+// Post posts ev to url (the webhook's) and returns the status; the
+// answer's body is read to its end, so that the connection is reused.
+func Post(client *http.Client, url string, ev Event) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(ev.Body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(signature.Header, ev.Sig)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// LayerApplied reports whether base's /verdict shows layer applied in the
+// rollout of hash; false when it cannot tell (no answer, no such layer).
+func LayerApplied(client *http.Client, base, hash, layer string) bool {
+	resp, err := client.Get(base + "/verdict?rev=" + hash)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Layers []struct{ Name, State string } `json:"layers"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return false
+	}
+	for _, l := range v.Layers {
+		if l.Name == layer {
+			return l.State == "applied"
+		}
+	}
+	return false
+}
