@@ -970,7 +970,9 @@ var bothInstances = []string{Options{}.Registration(), Options{EventsOnly: true}
 // those awaited.
 func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, regs []string, done func(dispatched []Delivery) bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	// Three minutes: on a loaded machine the controllers take most of
+	// one to reach the events awaited (a cold CI run once took longer).
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var dispatched []Delivery
 		failed := map[string]int{}
@@ -995,7 +997,7 @@ func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, regs []string, d
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering after 1m: %d dispatched, failed %v", len(dispatched), failed)
+			t.Fatalf("notification-controller still delivering after 3m: %d dispatched, failed %v", len(dispatched), failed)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
