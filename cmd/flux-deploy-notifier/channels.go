@@ -140,9 +140,15 @@ func (r *channelRow) spec() outbox.Channel {
 // shownIn is a channel the verdicts are shown in, as serve runs it: its
 // dispatcher, and what the pages say of it.
 type shownIn struct {
-	d  *outbox.Dispatcher
-	ui ui.Channel
+	spec outbox.Channel // which publications it takes
+	d    *outbox.Dispatcher
+	ui   ui.Channel
 }
+
+// dispatchGap is the least time between two flushes of a channel's
+// outbox (outbox.DispatchConfig.Gap): a verdict waits at most this long
+// more.
+const dispatchGap = 200 * time.Millisecond
 
 // dispatchers builds the dispatchers of the channels configured.
 func (c *channelsConfig) dispatchers(env channelEnv, reg prometheus.Registerer) ([]shownIn, error) {
@@ -152,14 +158,15 @@ func (c *channelsConfig) dispatchers(env channelEnv, reg prometheus.Registerer) 
 		if err != nil {
 			return nil, err
 		}
-		cfg := outbox.DispatchConfig{AlertAfter: *r.alertAfter, Pace: r.pace, Log: env.log, Now: env.now, Reg: reg}
+		cfg := outbox.DispatchConfig{AlertAfter: *r.alertAfter, Pace: r.pace, Gap: dispatchGap, Log: env.log, Now: env.now, Reg: reg}
 		if r.more != nil {
 			cfg.More = r.more(reg)
 		}
 		box := env.db.Channel(r.name)
 		out = append(out, shownIn{
-			d:  outbox.NewDispatcher(box, to, cfg),
-			ui: ui.Channel{Name: r.label(), Record: r.record, Publication: box.Publication},
+			spec: r.spec(),
+			d:    outbox.NewDispatcher(box, to, cfg),
+			ui:   ui.Channel{Name: r.label(), Record: r.record, Publication: box.Publication},
 		})
 	}
 	return out, nil

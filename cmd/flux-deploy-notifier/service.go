@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -166,11 +167,14 @@ func (s *service) openChannels(context.Context) error {
 	return nil
 }
 
-// wakeChannels tells every channel's dispatcher that verdicts were
-// published.
-func (s *service) wakeChannels() {
+// wakeChannels tells the dispatcher of every channel that takes some of
+// ps that they were published: a channel that takes no progress is not
+// woken by a rollout's layers applying one by one.
+func (s *service) wakeChannels(ps []rollout.Published) {
 	for _, c := range s.channels {
-		c.d.Wake()
+		if slices.ContainsFunc(ps, c.spec.Takes) {
+			c.d.Wake()
+		}
 	}
 }
 

@@ -87,11 +87,11 @@ type Engine struct {
 	model  *rollout.Model
 	broken bool // the model could not be restored from the store after a failed commit
 
-	nextDue       atomic.Int64  // unix nanos of the earliest deadline, for Run's timer
-	settleMore    atomic.Bool   // the last settle pass ran out of time
-	rearm         chan struct{} // tells Run an earlier deadline was armed
-	notify        func()        // told when mails were enqueued
-	notifyPublish func()        // told when verdicts were published
+	nextDue       atomic.Int64              // unix nanos of the earliest deadline, for Run's timer
+	settleMore    atomic.Bool               // the last settle pass ran out of time
+	rearm         chan struct{}             // tells Run an earlier deadline was armed
+	notify        func()                    // told when mails were enqueued
+	notifyPublish func([]rollout.Published) // told what was published
 	onShow        func(views []*rollout.View, removed []rollout.Key)
 	onVerdict     func(ch rollout.VerdictChange)
 
@@ -153,9 +153,10 @@ func NewOn(r *Reader, store Store, cfg rollout.Config, now func() time.Time) (*E
 // outbox dispatcher's wake-up). Call it before Run.
 func (e *Engine) OnMail(f func()) { e.notify = f }
 
-// OnPublish sets a function called after a commit that gave the forge
-// outbox verdicts (its dispatcher's wake-up). Call it before Run.
-func (e *Engine) OnPublish(f func()) { e.notifyPublish = f }
+// OnPublish sets a function called with what a commit published to the
+// channels' outboxes (their dispatchers' wake-up: each takes some). Call
+// it before Run.
+func (e *Engine) OnPublish(f func([]rollout.Published)) { e.notifyPublish = f }
 
 // told wakes the dispatchers of what c committed.
 func (e *Engine) told(c *rollout.Change) {
@@ -163,7 +164,7 @@ func (e *Engine) told(c *rollout.Change) {
 		e.notify()
 	}
 	if len(c.Published) > 0 && e.notifyPublish != nil {
-		e.notifyPublish()
+		e.notifyPublish(c.Published)
 	}
 }
 

@@ -35,7 +35,7 @@ func forgeRecord(t *testing.T, te *enginetest.Engine, label string) outbox.Publi
 func TestVerdictChangesPublished(t *testing.T) {
 	te := enginetest.Start(t, t.TempDir(), publishConfig(), fixedClock(t0.Add(time.Minute)), true)
 	var woke int
-	te.OnPublish(func() { woke++ })
+	te.OnPublish(func([]rollout.Published) { woke++ })
 	submitAll(t, te, 1, applied0...)
 	submitAll(t, te, 1, succ("infra", "R1", 1))
 	p := forgeRecord(t, te, "R1")

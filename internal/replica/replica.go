@@ -347,80 +347,92 @@ func (n *Node) catchUp(ctx context.Context, version int64) int64 {
 	return ch.Version
 }
 
-// elect campaigns every Renew while following, and renews while leading.
-// A term ends when a renewal says the lease is gone, or when the time it
-// was renewed for runs out (less a renewal, for the clocks' drift and the
-// term's own last writes) before a renewal succeeds: then this replica
-// stops leading even if it cannot reach the database to learn so.
+// elect drives the election (election.go): it asks PostgreSQL every
+// Renew, tells the election what came back and when the term's timer
+// fired or leading stopped, and does what it says.
 func (n *Node) elect(ctx context.Context, lead Lead) {
+	e := &election{ttl: n.cfg.LeaseTTL, renew: n.cfg.Renew}
 	var t *term
-	expired := make(chan struct{}, 1)
-	end := func(why string, resign bool) {
-		if t == nil {
-			return
-		}
-		t.end()
-		n.shown.Lock()
-		n.leading.Store(false)
-		n.caughtUp.Store(false) // until the views are read again
-		n.shown.Unlock()
-		n.epoch.Store(0)
-		n.log.Warn("no longer leading", "epoch", t.lease.Epoch, "why", why)
-		if resign {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Renew)
-			if err := n.co.Resign(rctx, t.lease); err != nil {
-				n.log.Warn("give up the lease", "err", err)
+	// Signalled by the term's timer when it runs out, or by its work when
+	// leading stops on its own.
+	expired, stopped := make(chan struct{}, 1), make(chan struct{}, 1)
+	var do func(actions []action)
+	do = func(actions []action) {
+		for _, a := range actions {
+			switch a.do {
+			case campaign, renew:
+				asked := time.Now()
+				rctx, cancel := context.WithTimeout(ctx, n.cfg.Renew)
+				in := input{what: answered, renewal: a.do == renew, asked: asked, lease: a.lease}
+				if a.do == campaign {
+					in.lease, in.ok, in.err = n.co.Campaign(rctx, n.cfg.Identity, n.cfg.LeaseTTL)
+				} else {
+					in.ok, in.err = n.co.Renew(rctx, a.lease, n.cfg.LeaseTTL)
+				}
+				cancel()
+				if ctx.Err() != nil {
+					return
+				}
+				if in.err != nil {
+					n.failed(&n.electEp, time.Now(), in.err, "the lease cannot be read or renewed in PostgreSQL")
+				} else {
+					n.electOk()
+				}
+				in.now = time.Now()
+				do(e.step(in))
+			case begin:
+				drain(expired)
+				drain(stopped)
+				t = n.begin(ctx, a.lease, lead, time.Until(a.at), expired, stopped)
+			case extend:
+				t.expiry.Reset(time.Until(a.at))
+			case end:
+				n.end(ctx, t, a.why, a.resign)
+				t = nil
 			}
-			cancel()
 		}
-		t = nil
 	}
-	defer end("stopping", true)
-	tick := time.NewTicker(n.cfg.Renew)
-	defer tick.Stop()
+	defer func() { do(e.step(input{what: stopping, now: time.Now()})) }()
+	ticker := time.NewTicker(n.cfg.Renew)
+	defer ticker.Stop()
 	for {
-		asked := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, n.cfg.Renew)
-		var (
-			ok    bool
-			err   error
-			lease store.Lease
-		)
-		if t == nil {
-			lease, ok, err = n.co.Campaign(rctx, n.cfg.Identity, n.cfg.LeaseTTL)
-		} else {
-			ok, err = n.co.Renew(rctx, t.lease, n.cfg.LeaseTTL)
-		}
-		cancel()
-		// The lease runs from before it was asked for, on this clock.
-		valid := time.Until(asked.Add(n.cfg.LeaseTTL - n.cfg.Renew))
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			n.failed(&n.electEp, time.Now(), err, "the lease cannot be read or renewed in PostgreSQL")
-		case t != nil && !ok:
-			end("another replica holds the lease", false)
-		case t != nil:
-			n.electOk()
-			t.expiry.Reset(valid)
-		case ok:
-			n.electOk()
-			select {
-			case <-expired: // of a term before
-			default:
-			}
-			if t, err = n.begin(ctx, lease, lead, valid, expired); err != nil {
-				n.log.Error("begin leading", "err", err)
-			}
-		}
+		do(e.step(input{what: tick, now: time.Now()}))
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-ticker.C:
 		case <-expired:
-			end("the lease ran out before it was renewed, or leading failed", true)
+			do(e.step(input{what: timedOut, now: time.Now()}))
+		case <-stopped:
+			do(e.step(input{what: leadStopped, now: time.Now()}))
 		}
+	}
+}
+
+// end stops term t's work and says so; with resign it gives the lease
+// up, so that another replica takes over at once.
+func (n *Node) end(ctx context.Context, t *term, why string, resign bool) {
+	t.end()
+	n.shown.Lock()
+	n.leading.Store(false)
+	n.caughtUp.Store(false) // until the views are read again
+	n.shown.Unlock()
+	n.epoch.Store(0)
+	n.log.Warn("no longer leading", "epoch", t.lease.Epoch, "why", why)
+	if resign {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Renew)
+		if err := n.co.Resign(rctx, t.lease); err != nil {
+			n.log.Warn("give up the lease", "err", err)
+		}
+		cancel()
+	}
+}
+
+// drain empties a signal's channel of what a term before left in it.
+func drain(c chan struct{}) {
+	select {
+	case <-c:
+	default:
 	}
 }
 
@@ -450,18 +462,20 @@ type term struct {
 }
 
 // begin fences the store with lease and runs lead until the term ends;
-// expired is signalled when the lease runs out (valid from now) or lead
-// stops on its own.
-func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid time.Duration, expired chan struct{}) (*term, error) {
+// expired is signalled when the lease runs out (valid from now), stopped
+// when lead stops on its own.
+func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid time.Duration, expired, stopped chan struct{}) *term {
 	n.co.Fence(&lease)
-	signal := func() {
-		select {
-		case expired <- struct{}{}:
-		default:
+	signal := func(c chan struct{}) func() {
+		return func() {
+			select {
+			case c <- struct{}{}:
+			default:
+			}
 		}
 	}
 	termCtx, stop := context.WithCancel(ctx)
-	t := &term{co: n.co, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal)}
+	t := &term{co: n.co, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal(expired))}
 	n.shown.Lock()
 	n.leading.Store(true)
 	n.shown.Unlock()
@@ -473,10 +487,10 @@ func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid ti
 		if termCtx.Err() == nil {
 			// Leading stopped on its own: let another replica try.
 			n.log.Error("leading failed; giving the lease up", "err", err)
-			signal()
+			signal(stopped)()
 		}
 	}()
-	return t, nil
+	return t
 }
 
 // end stops the term's work and waits for it; its writes were fenced all

@@ -82,8 +82,9 @@ func (d *deliverer) Deliver(ctx context.Context, p outbox.Publication, save func
 		if ref, err = d.forge.Ensure(ctx, u); err != nil {
 			return err
 		}
-		// Recorded before the status: after a crash in between, the next
-		// delivery posts to this one (and Ensure finds it again anyway).
+		// Recorded with the outcome, whether the status goes or not: the
+		// next delivery posts to this one (after a crash before the record,
+		// Ensure finds it again by its marker).
 		save(ref)
 	}
 	if err := d.forge.Status(ctx, ref, u); err != nil {
