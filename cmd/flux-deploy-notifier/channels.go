@@ -145,11 +145,6 @@ type shownIn struct {
 	ui   ui.Channel
 }
 
-// dispatchGap is the least time between two flushes of a channel's
-// outbox (outbox.DispatchConfig.Gap): a verdict waits at most this long
-// more.
-const dispatchGap = 200 * time.Millisecond
-
 // dispatchers builds the dispatchers of the channels configured.
 func (c *channelsConfig) dispatchers(env channelEnv, reg prometheus.Registerer) ([]shownIn, error) {
 	var out []shownIn
@@ -158,7 +153,7 @@ func (c *channelsConfig) dispatchers(env channelEnv, reg prometheus.Registerer) 
 		if err != nil {
 			return nil, err
 		}
-		cfg := outbox.DispatchConfig{AlertAfter: *r.alertAfter, Pace: r.pace, Gap: dispatchGap, Log: env.log, Now: env.now, Reg: reg}
+		cfg := outbox.DispatchConfig{AlertAfter: *r.alertAfter, Pace: r.pace, Log: env.log, Now: env.now, Reg: reg}
 		if r.more != nil {
 			cfg.More = r.more(reg)
 		}

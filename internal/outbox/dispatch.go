@@ -154,12 +154,6 @@ type DispatchConfig struct {
 	// channel at most; a rollout's layers applying one after the other
 	// would update its message as often.)
 	Pace time.Duration
-	// Gap is the least time between two flushes: the wake-ups that come
-	// in between are taken by one. A busy engine publishes at nearly
-	// every commit (a layer applied is progress), and each flush reads
-	// every record due, those waiting for their pace too: without it the
-	// fleet's reads of the outboxes took a tenth of the service's CPU.
-	Gap time.Duration
 	Log  *slog.Logger
 	Now  func() time.Time
 	Reg  prometheus.Registerer // nil: no metrics
@@ -234,23 +228,7 @@ func (d *Dispatcher) Wake() { d.wake.Wake() }
 // Run delivers until ctx ends: at start (what a previous run left), when
 // woken, and when the earliest retry is due.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	gap := time.NewTimer(0)
-	defer gap.Stop()
-	return Run(ctx, d.wake, d.cfg.Now, func(ctx context.Context) time.Time {
-		select {
-		case <-ctx.Done():
-			return time.Time{}
-		case <-gap.C:
-		}
-		// This flush reads what every wake-up so far said was published.
-		select {
-		case <-d.wake:
-		default:
-		}
-		next := d.Flush(ctx)
-		gap.Reset(d.cfg.Gap)
-		return next
-	})
+	return Run(ctx, d.wake, d.cfg.Now, d.Flush)
 }
 
 // Warning says that the channel refused a verdict for good (until one is

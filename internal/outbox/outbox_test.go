@@ -212,34 +212,3 @@ func TestOutcomesInBatches(t *testing.T) {
 		}
 	}
 }
-
-// TestGapBetweenFlushes: wake-ups that come within Gap of a flush are
-// taken by one flush after it, not one each.
-func TestGapBetweenFlushes(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		box := &boxOf{recs: map[rollout.Key]*outbox.Publication{}}
-		to := deliverFunc(func(context.Context, outbox.Publication, func(string)) error { return nil })
-		d := outbox.NewDispatcher(box, to, outbox.DispatchConfig{AlertAfter: time.Hour, Gap: 200 * time.Millisecond,
-			Log: slog.New(slog.DiscardHandler), Now: time.Now})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- d.Run(ctx) }()
-		synctest.Wait() // the flush at start
-		for range 10 {
-			d.Wake()
-			time.Sleep(10 * time.Millisecond) // the engine's commits, 10 ms apart
-			synctest.Wait()
-		}
-		time.Sleep(time.Second)
-		synctest.Wait()
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		box.mu.Lock()
-		defer box.mu.Unlock()
-		if box.reads != 2 {
-			t.Fatalf("%d flushes for a start and ten wake-ups within 100 ms, want 2", box.reads)
-		}
-	})
-}
