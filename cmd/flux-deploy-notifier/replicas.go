@@ -58,8 +58,8 @@ func (c *postgresConfig) open(ctx context.Context, application string) (*store.D
 // openReplica opens the store in PostgreSQL and this replica on it.
 func (s *service) openReplica(ctx context.Context) error {
 	identity := replica.Identity(s.getenv)
-	co, err := s.openPostgres(ctx, identity)
-	if err != nil {
+	var err error
+	if s.db, s.co, err = s.c.postgres.open(ctx, identity); err != nil {
 		return err
 	}
 	if err := s.db.SetChannels(s.c.channels.specs()...); err != nil {
@@ -70,7 +70,7 @@ func (s *service) openReplica(ctx context.Context) error {
 		return err
 	}
 	cfg := replica.Config{Identity: identity, LeaseTTL: *s.c.postgres.leaseTTL, Renew: *s.c.postgres.renew}
-	if s.node, err = replica.New(s.db, co, cfg, model.Normalise, s.log); err != nil {
+	if s.node, err = replica.New(s.db, s.co, cfg, model.Normalise, s.log); err != nil {
 		return err
 	}
 	s.rollouts, s.submitter, s.events, s.storeWarning = s.node.Reads(), s.node, s.node.Events(), s.node.StoreWarning
@@ -93,17 +93,6 @@ func (s *service) lead(e *engine.Engine) []func(context.Context) {
 		loops = append(loops, s.watchdog.Run)
 	}
 	return loops
-}
-
-// openPostgres opens the store in PostgreSQL as s.db, and returns what
-// the replicas share on it.
-func (s *service) openPostgres(ctx context.Context, identity string) (*store.Coordination, error) {
-	db, co, err := s.c.postgres.open(ctx, identity)
-	if err != nil {
-		return nil, err
-	}
-	s.db, s.co = db, co
-	return co, nil
 }
 
 // loginAttempts counts the login form's wrong tokens in PostgreSQL, where

@@ -1,10 +1,12 @@
-// Package store keeps the service's state in bbolt: the evidence of the
-// live rollouts, the archive of settled ones (and its retention), the mail
-// outbox with its sent keys, dead letters and mail log, and the forge
-// outbox with the commits last shown applied. Every Commit is durable when
-// it returns, so what the engine acknowledged survives a crash: most
-// through a write-ahead log (wal.go), the rest as one fsynced bbolt
-// transaction.
+// Package store keeps the service's records, on bbolt or PostgreSQL (one
+// contract, which suite_test.go holds both to): the evidence of the live
+// rollouts, the archive of settled ones (and its retention), the mail
+// outbox with its sent keys, dead letters and mail log, and the channels'
+// outboxes with the commits the forge last showed applied. Every Commit is
+// durable when it returns, so what the engine acknowledged survives a
+// crash: on bbolt most through its backend's write-ahead log (wal.go), the
+// rest as one fsynced transaction. On PostgreSQL, Coordination is what
+// several replicas share beyond the records.
 package store
 
 import (
