@@ -100,6 +100,11 @@ func (d *Decoded) validate() error {
 	if err != nil {
 		return &FieldError{Field: "timestamp", Reason: "must be RFC 3339"}
 	}
+	if at.IsZero() {
+		// 0001-01-01T00:00:00Z is Go's "no time" (and is what a missing
+		// one decodes as): never an event's. The fuzzer found it.
+		return &FieldError{Field: "timestamp", Reason: "must not be the zero time"}
+	}
 	d.At = at.UTC()
 	ociChart := false // an OCI chart's release: its version names a digest, no commit
 	for k, v := range d.Metadata {
