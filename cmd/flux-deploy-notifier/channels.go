@@ -71,9 +71,8 @@ type channelRow struct {
 // channelEnv is what a channel's constructor is given: the store (the
 // forge's heads), what messages link to, HTTP, the log and the clock.
 type channelEnv struct {
-	db          *store.DB
-	links       channel.Links
-	externalURL string
+	db    *store.DB
+	links channel.Links
 	// sourceURL is what a source names in the cluster (its repository),
 	// false without cluster access.
 	sourceURL func(kind, ns, name string) (string, bool)

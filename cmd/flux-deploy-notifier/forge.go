@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/forge"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // forgeConfig is the forge part of serve's configuration: the forge whose
@@ -96,19 +94,17 @@ func (c *forgeConfig) finish() error {
 	return nil
 }
 
-// deliverer makes the chosen forge's Deliverer; env's external URL makes
-// each status link to the rollout's page, and its sourceURL reads what a
-// source names from the cluster.
+// deliverer makes the chosen forge's Deliverer; env's links give each
+// status the rollout's page, and its sourceURL reads what a source names
+// from the cluster.
 func (c *forgeConfig) deliverer(env channelEnv) (outbox.Deliverer, error) {
 	f, err := c.chosen.open(env.hc)
 	if err != nil {
 		return nil, err
 	}
 	c.repos.URL = env.sourceURL
-	cfg := forge.Config{Repo: c.repos.Repo, AlertAfter: *c.alertAfter, Environments: c.envs}
-	if ext := strings.TrimRight(env.externalURL, "/"); ext != "" {
-		cfg.LogURL = func(k rollout.Key) string { return ext + edge.RolloutPath(k) }
-	}
+	// Each status links the rollout's page, as a chat message does.
+	cfg := forge.Config{Repo: c.repos.Repo, LogURL: env.links.Page, AlertAfter: *c.alertAfter, Environments: c.envs}
 	def := "none"
 	if c.repos.Default != nil {
 		def = c.repos.Default.String()

@@ -155,7 +155,7 @@ func (s *service) openChannels(context.Context) error {
 		}
 		return s.reader.SourceURL(kind, ns, name)
 	}
-	env := channelEnv{db: s.db, links: s.c.links(sourceURL), externalURL: *s.c.mail.externalURL, sourceURL: sourceURL,
+	env := channelEnv{db: s.db, links: s.c.links(sourceURL), sourceURL: sourceURL,
 		hc: &http.Client{Timeout: 30 * time.Second}, log: s.log, now: time.Now}
 	var err error
 	if s.channels, err = s.c.channels.dispatchers(env, s.reg); err != nil {

@@ -25,8 +25,9 @@ type Deliverer interface {
 	// Deliver shows p's verdict. p.Ref is the deliverer's own record of
 	// the rollout from an earlier delivery ("" before the first); save
 	// records a new one, written with the delivery's outcome, so that a
-	// later delivery updates it rather than make a second. It returns nil once shown, a Skip when p is not
-	// shown there, an *Error (or any error: transient) when it failed.
+	// later delivery updates it rather than make a second. It returns nil
+	// once shown, a Skip when p is not shown there, an *Error (or any
+	// error: transient) when it failed.
 	Deliver(ctx context.Context, p Publication, save func(ref string)) error
 }
 
@@ -193,7 +194,7 @@ var outcomes = []string{"sent", "retried", "rate_limited", "dead", "skipped"}
 // dispatcher on cfg.Reg) and in cfg.More.
 func NewDispatcher(box Verdicts, to Deliverer, cfg DispatchConfig) *Dispatcher {
 	log := cfg.Log.With("channel", to.Name())
-	d := &Dispatcher{outbox: box, rec: newRecorder(box), to: to, cfg: cfg, log: log, warner: Warner{Log: log}, wake: NewWaker()}
+	d := &Dispatcher{outbox: box, rec: newRecorder(box, log), to: to, cfg: cfg, log: log, warner: Warner{Log: log}, wake: NewWaker()}
 	all := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fdn_deliveries_total",
 		Help: "Verdicts delivered to a channel (a forge, slack, teams, webhook), by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (not shown there).",
@@ -315,12 +316,12 @@ func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, boo
 	// crash before it is written makes another next time, as a failure
 	// to record it does (a forge finds its deployment again by its
 	// marker; a chat may post twice).
-	save := func(ref string) { d.record(p, func(q *Publication) { q.Ref = ref }, log) }
+	save := func(ref string) { d.record(p, func(q *Publication) { q.Ref = ref }) }
 	err := d.to.Deliver(ctx, p, save)
 	var skip Skip
 	switch {
 	case errors.As(err, &skip):
-		d.record(p, func(q *Publication) { q.SentSeq, q.LastError = max(q.SentSeq, q.taken(p)), skip.Error() }, log)
+		d.record(p, func(q *Publication) { q.SentSeq, q.LastError = max(q.SentSeq, q.taken(p)), skip.Error() })
 		d.count("skipped")
 		log.Debug("verdict not shown", "why", string(skip))
 		return time.Time{}, false
@@ -329,13 +330,13 @@ func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, boo
 		if fe.Gone && p.Ref != "" {
 			// The record used is gone (deleted in the service): the next
 			// delivery finds or makes another.
-			d.record(p, func(q *Publication) { q.Ref = "" }, log)
+			d.record(p, func(q *Publication) { q.Ref = "" })
 			fe = &Error{Status: fe.Status, Retry: true, Message: "the record of it is gone: " + fe.Message}
 		}
 		return d.retry(p, fe, log)
 	}
 	at := d.cfg.Now()
-	d.record(p, func(q *Publication) { q.Delivered(p, at) }, log)
+	d.record(p, func(q *Publication) { q.Delivered(p, at) })
 	d.mu.Lock()
 	d.refusal, d.dead = "", time.Time{}
 	d.mu.Unlock()
@@ -360,7 +361,7 @@ func (d *Dispatcher) retry(p Publication, fe *Error, log *slog.Logger) (time.Tim
 			if q.Seq == p.Seq {
 				q.DeadLetter(fe.Error())
 			}
-		}, log)
+		})
 		d.count("dead")
 		log.Error(d.to.Name()+" refused the verdict for good, dead-lettered", "err", fe.Error())
 		return time.Time{}, false
@@ -370,7 +371,7 @@ func (d *Dispatcher) retry(p Publication, fe *Error, log *slog.Logger) (time.Tim
 		after = Backoff(p.Attempts+1, backoffBase, backoffMax)
 	}
 	at := now.Add(after)
-	d.record(p, func(q *Publication) { q.Retry(at, fe.Error()) }, log)
+	d.record(p, func(q *Publication) { q.Retry(at, fe.Error()) })
 	outcome := "retried"
 	if fe.Limited {
 		outcome = "rate_limited"
@@ -386,8 +387,8 @@ func (d *Dispatcher) retry(p Publication, fe *Error, log *slog.Logger) (time.Tim
 // one transaction (recorder). A failure to record is logged: the delivery
 // then happens again, which every channel takes (an update in place, an
 // idempotency key).
-func (d *Dispatcher) record(p Publication, f func(*Publication), log *slog.Logger) {
-	d.rec.add(Update{Key: p.Key, Apply: f}, log)
+func (d *Dispatcher) record(p Publication, f func(*Publication)) {
+	d.rec.add(Update{Key: p.Key, Apply: f})
 }
 
 // recorder writes a dispatcher's outcomes as they come, in batches: what
@@ -399,25 +400,25 @@ func (d *Dispatcher) record(p Publication, f func(*Publication), log *slog.Logge
 // per crash, as before, though a crash may now repeat several rollouts'.
 type recorder struct {
 	box Verdicts
+	log *slog.Logger
 
 	mu      sync.Mutex
 	pending []Update
-	logs    []*slog.Logger // pending's, to log a failure with
 	writing bool
 	idle    *sync.Cond // signalled when a write ends with nothing pending
 }
 
-func newRecorder(box Verdicts) *recorder {
-	r := &recorder{box: box}
+func newRecorder(box Verdicts, log *slog.Logger) *recorder {
+	r := &recorder{box: box, log: log}
 	r.idle = sync.NewCond(&r.mu)
 	return r
 }
 
 // add queues u and starts a writer when none runs.
-func (r *recorder) add(u Update, log *slog.Logger) {
+func (r *recorder) add(u Update) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pending, r.logs = append(r.pending, u), append(r.logs, log)
+	r.pending = append(r.pending, u)
 	if !r.writing {
 		r.writing = true
 		go r.write()
@@ -428,11 +429,11 @@ func (r *recorder) add(u Update, log *slog.Logger) {
 func (r *recorder) write() {
 	r.mu.Lock()
 	for len(r.pending) > 0 {
-		batch, logs := r.pending, r.logs
-		r.pending, r.logs = nil, nil
+		batch := r.pending
+		r.pending = nil
 		r.mu.Unlock()
 		if err := r.box.UpdatePublications(batch); err != nil {
-			logs[0].Warn("record deliveries", "err", err, "outcomes", len(batch))
+			r.log.Warn("record deliveries", "err", err, "outcomes", len(batch))
 		}
 		r.mu.Lock()
 	}

@@ -367,11 +367,16 @@ func (d *DB) keep(names []string) error {
 	if !slices.ContainsFunc(names, func(n string) bool { return !slices.Contains(d.kept, n) }) {
 		return nil
 	}
-	return d.kv.update(func(tx txn) error {
+	var kept []string
+	err := d.kv.update(func(tx txn) error {
 		var err error
-		d.kept, err = keepChannels(tx, names)
+		kept, err = keepChannels(tx, names)
 		return err
 	})
+	if err == nil {
+		d.kept = kept // once committed
+	}
+	return err
 }
 
 // ChannelBox is one channel's outbox (outbox.Verdicts). Its reads show
@@ -502,8 +507,11 @@ func (c ChannelBox) UpdatePublications(ups []outbox.Update) error {
 	}
 	var withPub []rollout.Published
 	c.d.pmu.Lock()
+	seen := make(map[rollout.Key]bool, len(ups))
 	for _, u := range ups {
-		if pub, ok := c.d.progress[u.Key]; ok {
+		// A rollout's saved record and its outcome are two updates.
+		if pub, ok := c.d.progress[u.Key]; ok && !seen[u.Key] {
+			seen[u.Key] = true
 			withPub = append(withPub, pub)
 		}
 	}
