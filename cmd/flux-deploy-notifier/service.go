@@ -235,7 +235,7 @@ func (s *service) listen(context.Context) error {
 	}
 	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining}
 	if s.node != nil {
-		apiOpts.Checks = append(apiOpts.Checks, api.Check{Name: "postgres", OK: s.node.CaughtUp})
+		apiOpts.Checks = append(apiOpts.Checks, api.Check{Name: "postgres", OK: s.node.Answering})
 		apiOpts.Role = s.node.Role
 	}
 	uiFS, err := fs.Sub(templates.UI, "ui")

@@ -91,3 +91,93 @@ func TestStoreFailureIsOneEpisode(t *testing.T) {
 		t.Fatal("the commit after recovery was not applied")
 	}
 }
+
+// unreadableArchive is the real store whose archive reads fail while fail
+// is set, as while PostgreSQL restarts, and counts them.
+type unreadableArchive struct {
+	*store.DB
+	fail  atomic.Bool
+	reads atomic.Int64
+}
+
+func (s *unreadableArchive) read() error {
+	s.reads.Add(1)
+	if s.fail.Load() {
+		return errors.New("FATAL: the database system is shutting down (SQLSTATE 57P03)")
+	}
+	return nil
+}
+
+func (s *unreadableArchive) Settled(k rollout.Key) (*rollout.View, error) {
+	if err := s.read(); err != nil {
+		return nil, err
+	}
+	return s.DB.Settled(k)
+}
+
+func (s *unreadableArchive) SettledKeys(hash string, prefix, origin bool, cluster string, limit int) ([]rollout.Key, error) {
+	if err := s.read(); err != nil {
+		return nil, err
+	}
+	return s.DB.SettledKeys(hash, prefix, origin, cluster, limit)
+}
+
+// TestLiveLookupsWhileTheArchiveFails: a commit under way is answered
+// from memory while the settled rollouts cannot be read (by full hash on
+// its cluster without reading them at all); a settled or unknown commit
+// is then an error, never "not found".
+func TestLiveLookupsWhileTheArchiveFails(t *testing.T) {
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s := &unreadableArchive{DB: db}
+	eng, err := engine.New(s, settleConfig(time.Minute), slog.New(slog.DiscardHandler), fixedClock(t0.Add(10*time.Hour)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, o := range []rollout.Observation{succ("apps", "A", 0), succ("apps", "B", 3600)} {
+		if err := eng.Submit(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(t, eng)
+	if v, err := eng.Lookup(engine.Query{Hash: hashOf("A")}); err != nil || v.Verdict != rollout.VerdictApplied {
+		t.Fatalf("A settled, read from the archive: %v, %v", v, err)
+	}
+	if live := eng.Live(); sum(live) != 1 {
+		t.Fatalf("live %v, want B alone", live)
+	}
+	before := s.reads.Load()
+	if v, err := eng.Lookup(engine.Query{Hash: hashOf("B"), Cluster: "default"}); err != nil || v.Hash != hashOf("B") {
+		t.Fatalf("B on its cluster: %v, %v", v, err)
+	}
+	if n := s.reads.Load() - before; n != 0 {
+		t.Errorf("a live commit asked by full hash on its cluster read the archive %d times", n)
+	}
+
+	s.fail.Store(true)
+	for _, q := range []engine.Query{
+		{Hash: hashOf("B")},
+		{Hash: hashOf("B"), Cluster: "default"},
+		{Hash: hashOf("B")[:8], Prefix: true},
+	} {
+		if v, err := eng.Lookup(q); err != nil || v.Hash != hashOf("B") || v.Verdict != rollout.VerdictApplied {
+			t.Errorf("live commit, %+v, archive failing: %v, %v", q, v, err)
+		}
+	}
+	if vs, err := eng.LookupAll(engine.Query{Hash: hashOf("B")}); err != nil || len(vs) != 1 {
+		t.Errorf("every cluster of a live commit, archive failing: %v, %v", vs, err)
+	}
+	for _, label := range []string{"A", "never-seen"} {
+		_, err := eng.Lookup(engine.Query{Hash: hashOf(label)})
+		if err == nil || errors.Is(err, engine.ErrNotFound) || !strings.Contains(err.Error(), "shutting down") {
+			t.Errorf("%s, archive failing: %v, want the archive's error", label, err)
+		}
+	}
+	if _, err := eng.LookupAll(engine.Query{Hash: hashOf("A")}); err == nil || errors.Is(err, engine.ErrNotFound) {
+		t.Errorf("every cluster of a settled commit, archive failing: %v, want the archive's error", err)
+	}
+}

@@ -181,22 +181,28 @@ func (r *Reader) Views() []*rollout.View {
 // Ready reports whether the engine is running on loaded state.
 func (r *Reader) Ready() bool { return r.snap.ready.Load() }
 
-// Get returns the view of one rollout, live or settled, or nil.
+// Get returns the view of one rollout, live or settled, or nil (also
+// when the archive cannot be read: logged).
 func (r *Reader) Get(k rollout.Key) *rollout.View {
+	v, err := r.get(k)
+	if err != nil {
+		r.log.Error("read settled rollout", "cluster", k.Cluster, "hash", k.Hash, "err", err)
+	}
+	return v
+}
+
+// get is Get saying why the archive could not be read: a lookup answers
+// that, not "not found".
+func (r *Reader) get(k rollout.Key) (*rollout.View, error) {
 	r.snap.mu.RLock()
 	v := r.snap.views[k]
 	r.snap.mu.RUnlock()
 	if v != nil {
-		return v
+		return v, nil
 	}
 	// A rollout leaves the snapshot only after its settled view was
 	// committed: a miss here is a miss in both, or a hit in the archive.
-	v, err := r.archive.Settled(k)
-	if err != nil {
-		r.log.Error("read settled rollout", "cluster", k.Cluster, "hash", k.Hash, "err", err)
-		return nil
-	}
-	return v
+	return r.archive.Settled(k)
 }
 
 // maxMatches bounds the rollouts an ambiguous query lists.
@@ -213,15 +219,19 @@ func (r *Reader) Lookup(q Query) (*rollout.View, error) {
 	if len(found) == 1 { // nearly every query: one rollout, nothing to group
 		for k, v := range found {
 			if v == nil {
-				if v = r.Get(k); v == nil {
+				if v, err = r.get(k); err != nil {
+					return nil, err
+				} else if v == nil {
 					return nil, ErrNotFound
 				}
 			}
 			return v, nil
 		}
 	}
-	views, commits := r.perCommit(found, q)
+	views, commits, err := r.perCommit(found, q)
 	switch {
+	case err != nil:
+		return nil, err
 	case len(views) > 1 || commits > 1:
 		return nil, ambiguous(found)
 	case len(views) == 0:
@@ -241,7 +251,10 @@ func (r *Reader) LookupAll(q Query) ([]*rollout.View, error) {
 	if err != nil {
 		return nil, err
 	}
-	views, commits := r.perCommit(found, q)
+	views, commits, err := r.perCommit(found, q)
+	if err != nil {
+		return nil, err
+	}
 	if commits > 1 {
 		return nil, ambiguous(found)
 	}
@@ -258,13 +271,16 @@ func (r *Reader) LookupAll(q Query) ([]*rollout.View, error) {
 // which is what the cluster runs of that commit now; the older ones were
 // superseded by it. It returns them sorted by cluster, and how many
 // commits they are of.
-func (r *Reader) perCommit(found map[rollout.Key]*rollout.View, q Query) ([]*rollout.View, int) {
+func (r *Reader) perCommit(found map[rollout.Key]*rollout.View, q Query) ([]*rollout.View, int, error) {
 	type group struct{ cluster, commit string }
 	best := map[group]*rollout.View{}
 	commits := map[string]bool{}
 	for k, v := range found {
 		if v == nil {
-			if v = r.Get(k); v == nil {
+			var err error
+			if v, err = r.get(k); err != nil {
+				return nil, 0, err
+			} else if v == nil {
 				continue
 			}
 		}
@@ -279,7 +295,7 @@ func (r *Reader) perCommit(found map[rollout.Key]*rollout.View, q Query) ([]*rol
 	}
 	out := slices.Collect(maps.Values(best))
 	slices.SortFunc(out, func(a, b *rollout.View) int { return compareKeys(a.Key(), b.Key()) })
-	return out, len(commits)
+	return out, len(commits), nil
 }
 
 // newerRollout orders the rollouts of one commit on one cluster: by first
@@ -294,17 +310,39 @@ func newerRollout(a, b *rollout.View) bool {
 // matching are the rollouts a query names, live (with their view) or
 // settled (nil: read with Get). The rollout's own hash wins over an origin
 // revision that has it, unless withOrigin.
+//
+// A full hash live on the cluster asked is answered from memory: no
+// settled rollout has its key. Otherwise the archive is asked for the
+// rest (other clusters, prefixes, origins); when it cannot be read, the
+// live rollouts found are the answer, so that a commit still under way is
+// answered while the store restarts, and a query that finds none fails.
 func (r *Reader) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.View, error) {
 	r.snap.mu.RLock()
 	own, origin := r.snap.candidates(q)
 	r.snap.mu.RUnlock()
-	ownKeys, err := r.archive.SettledKeys(q.Hash, q.Prefix, false, q.Cluster, maxMatches)
-	if err != nil {
-		return nil, err
-	}
 	found := map[rollout.Key]*rollout.View{}
 	for _, v := range own {
 		found[v.Key()] = v
+	}
+	if !q.Prefix && q.Cluster != "" && len(own) == 1 && !withOrigin {
+		return found, nil
+	}
+	live := len(own) > 0 || (withOrigin || q.Prefix) && len(origin) > 0
+	unread := func(err error) (map[rollout.Key]*rollout.View, error) {
+		if !live {
+			return nil, err
+		}
+		r.log.Warn("settled rollouts cannot be read: answering from the live ones", "hash", q.Hash, "err", err)
+		if withOrigin || q.Prefix || len(found) == 0 {
+			for _, v := range origin {
+				found[v.Key()] = v
+			}
+		}
+		return found, nil
+	}
+	ownKeys, err := r.archive.SettledKeys(q.Hash, q.Prefix, false, q.Cluster, maxMatches)
+	if err != nil {
+		return unread(err)
 	}
 	for _, k := range ownKeys {
 		if _, ok := found[k]; !ok {
@@ -314,7 +352,7 @@ func (r *Reader) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.Vi
 	if withOrigin || q.Prefix || len(found) == 0 {
 		originKeys, err := r.archive.SettledKeys(q.Hash, q.Prefix, true, q.Cluster, maxMatches)
 		if err != nil {
-			return nil, err
+			return unread(err)
 		}
 		for _, v := range origin {
 			found[v.Key()] = v

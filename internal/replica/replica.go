@@ -205,6 +205,24 @@ func (n *Node) Epoch() int64 { return n.epoch.Load() }
 // once since it started, or since its term ended, and reads their changes.
 func (n *Node) CaughtUp() bool { return n.leading.Load() || n.caughtUp.Load() }
 
+// Answering reports whether this replica can answer every read and take
+// events: it shows the views as the store has them, and PostgreSQL
+// answers within pingTimeout. Leading is not enough: a leader whose
+// database restarts answers the commits under way from memory, but
+// neither takes events nor reads what settled, and /readyz says so.
+func (n *Node) Answering() bool {
+	if !n.CaughtUp() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	return n.co.Ping(ctx) == nil
+}
+
+// pingTimeout bounds Answering's question to PostgreSQL: well within a
+// readiness probe's timeout.
+const pingTimeout = 500 * time.Millisecond
+
 // SubmitAll appends observations that belong together to the inbox and
 // returns once they are committed (nil: acknowledge them), refused
 // (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).

@@ -274,3 +274,50 @@ func TestLeaderIsCaughtUp(t *testing.T) {
 	}
 	waitFor(t, "a to serve", a.node.Reader().Ready)
 }
+
+// TestLiveAnswersWhilePostgresIsDown: while PostgreSQL is down neither
+// replica says it can answer (the leader no more than the follower), yet
+// both answer the commits under way from memory, by full hash and by
+// prefix; once it is back both say so again.
+func TestLiveAnswersWhilePostgresIsDown(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	a := start(t, conn, "a")
+	waitFor(t, "a to lead", a.node.Leading)
+	b := start(t, conn, "b")
+	waitFor(t, "b to catch up", b.node.CaughtUp)
+	obs := enginetest.ExampleObservations(time.Now().Add(-time.Hour).Truncate(time.Second))
+	for _, o := range obs {
+		if err := b.node.Events().Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := obs[len(obs)-1].Hash
+	waitFor(t, "both to show the last commit", func() bool {
+		return verdict(a, last) != rollout.VerdictUnknown && verdict(b, last) != rollout.VerdictUnknown
+	})
+	v, err := a.node.Reader().Lookup(engine.Query{Hash: last})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := v.Verdict
+	for _, r := range []*running{a, b} {
+		if !r.node.Answering() {
+			t.Fatal("a replica does not answer with PostgreSQL up")
+		}
+	}
+
+	srv.Stop()
+	for _, r := range []*running{a, b} {
+		waitFor(t, "a replica to say it cannot answer", func() bool { return !r.node.Answering() })
+		for _, q := range []engine.Query{{Hash: last}, {Hash: last, Cluster: v.Cluster}, {Hash: last[:10], Prefix: true}} {
+			if v, err := r.node.Reader().Lookup(q); err != nil || v.Verdict != want {
+				t.Fatalf("%+v with PostgreSQL down: %v, %v; want %s", q, v, err, want)
+			}
+		}
+	}
+	srv.Resume(t)
+	for _, r := range []*running{a, b} {
+		waitFor(t, "a replica to answer again", r.node.Answering)
+	}
+}

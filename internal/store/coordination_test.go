@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 )
 
 // What several replicas share beyond the records, with two handles on one
@@ -104,5 +105,23 @@ func TestLoginFailuresCounted(t *testing.T) {
 		if n, err := h.LoginFailures(); err != nil || n != 5 {
 			t.Fatalf("failures: %d %v, want the five of both replicas", n, err)
 		}
+	}
+}
+
+// TestPing: PostgreSQL answers while it runs; stopped, Ping fails within
+// the store's timeout instead of waiting on a connection.
+func TestPing(t *testing.T) {
+	srv := pgtest.Start(t)
+	a := openReplica(t, srv.NewDatabase(t), PostgresOptions{Timeout: 2 * time.Second})
+	if err := a.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping with PostgreSQL up: %v", err)
+	}
+	srv.Stop()
+	if err := a.Ping(context.Background()); err == nil {
+		t.Fatal("Ping with PostgreSQL down succeeded")
+	}
+	srv.Resume(t)
+	if err := a.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping with PostgreSQL back: %v", err)
 	}
 }

@@ -202,6 +202,14 @@ func decodeInbox(b []byte) ([]rollout.Observation, error) {
 	return out, nil
 }
 
+// Ping reports whether PostgreSQL answers now: a replica that cannot
+// reach it can neither take events nor read what settled.
+func (c *Coordination) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	return c.p.pool.Ping(ctx)
+}
+
 // InboxDepth is how many entries wait in the inbox for the leader.
 func (c *Coordination) InboxDepth(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
