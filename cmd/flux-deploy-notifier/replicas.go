@@ -8,7 +8,6 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
@@ -55,31 +54,8 @@ func (c *postgresConfig) open(ctx context.Context, application string) (*store.D
 	return store.OpenPostgres(ctx, *c.conn, opt)
 }
 
-// openReplica opens the store in PostgreSQL and this replica on it.
-func (s *service) openReplica(ctx context.Context) error {
-	identity := replica.Identity(s.getenv)
-	var err error
-	if s.db, s.co, err = s.c.postgres.open(ctx, identity); err != nil {
-		return err
-	}
-	if err := s.db.SetChannels(s.c.channels.specs()...); err != nil {
-		return err
-	}
-	model, err := rollout.NewModel(s.c.engine)
-	if err != nil {
-		return err
-	}
-	cfg := replica.Config{Identity: identity, LeaseTTL: *s.c.postgres.leaseTTL, Renew: *s.c.postgres.renew}
-	if s.node, err = replica.New(s.db, s.co, cfg, model.Normalise, s.log); err != nil {
-		return err
-	}
-	s.rollouts, s.submitter, s.events, s.storeWarning = s.node.Reads(), s.node, s.node.Events(), s.node.StoreWarning
-	s.log.Info("state in PostgreSQL", "identity", cfg.Identity, "lease", cfg.LeaseTTL.String(), "renew", cfg.Renew.String())
-	return nil
-}
-
-// lead is what this replica does while it leads: the engine on the
-// inbox, the dispatchers and the blindness watchdog.
+// lead is what this replica does while it leads, beside its engine: the
+// dispatchers and the blindness watchdog, woken by the engine's commits.
 func (s *service) lead(e *engine.Engine) []func(context.Context) {
 	e.OnMail(s.mailer.Wake)
 	e.OnVerdict(s.onVerdict)

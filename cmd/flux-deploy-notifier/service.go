@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +20,6 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/blind"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -43,7 +41,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer s.close()
 	for _, part := range []func(context.Context) error{
 		s.loadTokens,   // the webhook's HMAC key and the verdict token
-		s.openState,    // bbolt and the engine on it, or PostgreSQL and this replica
+		s.openState,    // the store, bbolt or PostgreSQL, and this replica on it
 		s.openMail,     // the outbox's dispatcher, and the metrics
 		s.openChannels, // the dispatchers of the forge, the chats and the webhook configured
 		s.watchCluster, // with cluster access: the reader, and the blindness watchdog
@@ -66,18 +64,12 @@ type service struct {
 
 	token, verdictToken []byte
 	db                  *store.DB
-	co                  *store.Coordination // with --postgres
-	eng                 *engine.Engine      // on bbolt; on PostgreSQL, the leader makes one each term
-	// What reads are answered from, what the cluster reader and the
-	// webhook hand observations to, and what says the store fails: the
-	// engine on bbolt, the replica on PostgreSQL.
-	rollouts     reads
-	submitter    cluster.Submitter
-	events       webhook.Submitter
-	storeWarning func() string
-	onVerdict    func(rollout.VerdictChange)
+	co                  *store.Coordination // with --postgres: what the replicas share
+	// This replica: alone on bbolt, where it always leads, or one of
+	// several on PostgreSQL. The engine is its leader's, one each term.
+	node      *replica.Node
+	onVerdict func(rollout.VerdictChange)
 
-	node     *replica.Node // with --postgres
 	mailer   *mail.Dispatcher
 	channels []shownIn       // the forge, the chats, the webhook configured (channelTable)
 	reader   *cluster.Reader // nil: events only
@@ -106,28 +98,29 @@ func (s *service) loadTokens(context.Context) error {
 	return nil
 }
 
-// reads are what the API and the pages read rollouts from.
-type reads interface {
-	api.Rollouts
-	ui.Rollouts
-}
-
 func (s *service) openState(ctx context.Context) error {
-	if s.c.postgres.enabled() {
-		return s.openReplica(ctx)
-	}
+	identity := replica.Identity(s.getenv)
 	var err error
-	if s.db, err = store.Open(s.c.dataDir); err != nil {
+	if s.c.postgres.enabled() {
+		if s.db, s.co, err = s.c.postgres.open(ctx, identity); err == nil {
+			s.log.Info("state in PostgreSQL", "identity", identity, "lease", s.c.postgres.leaseTTL.String(), "renew", s.c.postgres.renew.String())
+		}
+	} else {
+		s.db, err = store.Open(s.c.dataDir)
+	}
+	if err != nil {
 		return err
 	}
 	if err := s.db.SetChannels(s.c.channels.specs()...); err != nil {
 		return err
 	}
-	if s.eng, err = engine.New(s.db, s.c.engine, s.log, time.Now); err != nil {
+	model, err := rollout.NewModel(s.c.engine)
+	if err != nil {
 		return err
 	}
-	s.rollouts, s.submitter, s.events, s.storeWarning = s.eng, s.eng, s.eng, s.eng.StoreWarning
-	return nil
+	cfg := replica.Config{Identity: identity, LeaseTTL: *s.c.postgres.leaseTTL, Renew: *s.c.postgres.renew}
+	s.node, err = replica.New(s.db, s.co, cfg, model.Normalise, s.log)
+	return err
 }
 
 func (s *service) openMail(context.Context) error {
@@ -136,14 +129,8 @@ func (s *service) openMail(context.Context) error {
 	if s.mailer, err = s.c.mail.dispatcher(s.db, s.log, s.reg, s.stdout); err != nil {
 		return err
 	}
-	s.onVerdict = api.RegisterMetrics(s.reg, s.rollouts, s.db, time.Now)
-	if s.node != nil {
-		s.node.RegisterMetrics(s.reg)
-		return nil
-	}
-	s.reg.MustRegister(replica.LeaderGauge(func() bool { return true })) // one process on bbolt always leads
-	s.eng.OnMail(s.mailer.Wake)
-	s.eng.OnVerdict(s.onVerdict)
+	s.onVerdict = api.RegisterMetrics(s.reg, s.node.Reads(), s.db, time.Now)
+	s.node.RegisterMetrics(s.reg)
 	return nil
 }
 
@@ -158,13 +145,8 @@ func (s *service) openChannels(context.Context) error {
 	env := channelEnv{db: s.db, links: s.c.links(sourceURL), sourceURL: sourceURL,
 		hc: &http.Client{Timeout: 30 * time.Second}, log: s.log, now: time.Now}
 	var err error
-	if s.channels, err = s.c.channels.dispatchers(env, s.reg); err != nil {
-		return err
-	}
-	if s.eng != nil {
-		s.eng.OnPublish(s.wakeChannels)
-	}
-	return nil
+	s.channels, err = s.c.channels.dispatchers(env, s.reg)
+	return err
 }
 
 // wakeChannels tells the dispatcher of every channel that takes some of
@@ -185,7 +167,7 @@ func (s *service) watchCluster(ctx context.Context) error {
 		}
 	}
 	var err error
-	if s.reader, err = s.c.cluster.reader(s.getenv, s.submitter, s.c.engine.DefaultCluster, statusMoved, s.log); err != nil || s.reader == nil {
+	if s.reader, err = s.c.cluster.reader(s.getenv, s.node, s.c.engine.DefaultCluster, statusMoved, s.log); err != nil || s.reader == nil {
 		return err
 	}
 	// A missing permission is reported now, not retried in the background.
@@ -203,7 +185,7 @@ func (s *service) watchCluster(ctx context.Context) error {
 // warnings are what people must know of, on /readyz, /rollouts and the
 // status pages; none fails readiness (docs/configuration.md, "Health").
 func (s *service) warnings() []string {
-	sources := []func() string{s.storeWarning, s.mailer.Warning}
+	sources := []func() string{s.node.StoreWarning, s.mailer.Warning}
 	for _, c := range s.channels {
 		sources = append(sources, c.d.Warning)
 	}
@@ -223,21 +205,17 @@ func (s *service) listen(context.Context) error {
 	// Ends when the HTTP server begins shutting down: long polls answer.
 	draining, drain := context.WithCancel(context.Background())
 	s.drain = drain
-	hook := webhook.New(s.token, s.events, s.log, s.reg)
-	var checks []api.Check
+	hook := webhook.New(s.token, s.node.Events(), s.log, s.reg)
+	checks := []api.Check{{Name: "store", OK: s.node.Answering}}
 	if s.reader != nil {
-		if s.node != nil {
-			s.node.OnEvent(s.watchdog.Event) // the leader's, as it takes each event from the inbox
-		} else {
-			hook.OnEvent(s.watchdog.Event)
-		}
+		// Every event this replica accepts, and on PostgreSQL those the
+		// leader takes from the inbox, that other replicas accepted.
+		hook.OnEvent(s.watchdog.Event)
+		s.node.OnEvent(s.watchdog.Event)
 		checks = append(checks, api.Check{Name: "cluster", OK: s.reader.Synced})
 	}
-	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining}
-	if s.node != nil {
-		apiOpts.Checks = append(apiOpts.Checks, api.Check{Name: "postgres", OK: s.node.Answering})
-		apiOpts.Role = s.node.Role
-	}
+	rollouts := s.node.Reads()
+	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining, Role: s.node.Role}
 	uiFS, err := fs.Sub(templates.UI, "ui")
 	if err != nil {
 		return err
@@ -249,18 +227,18 @@ func (s *service) listen(context.Context) error {
 	for _, c := range s.channels {
 		opts.Channels = append(opts.Channels, c.ui)
 	}
-	if s.node != nil {
+	if s.co != nil {
 		// A session's key derives from the verdict token, the same on
 		// every replica; the form's limit is counted where all count.
 		opts.Attempts = loginAttempts{s.co}
 	}
-	pages, err := ui.New(s.rollouts, uiFS, opts)
+	pages, err := ui.New(rollouts, uiFS, opts)
 	if err != nil {
 		return err
 	}
 	s.srv = server.New(server.Routes(server.Parts{
 		Webhook:  hook,
-		API:      api.New(s.rollouts, s.log, apiOpts),
+		API:      api.New(rollouts, s.log, apiOpts),
 		Verdicts: edge.NewAuth(s.verdictToken, "", time.Now),
 		UI:       pages,
 		Metrics:  promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}),
@@ -271,7 +249,7 @@ func (s *service) listen(context.Context) error {
 	}
 	fmt.Fprintf(s.stdout, "flux-deploy-notifier listening on http://%s\n", s.ln.Addr())
 	state := s.c.dataDir
-	if s.node != nil {
+	if s.co != nil {
 		state = "postgres"
 	}
 	s.log.Info("listening", "addr", s.ln.Addr().String(), "state", state, "layers", len(s.c.engine.Layers),
@@ -279,17 +257,19 @@ func (s *service) listen(context.Context) error {
 	return nil
 }
 
-// run starts the engine, the cluster reader, the mailer and the HTTP
-// server, and stops them in the order that loses nothing when ctx ends.
+// run starts this replica (its engine and what leads with it), the
+// cluster reader and the HTTP server, and stops them in the order that
+// loses nothing when ctx ends.
 func (s *service) run(ctx context.Context) error {
-	// On bbolt the engine runs; on PostgreSQL this replica follows, and
-	// runs the engine and what else leads while it leads.
-	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
-	engineDone := make(chan error, 1)
-	if s.node != nil {
-		go func() { engineDone <- s.node.Run(engineCtx, s.node.LeadEngine(s.c.engine, time.Now, s.lead)) }()
-	} else {
-		go func() { engineDone <- s.eng.Run(engineCtx) }()
+	nodeCtx, stopNode := context.WithCancel(context.WithoutCancel(ctx))
+	nodeDone := make(chan error, 1)
+	go func() { nodeDone <- s.node.Run(nodeCtx, s.node.LeadEngine(s.c.engine, time.Now, s.lead)) }()
+	select {
+	case <-s.node.Serving():
+	case err := <-nodeDone: // a replica alone that could not load its state
+		stopNode()
+		return err
+	case <-ctx.Done():
 	}
 	readerCtx, stopReader := context.WithCancel(context.WithoutCancel(ctx))
 	readerDone := make(chan struct{})
@@ -298,32 +278,20 @@ func (s *service) run(ctx context.Context) error {
 		if s.reader == nil {
 			return
 		}
-		// Awaited with the reader, so that it never writes to a closed store.
-		var wg sync.WaitGroup
-		if s.node == nil { // on PostgreSQL, the leader's
-			wg.Go(func() { s.watchdog.Run(readerCtx) })
-		}
 		if err := s.reader.Run(readerCtx); err != nil {
 			s.log.Error("cluster reader stopped; serving on events alone", "err", err)
 		}
-		wg.Wait()
 	}()
-	mailCtx, stopMail := context.WithCancel(context.WithoutCancel(ctx))
-	// The dispatchers: on PostgreSQL, the leader's.
-	var dispatchers sync.WaitGroup
-	if s.node == nil {
-		dispatchers.Go(func() { _ = s.mailer.Run(mailCtx) })
-		for _, c := range s.channels {
-			dispatchers.Go(func() { _ = c.d.Run(mailCtx) })
-		}
-	}
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- s.srv.Serve(s.ln) }()
 
-	var err error
+	var err, nodeErr error
+	stopped := false
 	select {
 	case <-ctx.Done():
 	case err = <-serveDone:
+	case nodeErr = <-nodeDone: // a replica alone whose engine failed
+		stopped = true
 	}
 	// Drain HTTP first: in-flight webhooks are waiting on the engine, and
 	// long polls answer once draining ends. Within Kubernetes' grace
@@ -333,19 +301,19 @@ func (s *service) run(ctx context.Context) error {
 	if serr := s.srv.Shutdown(shutdownCtx); serr != nil {
 		s.log.Warn("http shutdown", "err", serr)
 	}
-	// The reader submits to the engine: stop it first.
+	// The reader submits to the engine: stop it first. What is left in
+	// the outboxes goes out after the next start (or from the next leader).
 	stopReader()
 	<-readerDone
-	stopEngine()
-	<-engineDone
-	// What is left in the outbox goes out after the next start.
-	stopMail()
-	dispatchers.Wait()
+	stopNode()
+	if !stopped {
+		nodeErr = <-nodeDone
+	}
 	s.log.Info("stopped")
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
-	return err
+	return errors.Join(err, nodeErr)
 }
 
 // close releases what the parts built hold, whether they ran or not.

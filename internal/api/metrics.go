@@ -30,15 +30,15 @@ func RegisterMetrics(reg prometheus.Registerer, rs Rollouts, store Store, now fu
 		n, _ := store.SettledCount()
 		return float64(n)
 	}))
-	st := rs.Stats()
+	// Read at each scrape: on PostgreSQL, the engine is the term's.
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "fdn_rollouts_settled_total",
 		Help: "Rollouts settled: their final view moved to the archive, their evidence dropped from memory and disk.",
-	}, func() float64 { return float64(st.Settled.Load()) }))
+	}, func() float64 { return float64(rs.Stats().Settled.Load()) }))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "fdn_observations_ignored_total",
 		Help: "Observations acknowledged and ignored because they concern settled history: a settled rollout, or a revision new to a layer whose predecessor there is settled.",
-	}, func() float64 { return float64(st.Ignored.Load()) }))
+	}, func() float64 { return float64(rs.Stats().Ignored.Load()) }))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "fdn_store_commit_failures_total",
 		Help: "Commits of events to the store that failed (the events were answered 503, not acknowledged).",

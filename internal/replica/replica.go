@@ -1,10 +1,11 @@
-// Package replica runs one of several replicas on one PostgreSQL store.
-// Every replica takes events (it appends them to the store's inbox and
-// answers once they are committed) and answers reads (from the live views
-// the leader's commits wrote, which it follows). One replica at a time
-// leads: it holds the lease, takes the inbox into its engine, and does
-// what must happen once (sending, forge delivery, the model's clock), each
-// of its writes fenced by the lease's epoch.
+// Package replica runs the service's state: one replica among several on
+// one PostgreSQL store, or a process alone on bbolt, which is a replica
+// that always leads. Every replica takes events and answers reads; one at
+// a time leads: it holds the lease, runs the engine, and does what must
+// happen once (sending, forge delivery, the model's clock), each of its
+// writes fenced by the lease's epoch. How the lease is held, how events
+// reach the leader's engine and how the others see its decisions is the
+// replica's way (way.go), decided once by the store.
 package replica
 
 import (
@@ -67,8 +68,8 @@ type Lead func(ctx context.Context) error
 
 // Node is one replica.
 type Node struct {
-	db        *store.DB           // the records
-	co        *store.Coordination // the lease, the inbox, the views
+	db        *store.DB // the records
+	way       way       // shared on PostgreSQL, alone on bbolt
 	cfg       Config
 	log       *slog.Logger
 	reader    *engine.Reader
@@ -82,6 +83,9 @@ type Node struct {
 	caughtUp atomic.Bool
 	current  atomic.Pointer[engine.Engine] // the leader's engine, during its term
 	epoch    atomic.Int64                  // of the term under way, 0 when following
+	led      chan struct{}                 // closed when the first term's engine runs
+	ledOnce  sync.Once
+	fatal    chan error // a term of a replica alone that failed: Run returns it
 
 	appends  atomic.Int64 // failed appends since start
 	lastFail atomic.Int64 // unix nanos of the last
@@ -92,9 +96,11 @@ type Node struct {
 	viewEp   episode.Tracker
 }
 
-// New returns a replica on db and its coordination co. normalise checks an observation before it
-// is appended (the model's own check, so that the inbox holds nothing the
-// leader would refuse).
+// New returns a replica on db: one of several sharing co, PostgreSQL's
+// coordination, or, when co is nil, a process alone (bbolt), which always
+// leads. normalise checks an observation before it is appended to the
+// inbox (the model's own check, so that it holds nothing the leader would
+// refuse).
 func New(db *store.DB, co *store.Coordination, cfg Config, normalise func(*rollout.Observation) error, log *slog.Logger) (*Node, error) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
@@ -108,8 +114,15 @@ func New(db *store.DB, co *store.Coordination, cfg Config, normalise func(*rollo
 	if cfg.Renew*2 > cfg.LeaseTTL {
 		return nil, fmt.Errorf("the lease (%s) must last at least two renewals (%s)", cfg.LeaseTTL, cfg.Renew)
 	}
-	co.RequireLease()
-	return &Node{db: db, co: co, cfg: cfg, log: log, reader: engine.NewReader(db, log), normalise: normalise}, nil
+	n := &Node{db: db, cfg: cfg, log: log, reader: engine.NewReader(db, log), normalise: normalise,
+		led: make(chan struct{}), fatal: make(chan error, 1)}
+	if co == nil {
+		n.way = alone{n}
+	} else {
+		co.RequireLease()
+		n.way = &shared{Node: n, co: co}
+	}
+	return n, nil
 }
 
 // Reader is what this replica answers reads from.
@@ -162,16 +175,11 @@ func LeaderGauge(leading func() bool) prometheus.Collector {
 	})
 }
 
-// RegisterMetrics registers this replica's gauges: fdn_leader, and
-// fdn_inbox_depth (the events acknowledged that no leader took yet).
+// RegisterMetrics registers this replica's gauges: fdn_leader, and its
+// way's (on PostgreSQL fdn_inbox_depth, the events acknowledged that no
+// leader took yet).
 func (n *Node) RegisterMetrics(reg prometheus.Registerer) {
-	reg.MustRegister(LeaderGauge(n.Leading), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fdn_inbox_depth",
-		Help: "Events acknowledged by a replica that the leader has not taken into its engine yet (PostgreSQL).",
-	}, func() float64 {
-		d, _ := n.co.InboxDepth(context.Background())
-		return float64(d)
-	}))
+	reg.MustRegister(append(n.way.collectors(), LeaderGauge(n.Leading))...)
 }
 
 // Role is this replica's part, as /readyz says it.
@@ -216,38 +224,46 @@ func (n *Node) Answering() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
-	return n.co.Ping(ctx) == nil
+	return n.way.ping(ctx) == nil
 }
 
 // pingTimeout bounds Answering's question to PostgreSQL: well within a
 // readiness probe's timeout.
 const pingTimeout = 500 * time.Millisecond
 
-// SubmitAll appends observations that belong together to the inbox and
-// returns once they are committed (nil: acknowledge them), refused
-// (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).
+// SubmitAll stores observations that belong together for the leader's
+// engine and returns once they are committed (nil: acknowledge them),
+// refused (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).
 func (n *Node) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
-	return n.submit(ctx, obs, false)
+	return n.way.submit(ctx, obs, false)
 }
 
-func (n *Node) submit(ctx context.Context, obs []rollout.Observation, event bool) error {
-	for i := range obs {
-		if err := n.normalise(&obs[i]); err != nil {
-			return err
-		}
+// Serving is closed once this replica can answer reads: at once on
+// PostgreSQL, where a replica that does not lead answers from the views it
+// follows (/readyz says when it has read them); once its engine is loaded
+// for a replica alone, which has nothing else to answer from.
+func (n *Node) Serving() <-chan struct{} {
+	if n.way.alone() {
+		return n.led
 	}
-	if err := n.co.Append(ctx, obs, event); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		now := time.Now()
-		n.appends.Add(1)
-		n.lastFail.Store(now.UnixNano())
-		n.failed(&n.appendEp, now, err, "storing events in PostgreSQL fails: they are answered 503 (notification-controller retries them)")
-		return fmt.Errorf("%w: %v", engine.ErrStore, err)
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// engine waits for the engine of the term under way: a process alone
+// takes events into it, from its start (before its engine runs) to its
+// stop (engine.ErrStopped).
+func (n *Node) engine(ctx context.Context) (*engine.Engine, error) {
+	select {
+	case <-n.led:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	n.succeeded(&n.appendEp, "storing events in PostgreSQL succeeds again")
-	return nil
+	if e := n.current.Load(); e != nil {
+		return e, nil
+	}
+	return nil, engine.ErrStopped
 }
 
 // AppendFailures is how many appends failed since start, and when last.
@@ -272,97 +288,29 @@ func (n *Node) Warning() string {
 	return ""
 }
 
-// Run follows the views and campaigns for the lease until ctx ends; while
-// this replica leads, lead runs. On return the lease, if held, is given
-// up, so that another replica takes over at once.
+// Run follows the leader's decisions and campaigns for the lease until
+// ctx ends; while this replica leads, lead runs. On return the lease, if
+// held, is given up, so that another replica takes over at once. A
+// replica alone has no other to take over: a term of it that fails ends
+// Run with the error.
 func (n *Node) Run(ctx context.Context, lead Lead) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	var wg sync.WaitGroup
-	wg.Go(func() { n.follow(ctx) })
+	wg.Go(func() { n.way.follow(ctx) })
+	wg.Go(func() {
+		select {
+		case err := <-n.fatal:
+			cancel(err)
+		case <-ctx.Done():
+		}
+	})
 	n.elect(ctx, lead)
 	wg.Wait()
+	if err := context.Cause(ctx); n.way.alone() && !errors.Is(err, context.Canceled) {
+		return err
+	}
 	return nil
-}
-
-// follow keeps the reader's views those the store has: all of them first,
-// then their changes, woken by the leader's notifications and at least
-// every Poll.
-func (n *Node) follow(ctx context.Context) {
-	w := n.wakeups("fdn_views")
-	defer w.close()
-	var version int64
-	for ctx.Err() == nil {
-		w.listen(ctx)
-		version = n.catchUp(ctx, version)
-		w.wait(ctx)
-	}
-}
-
-// wakeups are the notifications on one channel, or, while it cannot be
-// listened to, a poll: a loop listens before it reads what changed, then
-// waits.
-type wakeups struct {
-	co      *store.Coordination
-	channel string
-	poll    time.Duration
-	l       *store.Listener
-}
-
-func (n *Node) wakeups(channel string) *wakeups {
-	return &wakeups{co: n.co, channel: channel, poll: n.cfg.Poll}
-}
-
-// listen listens unless it does: before the read, so that a change after
-// it wakes the wait.
-func (w *wakeups) listen(ctx context.Context) {
-	if w.l == nil {
-		w.l, _ = w.co.Listen(ctx, w.channel) // nil: polled until it can listen again
-	}
-}
-
-// wait returns at a notification, after the poll, or when ctx ends.
-func (w *wakeups) wait(ctx context.Context) {
-	if w.l == nil {
-		sleep(ctx, w.poll)
-		return
-	}
-	if _, err := w.l.Wait(ctx, w.poll); err != nil && ctx.Err() == nil {
-		w.close() // notifications sent meanwhile are lost: the next read finds their changes
-	}
-}
-
-func (w *wakeups) close() {
-	if w.l != nil {
-		w.l.Close()
-		w.l = nil
-	}
-}
-
-// catchUp shows the views' changes since version and returns the version
-// shown: 0 while this replica leads, since its engine shows its own views
-// (newer than any read here), so that all are read again after the term.
-func (n *Node) catchUp(ctx context.Context, version int64) int64 {
-	if n.leading.Load() {
-		return 0
-	}
-	ch, err := n.co.ViewsSince(ctx, version)
-	n.shown.Lock()
-	defer n.shown.Unlock()
-	switch {
-	case n.leading.Load():
-		return 0
-	case ctx.Err() != nil:
-		return version
-	case err != nil:
-		n.failed(&n.followEp, time.Now(), err, "reading the rollouts from PostgreSQL fails: this replica shows them as they were")
-		n.caughtUp.Store(false)
-		n.reader.SetReady(false)
-		return version
-	}
-	n.succeeded(&n.followEp, "reading the rollouts from PostgreSQL succeeds again")
-	n.reader.Publish(ch.Views, ch.Removed, ch.Reset)
-	n.caughtUp.Store(true)
-	n.reader.SetReady(true)
-	return ch.Version
 }
 
 // elect drives the election (election.go): it asks PostgreSQL every
@@ -383,9 +331,9 @@ func (n *Node) elect(ctx context.Context, lead Lead) {
 				rctx, cancel := context.WithTimeout(ctx, n.cfg.Renew)
 				in := input{what: answered, renewal: a.do == renew, asked: asked, lease: a.lease}
 				if a.do == campaign {
-					in.lease, in.ok, in.err = n.co.Campaign(rctx, n.cfg.Identity, n.cfg.LeaseTTL)
+					in.lease, in.ok, in.err = n.way.Campaign(rctx, n.cfg.Identity, n.cfg.LeaseTTL)
 				} else {
-					in.ok, in.err = n.co.Renew(rctx, a.lease, n.cfg.LeaseTTL)
+					in.ok, in.err = n.way.Renew(rctx, a.lease, n.cfg.LeaseTTL)
 				}
 				cancel()
 				if ctx.Err() != nil {
@@ -439,7 +387,7 @@ func (n *Node) end(ctx context.Context, t *term, why string, resign bool) {
 	n.log.Warn("no longer leading", "epoch", t.lease.Epoch, "why", why)
 	if resign {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Renew)
-		if err := n.co.Resign(rctx, t.lease); err != nil {
+		if err := n.way.Resign(rctx, t.lease); err != nil {
 			n.log.Warn("give up the lease", "err", err)
 		}
 		cancel()
@@ -472,7 +420,7 @@ func (n *Node) succeeded(ep *episode.Tracker, said string) {
 
 // term is one term of leadership under way.
 type term struct {
-	co     *store.Coordination
+	fence  func(*store.Lease)
 	lease  store.Lease
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -483,7 +431,7 @@ type term struct {
 // expired is signalled when the lease runs out (valid from now), stopped
 // when lead stops on its own.
 func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid time.Duration, expired, stopped chan struct{}) *term {
-	n.co.Fence(&lease)
+	n.way.Fence(&lease)
 	signal := func(c chan struct{}) func() {
 		return func() {
 			select {
@@ -493,7 +441,7 @@ func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid ti
 		}
 	}
 	termCtx, stop := context.WithCancel(ctx)
-	t := &term{co: n.co, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal(expired))}
+	t := &term{fence: n.way.Fence, lease: lease, stop: stop, done: make(chan struct{}), expiry: time.AfterFunc(valid, signal(expired))}
 	n.shown.Lock()
 	n.leading.Store(true)
 	n.shown.Unlock()
@@ -502,7 +450,11 @@ func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid ti
 	go func() {
 		defer close(t.done)
 		err := lead(termCtx)
-		if termCtx.Err() == nil {
+		switch {
+		case termCtx.Err() != nil:
+		case n.way.alone():
+			n.fatal <- fmt.Errorf("leading failed: %w", err)
+		default:
 			// Leading stopped on its own: let another replica try.
 			n.log.Error("leading failed; giving the lease up", "err", err)
 			signal(stopped)()
@@ -517,7 +469,7 @@ func (t *term) end() {
 	t.stop()
 	<-t.done
 	t.expiry.Stop()
-	t.co.Fence(nil)
+	t.fence(nil)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -529,114 +481,12 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// pump takes the inbox into e until ctx ends: the leader's half of every
-// replica's SubmitAll. An entry is deleted once its observations are
-// committed, or refused (they were checked when appended: a refusal here
-// is of a binary that checks more, and a retry cannot pass). A leader that
-// dies between the two leaves the entry to the next, which applies it
-// again: applying is idempotent. An entry this binary cannot read (a newer
-// one's, during an update) stays, and holds up those after it until a
-// replica that reads it leads: said once in the log and on /readyz.
-func (n *Node) pump(ctx context.Context, e *engine.Engine) {
-	const (
-		take   = 2048
-		linger = 10 * time.Millisecond
-	)
-	w := n.wakeups("fdn_inbox")
-	vacuums := []*vacuum{
-		{tables: []store.Table{store.TableInbox}, after: 20000, every: 5 * time.Second},
-		{tables: []store.Table{store.TableKV, store.TableViews}, after: 100000, every: 30 * time.Second},
-	}
-	defer func() {
-		w.close()
-		for _, v := range vacuums {
-			v.wg.Wait()
-		}
-		n.pumpEp.Ok() // a warning of this term's
-	}()
-	for ctx.Err() == nil {
-		w.listen(ctx)
-		entries, err := n.co.Inbox(ctx, take)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err != nil:
-			n.failed(&n.pumpEp, time.Now(), err, "taking the events from the inbox fails: they wait there")
-		default:
-			n.succeeded(&n.pumpEp, "taking the events from the inbox succeeds again")
-		}
-		if err == nil && len(entries) > 0 {
-			groups := make([][]rollout.Observation, len(entries))
-			for i, en := range entries {
-				groups[i] = en.Observations
-			}
-			var done []int64
-			for i, err := range e.SubmitEach(ctx, groups) {
-				switch {
-				case err == nil:
-					done = append(done, entries[i].ID)
-					if entries[i].Event && n.onEvent != nil {
-						n.onEvent()
-					}
-				case errors.Is(err, rollout.ErrInvalid):
-					n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
-					done = append(done, entries[i].ID)
-				}
-			}
-			if len(done) > 0 {
-				if err = n.co.Consumed(ctx, done); err == nil {
-					for _, v := range vacuums {
-						v.taken(ctx, n, len(done))
-					}
-				}
-			}
-			if err == nil && len(done) == len(entries) {
-				if len(entries) < take {
-					// Gather what arrives meanwhile: fewer, larger commits,
-					// each a flush of the log the replicas' appends wait
-					// on too (ack p99 at 1,000 events/s: make bench).
-					sleep(ctx, linger)
-				}
-				continue // more may wait
-			}
-		}
-		w.wait(ctx)
-	}
-}
-
-// vacuum vacuums tables once after entries were taken, at most every
-// every, one at a time, outside the pump (store.DB.Vacuum).
-type vacuum struct {
-	tables  []store.Table
-	after   int
-	every   time.Duration
-	count   int       // entries taken since the last
-	last    time.Time // when it began
-	running atomic.Bool
-	wg      sync.WaitGroup
-}
-
-func (v *vacuum) taken(ctx context.Context, n *Node, entries int) {
-	v.count += entries
-	if v.count < v.after || time.Since(v.last) < v.every || !v.running.CompareAndSwap(false, true) {
-		return
-	}
-	v.count, v.last = 0, time.Now()
-	v.wg.Go(func() {
-		defer v.running.Store(false)
-		ctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		if err := n.co.Vacuum(ctx, v.tables...); err != nil && ctx.Err() == nil {
-			n.log.Warn("vacuum", "tables", v.tables, "err", err)
-		}
-	})
-}
-
 // LeadEngine is a Lead that runs the leader's engine for the term: it
-// loads the live rollouts from the store, shows their views to every
-// replica, takes the inbox into the engine and runs its clock. with, when
-// set, is given the engine before it runs, and returns what else the
-// leader runs with it until the term ends (the dispatchers).
+// loads the live rollouts from the store, starts what the replica's way
+// needs to take observations into it and show its decisions, and runs its
+// clock. with, when set, is given the engine before it takes anything,
+// and returns what else the leader runs with it until the term ends (the
+// dispatchers, the blindness watchdog).
 func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e *engine.Engine) []func(ctx context.Context)) Lead {
 	return func(ctx context.Context) error {
 		start := time.Now()
@@ -644,119 +494,24 @@ func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e 
 		if err != nil {
 			return fmt.Errorf("load the rollouts: %w", err)
 		}
-		if err := n.co.ReplaceViews(e.Views()); err != nil {
-			return fmt.Errorf("show the rollouts to the replicas: %w", err)
+		loops, err := n.way.begin(e)
+		if err != nil {
+			return err
+		}
+		if with != nil {
+			loops = append(loops, with(e)...)
 		}
 		n.log.Info("serving as leader", "rollouts", len(e.Views()), "took", time.Since(start).Round(time.Millisecond).String())
 		n.current.Store(e)
 		defer n.current.CompareAndSwap(e, nil)
-		w := &viewWriter{n: n, due: map[rollout.Key]*rollout.View{}, wake: make(chan struct{}, 1)}
-		e.OnShow(w.add)
-		var also []func(context.Context)
-		if with != nil {
-			also = with(e)
-		}
+		n.ledOnce.Do(func() { close(n.led) })
 		var wg sync.WaitGroup
-		wg.Go(func() { w.run(ctx) })
 		wg.Go(func() { _ = e.Run(ctx) })
-		wg.Go(func() { n.pump(ctx, e) })
-		for _, f := range also {
+		for _, f := range loops {
 			wg.Go(func() { f(ctx) })
 		}
 		wg.Wait()
 		return nil
-	}
-}
-
-// viewWriter shows the other replicas the views the leader's commits
-// changed: the latest of each rollout, written every flushEvery apart
-// from the commits. An acknowledgement then waits for its evidence alone,
-// not for views as wide as their rollouts, and a view that each batch of
-// a burst rewrites is written once. A view is written after the commit
-// that decided it, so no replica shows what is not stored; one not yet
-// written when a leader dies is written by the next, which writes every
-// view it loads (ReplaceViews).
-type viewWriter struct {
-	n    *Node
-	mu   sync.Mutex
-	due  map[rollout.Key]*rollout.View // nil: removed
-	wake chan struct{}
-}
-
-// flushEvery gathers the views changed meanwhile into one write: well
-// within the second in which an event shows on every replica.
-const flushEvery = 20 * time.Millisecond
-
-func (w *viewWriter) add(views []*rollout.View, removed []rollout.Key) {
-	w.mu.Lock()
-	for _, v := range views {
-		w.due[v.Key()] = v
-	}
-	for _, k := range removed {
-		w.due[k] = nil
-	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run writes the due views until ctx ends, then once more: a term that
-// ends with its lease given up shows its last commits' views at once.
-func (w *viewWriter) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			w.flush()
-			w.n.viewEp.Ok() // a warning of this term's
-			return
-		case <-w.wake:
-		}
-		w.flush()
-		sleep(ctx, flushEvery)
-	}
-}
-
-func (w *viewWriter) flush() {
-	w.mu.Lock()
-	due := w.due
-	w.due = make(map[rollout.Key]*rollout.View, len(due))
-	w.mu.Unlock()
-	if len(due) == 0 {
-		return
-	}
-	var (
-		views   []*rollout.View
-		removed []rollout.Key
-	)
-	for k, v := range due {
-		if v == nil {
-			removed = append(removed, k)
-		} else {
-			views = append(views, v)
-		}
-	}
-	err := w.n.co.WriteViews(views, removed)
-	if err == nil {
-		w.n.succeeded(&w.n.viewEp, "showing the rollouts to the other replicas succeeds again")
-		return
-	}
-	if errors.Is(err, store.ErrFenced) {
-		return // the term is over: the next leader writes every view
-	}
-	w.n.failed(&w.n.viewEp, time.Now(), err, "showing the rollouts to the other replicas fails: they show them as they were")
-	// Retried with what changed meanwhile, the newer of each.
-	w.mu.Lock()
-	for k, v := range due {
-		if _, newer := w.due[k]; !newer {
-			w.due[k] = v
-		}
-	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -777,5 +532,5 @@ type Submitter interface {
 type events struct{ n *Node }
 
 func (e events) Submit(ctx context.Context, o rollout.Observation) error {
-	return e.n.submit(ctx, []rollout.Observation{o}, true)
+	return e.n.way.submit(ctx, []rollout.Observation{o}, true)
 }

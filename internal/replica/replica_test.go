@@ -321,3 +321,66 @@ func TestLiveAnswersWhilePostgresIsDown(t *testing.T) {
 		waitFor(t, "a replica to answer again", r.node.Answering)
 	}
 }
+
+// TestAlone: a replica on bbolt leads at once, with no database behind
+// its lease: it serves once its engine is loaded, takes events into it
+// (the acknowledgement is the engine's commit) and answers them; a term
+// of it that fails ends Run with the error, as nobody else can take over.
+func TestAlone(t *testing.T) {
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	model, err := rollout.NewModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := replica.New(db, nil, replica.Config{Identity: "alone"}, model.Normalise, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx, n.LeadEngine(cfg, time.Now, nil)) }()
+	// Submitted before the engine runs: taken once it does.
+	obs := enginetest.ExampleObservations(time.Now().Add(-time.Hour).Truncate(time.Second))
+	if err := n.Events().Submit(context.Background(), obs[0]); err != nil {
+		t.Fatal(err)
+	}
+	<-n.Serving()
+	if !n.Leading() || n.Role() != "leader" || !n.Answering() {
+		t.Fatalf("alone: leading %v, role %s, answering %v", n.Leading(), n.Role(), n.Answering())
+	}
+	for _, o := range obs[1:] {
+		if err := n.Events().Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Acknowledged means committed: shown at once, no follower's delay.
+	for _, o := range obs {
+		if o.Hash == "" {
+			continue // a layer's membership, of no revision
+		}
+		if _, err := n.Reader().Lookup(engine.Query{Hash: o.Hash}); err != nil {
+			t.Fatalf("%s acknowledged and not shown: %v", o.Hash, err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run stopped: %v", err)
+	}
+	if err := n.Events().Submit(context.Background(), obs[0]); !errors.Is(err, engine.ErrStopped) {
+		t.Fatalf("an event after the stop: %v, want ErrStopped", err)
+	}
+
+	failing, err := replica.New(db, nil, replica.Config{Identity: "failing"}, model.Normalise, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := errors.New("the state cannot be read")
+	err = failing.Run(context.Background(), func(context.Context) error { return broken })
+	if !errors.Is(err, broken) {
+		t.Fatalf("a replica alone whose term failed: %v, want its error", err)
+	}
+}

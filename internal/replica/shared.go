@@ -1,0 +1,360 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
+)
+
+// shared is the way of replicas on one PostgreSQL database
+// (store.Coordination): the lease is a row every replica campaigns for;
+// each replica appends what it takes to the inbox, which the leader takes
+// into its engine; the leader writes the views its commits changed, which
+// the others follow. It embeds the replica whose way it is: its episodes,
+// reader and configuration are the replica's.
+type shared struct {
+	*Node
+	co *store.Coordination
+}
+
+func (n *shared) Campaign(ctx context.Context, holder string, ttl time.Duration) (store.Lease, bool, error) {
+	return n.co.Campaign(ctx, holder, ttl)
+}
+func (n *shared) Renew(ctx context.Context, l store.Lease, ttl time.Duration) (bool, error) {
+	return n.co.Renew(ctx, l, ttl)
+}
+func (n *shared) Resign(ctx context.Context, l store.Lease) error { return n.co.Resign(ctx, l) }
+func (n *shared) Fence(l *store.Lease)                            { n.co.Fence(l) }
+func (n *shared) ping(ctx context.Context) error                  { return n.co.Ping(ctx) }
+func (n *shared) alone() bool                                     { return false }
+
+func (n *shared) collectors() []prometheus.Collector {
+	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fdn_inbox_depth",
+		Help: "Events acknowledged by a replica that the leader has not taken into its engine yet (PostgreSQL).",
+	}, func() float64 {
+		d, _ := n.co.InboxDepth(context.Background())
+		return float64(d)
+	})}
+}
+
+// submit appends observations that belong together to the inbox and
+// returns once they are committed (nil: acknowledge them), refused
+// (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).
+func (n *shared) submit(ctx context.Context, obs []rollout.Observation, event bool) error {
+	for i := range obs {
+		if err := n.normalise(&obs[i]); err != nil {
+			return err
+		}
+	}
+	if err := n.co.Append(ctx, obs, event); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		now := time.Now()
+		n.appends.Add(1)
+		n.lastFail.Store(now.UnixNano())
+		n.failed(&n.appendEp, now, err, "storing events in PostgreSQL fails: they are answered 503 (notification-controller retries them)")
+		return fmt.Errorf("%w: %v", engine.ErrStore, err)
+	}
+	n.succeeded(&n.appendEp, "storing events in PostgreSQL succeeds again")
+	return nil
+}
+
+// begin shows every replica the views of e, the engine of a term that
+// begins, and returns what takes the inbox into it and shows its commits'
+// views until the term ends.
+func (n *shared) begin(e *engine.Engine) ([]func(context.Context), error) {
+	if err := n.co.ReplaceViews(e.Views()); err != nil {
+		return nil, fmt.Errorf("show the rollouts to the replicas: %w", err)
+	}
+	w := &viewWriter{n: n, due: map[rollout.Key]*rollout.View{}, wake: make(chan struct{}, 1)}
+	e.OnShow(w.add)
+	return []func(context.Context){w.run, func(ctx context.Context) { n.pump(ctx, e) }}, nil
+}
+
+// follow keeps the reader's views those the store has: all of them first,
+// then their changes, woken by the leader's notifications and at least
+// every Poll.
+func (n *shared) follow(ctx context.Context) {
+	w := n.wakeups("fdn_views")
+	defer w.close()
+	var version int64
+	for ctx.Err() == nil {
+		w.listen(ctx)
+		version = n.catchUp(ctx, version)
+		w.wait(ctx)
+	}
+}
+
+// wakeups are the notifications on one channel, or, while it cannot be
+// listened to, a poll: a loop listens before it reads what changed, then
+// waits.
+type wakeups struct {
+	co      *store.Coordination
+	channel string
+	poll    time.Duration
+	l       *store.Listener
+}
+
+func (n *shared) wakeups(channel string) *wakeups {
+	return &wakeups{co: n.co, channel: channel, poll: n.cfg.Poll}
+}
+
+// listen listens unless it does: before the read, so that a change after
+// it wakes the wait.
+func (w *wakeups) listen(ctx context.Context) {
+	if w.l == nil {
+		w.l, _ = w.co.Listen(ctx, w.channel) // nil: polled until it can listen again
+	}
+}
+
+// wait returns at a notification, after the poll, or when ctx ends.
+func (w *wakeups) wait(ctx context.Context) {
+	if w.l == nil {
+		sleep(ctx, w.poll)
+		return
+	}
+	if _, err := w.l.Wait(ctx, w.poll); err != nil && ctx.Err() == nil {
+		w.close() // notifications sent meanwhile are lost: the next read finds their changes
+	}
+}
+
+func (w *wakeups) close() {
+	if w.l != nil {
+		w.l.Close()
+		w.l = nil
+	}
+}
+
+// catchUp shows the views' changes since version and returns the version
+// shown: 0 while this replica leads, since its engine shows its own views
+// (newer than any read here), so that all are read again after the term.
+func (n *shared) catchUp(ctx context.Context, version int64) int64 {
+	if n.leading.Load() {
+		return 0
+	}
+	ch, err := n.co.ViewsSince(ctx, version)
+	n.shown.Lock()
+	defer n.shown.Unlock()
+	switch {
+	case n.leading.Load():
+		return 0
+	case ctx.Err() != nil:
+		return version
+	case err != nil:
+		n.failed(&n.followEp, time.Now(), err, "reading the rollouts from PostgreSQL fails: this replica shows them as they were")
+		n.caughtUp.Store(false)
+		n.reader.SetReady(false)
+		return version
+	}
+	n.succeeded(&n.followEp, "reading the rollouts from PostgreSQL succeeds again")
+	n.reader.Publish(ch.Views, ch.Removed, ch.Reset)
+	n.caughtUp.Store(true)
+	n.reader.SetReady(true)
+	return ch.Version
+}
+
+// pump takes the inbox into e until ctx ends: the leader's half of every
+// replica's SubmitAll. An entry is deleted once its observations are
+// committed, or refused (they were checked when appended: a refusal here
+// is of a binary that checks more, and a retry cannot pass). A leader that
+// dies between the two leaves the entry to the next, which applies it
+// again: applying is idempotent. An entry this binary cannot read (a newer
+// one's, during an update) stays, and holds up those after it until a
+// replica that reads it leads: said once in the log and on /readyz.
+func (n *shared) pump(ctx context.Context, e *engine.Engine) {
+	const (
+		take   = 2048
+		linger = 10 * time.Millisecond
+	)
+	w := n.wakeups("fdn_inbox")
+	vacuums := []*vacuum{
+		{tables: []store.Table{store.TableInbox}, after: 20000, every: 5 * time.Second},
+		{tables: []store.Table{store.TableKV, store.TableViews}, after: 100000, every: 30 * time.Second},
+	}
+	defer func() {
+		w.close()
+		for _, v := range vacuums {
+			v.wg.Wait()
+		}
+		n.pumpEp.Ok() // a warning of this term's
+	}()
+	for ctx.Err() == nil {
+		w.listen(ctx)
+		entries, err := n.co.Inbox(ctx, take)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			n.failed(&n.pumpEp, time.Now(), err, "taking the events from the inbox fails: they wait there")
+		default:
+			n.succeeded(&n.pumpEp, "taking the events from the inbox succeeds again")
+		}
+		if err == nil && len(entries) > 0 {
+			groups := make([][]rollout.Observation, len(entries))
+			for i, en := range entries {
+				groups[i] = en.Observations
+			}
+			var done []int64
+			for i, err := range e.SubmitEach(ctx, groups) {
+				switch {
+				case err == nil:
+					done = append(done, entries[i].ID)
+					if entries[i].Event && n.onEvent != nil {
+						n.onEvent()
+					}
+				case errors.Is(err, rollout.ErrInvalid):
+					n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
+					done = append(done, entries[i].ID)
+				}
+			}
+			if len(done) > 0 {
+				if err = n.co.Consumed(ctx, done); err == nil {
+					for _, v := range vacuums {
+						v.taken(ctx, n, len(done))
+					}
+				}
+			}
+			if err == nil && len(done) == len(entries) {
+				if len(entries) < take {
+					// Gather what arrives meanwhile: fewer, larger commits,
+					// each a flush of the log the replicas' appends wait
+					// on too (ack p99 at 1,000 events/s: make bench).
+					sleep(ctx, linger)
+				}
+				continue // more may wait
+			}
+		}
+		w.wait(ctx)
+	}
+}
+
+// vacuum vacuums tables once after entries were taken, at most every
+// every, one at a time, outside the pump (store.DB.Vacuum).
+type vacuum struct {
+	tables  []store.Table
+	after   int
+	every   time.Duration
+	count   int       // entries taken since the last
+	last    time.Time // when it began
+	running atomic.Bool
+	wg      sync.WaitGroup
+}
+
+func (v *vacuum) taken(ctx context.Context, n *shared, entries int) {
+	v.count += entries
+	if v.count < v.after || time.Since(v.last) < v.every || !v.running.CompareAndSwap(false, true) {
+		return
+	}
+	v.count, v.last = 0, time.Now()
+	v.wg.Go(func() {
+		defer v.running.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := n.co.Vacuum(ctx, v.tables...); err != nil && ctx.Err() == nil {
+			n.log.Warn("vacuum", "tables", v.tables, "err", err)
+		}
+	})
+}
+
+// viewWriter shows the other replicas the views the leader's commits
+// changed: the latest of each rollout, written every flushEvery apart
+// from the commits. An acknowledgement then waits for its evidence alone,
+// not for views as wide as their rollouts, and a view that each batch of
+// a burst rewrites is written once. A view is written after the commit
+// that decided it, so no replica shows what is not stored; one not yet
+// written when a leader dies is written by the next, which writes every
+// view it loads (ReplaceViews).
+type viewWriter struct {
+	n    *shared
+	mu   sync.Mutex
+	due  map[rollout.Key]*rollout.View // nil: removed
+	wake chan struct{}
+}
+
+// flushEvery gathers the views changed meanwhile into one write: well
+// within the second in which an event shows on every replica.
+const flushEvery = 20 * time.Millisecond
+
+func (w *viewWriter) add(views []*rollout.View, removed []rollout.Key) {
+	w.mu.Lock()
+	for _, v := range views {
+		w.due[v.Key()] = v
+	}
+	for _, k := range removed {
+		w.due[k] = nil
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run writes the due views until ctx ends, then once more: a term that
+// ends with its lease given up shows its last commits' views at once.
+func (w *viewWriter) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			w.flush()
+			w.n.viewEp.Ok() // a warning of this term's
+			return
+		case <-w.wake:
+		}
+		w.flush()
+		sleep(ctx, flushEvery)
+	}
+}
+
+func (w *viewWriter) flush() {
+	w.mu.Lock()
+	due := w.due
+	w.due = make(map[rollout.Key]*rollout.View, len(due))
+	w.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	var (
+		views   []*rollout.View
+		removed []rollout.Key
+	)
+	for k, v := range due {
+		if v == nil {
+			removed = append(removed, k)
+		} else {
+			views = append(views, v)
+		}
+	}
+	err := w.n.co.WriteViews(views, removed)
+	if err == nil {
+		w.n.succeeded(&w.n.viewEp, "showing the rollouts to the other replicas succeeds again")
+		return
+	}
+	if errors.Is(err, store.ErrFenced) {
+		return // the term is over: the next leader writes every view
+	}
+	w.n.failed(&w.n.viewEp, time.Now(), err, "showing the rollouts to the other replicas fails: they show them as they were")
+	// Retried with what changed meanwhile, the newer of each.
+	w.mu.Lock()
+	for k, v := range due {
+		if _, newer := w.due[k]; !newer {
+			w.due[k] = v
+		}
+	}
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
