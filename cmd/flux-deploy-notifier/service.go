@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,11 +150,19 @@ func (s *service) openChannels(context.Context) error {
 
 // wakeChannels tells the dispatcher of every channel that takes some of
 // ps that they were published: a channel that takes no progress is not
-// woken by a rollout's layers applying one by one.
+// woken by a rollout's layers applying one by one, and one that paces it
+// only when some of it may go now (outbox.Dispatcher.Published).
 func (s *service) wakeChannels(ps []rollout.Published) {
+	var taken []rollout.Published
 	for _, c := range s.channels {
-		if slices.ContainsFunc(ps, c.spec.Takes) {
-			c.d.Wake()
+		taken = taken[:0]
+		for _, p := range ps {
+			if c.spec.Takes(p) {
+				taken = append(taken, p)
+			}
+		}
+		if len(taken) > 0 {
+			c.d.Published(taken)
 		}
 	}
 }

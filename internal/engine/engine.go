@@ -28,6 +28,8 @@ type Store interface {
 type Archive interface {
 	// Settled returns the view of a settled rollout, or nil.
 	Settled(k rollout.Key) (*rollout.View, error)
+	// SettledClusters returns the clusters settled rollouts are of.
+	SettledClusters() ([]string, error)
 	// SettledAmong reports which of keys are settled.
 	SettledAmong(keys []rollout.Key) (map[rollout.Key]bool, error)
 	// SettledKeys returns up to limit settled rollouts whose hash (with

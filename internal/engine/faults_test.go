@@ -115,6 +115,13 @@ func (s *unreadableArchive) Settled(k rollout.Key) (*rollout.View, error) {
 	return s.DB.Settled(k)
 }
 
+func (s *unreadableArchive) SettledClusters() ([]string, error) {
+	if err := s.read(); err != nil {
+		return nil, err
+	}
+	return s.DB.SettledClusters()
+}
+
 func (s *unreadableArchive) SettledKeys(hash string, prefix, origin bool, cluster string, limit int) ([]rollout.Key, error) {
 	if err := s.read(); err != nil {
 		return nil, err
@@ -151,11 +158,13 @@ func TestLiveLookupsWhileTheArchiveFails(t *testing.T) {
 		t.Fatalf("live %v, want B alone", live)
 	}
 	before := s.reads.Load()
-	if v, err := eng.Lookup(engine.Query{Hash: hashOf("B"), Cluster: "default"}); err != nil || v.Hash != hashOf("B") {
-		t.Fatalf("B on its cluster: %v, %v", v, err)
+	for _, q := range []engine.Query{{Hash: hashOf("B"), Cluster: "default"}, {Hash: hashOf("B")}} {
+		if v, err := eng.Lookup(q); err != nil || v.Hash != hashOf("B") {
+			t.Fatalf("B, %+v: %v, %v", q, v, err)
+		}
 	}
 	if n := s.reads.Load() - before; n != 0 {
-		t.Errorf("a live commit asked by full hash on its cluster read the archive %d times", n)
+		t.Errorf("a live commit asked by full hash, on its cluster and on the only one there is, read the archive %d times", n)
 	}
 
 	s.fail.Store(true)
@@ -179,5 +188,58 @@ func TestLiveLookupsWhileTheArchiveFails(t *testing.T) {
 	}
 	if _, err := eng.LookupAll(engine.Query{Hash: hashOf("A")}); err == nil || errors.Is(err, engine.ErrNotFound) {
 		t.Errorf("every cluster of a settled commit, archive failing: %v, want the archive's error", err)
+	}
+}
+
+// TestLiveLookupsOnSeveralClusters: a full hash live on one cluster and
+// settled on another is read from the archive too (and is ambiguous
+// without a cluster), whether the other cluster was known from the archive
+// at start or from a live view since.
+func TestLiveLookupsOnSeveralClusters(t *testing.T) {
+	dir := t.TempDir()
+	db, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staging := func(label string, sec int) rollout.Observation {
+		o := succ("apps", label, sec)
+		o.Cluster = "staging"
+		return o
+	}
+	clock := fixedClock(t0.Add(10 * time.Hour))
+	eng, err := engine.New(db, settleConfig(time.Minute), slog.New(slog.DiscardHandler), clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, o := range []rollout.Observation{staging("A", 0), staging("B", 3600)} {
+		if err := eng.Submit(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settle(t, eng) // A settled on staging
+	var amb *engine.AmbiguousError
+	if err := eng.Submit(ctx, succ("apps", "A", 7200)); err != nil { // A live on default
+		t.Fatal(err)
+	}
+	if _, err := eng.Lookup(engine.Query{Hash: hashOf("A")}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
+		t.Fatalf("live on default, settled on staging (shown live since): %v, want ambiguous", err)
+	}
+	liveA := eng.Get(rollout.Key{Cluster: "default", Hash: hashOf("A")})
+	db.Close()
+
+	// A reader shown default's A alone knows staging from the archive.
+	db, err = store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	r := engine.NewReader(db, slog.New(slog.DiscardHandler))
+	r.Publish([]*rollout.View{liveA}, nil, false)
+	if _, err := r.Lookup(engine.Query{Hash: hashOf("A")}); !errors.As(err, &amb) || len(amb.Matches) != 2 {
+		t.Fatalf("live on default, settled on staging (from the archive): %v, want ambiguous", err)
+	}
+	if v, err := r.Lookup(engine.Query{Hash: hashOf("A"), Cluster: "default"}); err != nil || v.Cluster != "default" {
+		t.Fatalf("A on default: %v, %v", v, err)
 	}
 }

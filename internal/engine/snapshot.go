@@ -51,11 +51,17 @@ type snapshot struct {
 	watch            map[rollout.Key]chan struct{}
 	created          chan struct{} // closed when a rollout appears
 	ready            atomic.Bool
+	// clusters are those the archive may hold rollouts of: those of every
+	// view ever shown, and, once archived is set, those it held when read.
+	// A rollout is shown live before it settles, so a full hash live on
+	// every one of them has no settled rollout to read.
+	clusters map[string]struct{}
+	archived atomic.Bool
 }
 
 func newSnapshot() *snapshot {
 	return &snapshot{views: map[rollout.Key]*rollout.View{}, byHash: hashIndex{}, byOrigin: hashIndex{},
-		watch: map[rollout.Key]chan struct{}{}, created: make(chan struct{})}
+		watch: map[rollout.Key]chan struct{}{}, created: make(chan struct{}), clusters: map[string]struct{}{}}
 }
 
 // hashIndex finds keys by the first flux.MinPrefix digits of a hash. A
@@ -123,7 +129,10 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 	for _, v := range views {
 		k := v.Key()
 		old := s.views[k]
-		appeared = appeared || old == nil
+		if old == nil {
+			appeared = true
+			s.clusters[k.Cluster] = struct{}{}
+		}
 		s.index(old, v)
 		s.views[k] = v
 		if ch, ok := s.watch[k]; ok {
@@ -132,6 +141,8 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 		}
 	}
 	for _, k := range removed {
+		// A follower may learn of a rollout only as it goes.
+		s.clusters[k.Cluster] = struct{}{}
 		if old := s.views[k]; old != nil {
 			s.index(old, nil)
 		}
@@ -317,14 +328,16 @@ func newerRollout(a, b *rollout.View) bool {
 // live rollouts found are the answer, so that a commit still under way is
 // answered while the store restarts, and a query that finds none fails.
 func (r *Reader) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.View, error) {
+	r.readArchivedClusters()
 	r.snap.mu.RLock()
 	own, origin := r.snap.candidates(q)
+	alone := !q.Prefix && !withOrigin && len(own) > 0 && r.snap.liveOnEvery(own, q.Cluster)
 	r.snap.mu.RUnlock()
 	found := map[rollout.Key]*rollout.View{}
 	for _, v := range own {
 		found[v.Key()] = v
 	}
-	if !q.Prefix && q.Cluster != "" && len(own) == 1 && !withOrigin {
+	if alone {
 		return found, nil
 	}
 	live := len(own) > 0 || (withOrigin || q.Prefix) && len(origin) > 0
@@ -364,6 +377,43 @@ func (r *Reader) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.Vi
 		}
 	}
 	return found, nil
+}
+
+// liveOnEvery reports whether own, the live rollouts of one full hash,
+// are on every cluster the archive may hold it on: on the one asked, or,
+// when none is, on every cluster known, the archive's read. s.mu held.
+func (s *snapshot) liveOnEvery(own []*rollout.View, cluster string) bool {
+	if cluster != "" {
+		return true // own holds the one key asked
+	}
+	if !s.archived.Load() || len(own) < len(s.clusters) {
+		return false
+	}
+	for c := range s.clusters {
+		if !slices.ContainsFunc(own, func(v *rollout.View) bool { return v.Cluster == c }) {
+			return false
+		}
+	}
+	return true
+}
+
+// readArchivedClusters adds the clusters of the archive to those known,
+// once: on a failure it is tried again at the next lookup, which reads the
+// archive meanwhile.
+func (r *Reader) readArchivedClusters() {
+	if r.snap.archived.Load() {
+		return
+	}
+	clusters, err := r.archive.SettledClusters()
+	if err != nil {
+		return
+	}
+	r.snap.mu.Lock()
+	for _, c := range clusters {
+		r.snap.clusters[c] = struct{}{}
+	}
+	r.snap.archived.Store(true)
+	r.snap.mu.Unlock()
 }
 
 func ambiguous(found map[rollout.Key]*rollout.View) error {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
 // A Deliverer shows verdicts in one place: a forge, a chat, a webhook's
@@ -179,11 +181,19 @@ type Dispatcher struct {
 	warner       Warner
 
 	mu      sync.Mutex
-	refusal string    // the last refusal, until a delivery succeeds
-	oldest  time.Time // the oldest verdict left undelivered by the last Flush
-	dead    time.Time // a verdict refused for good since the last delivery
+	paced   map[rollout.Key]paced // the rollouts the last Flush left to their pace
+	refusal string                // the last refusal, until a delivery succeeds
+	oldest  time.Time             // the oldest verdict left undelivered by the last Flush
+	dead    time.Time             // a verdict refused for good since the last delivery
 
 	outcomes []*prometheus.CounterVec // each labelled by the deliverer's name and the outcome
+}
+
+// paced is a rollout whose next delivery waits for its pace: until then a
+// publication that restates sent goes at until, the latest then.
+type paced struct {
+	sent  rollout.Verdict
+	until time.Time
 }
 
 // Outcomes of a delivery, as the metrics count them.
@@ -226,6 +236,31 @@ func (d *Dispatcher) count(outcome string) {
 // Wake tells the dispatcher that verdicts were published. It never blocks.
 func (d *Dispatcher) Wake() { d.wake.Wake() }
 
+// Published tells the dispatcher that ps were published: it wakes unless
+// each only restates, within its pace, the verdict its rollout was shown
+// last, which the Flush at the pace's end delivers anyway, the latest then.
+// A rollout's layers applying one by one publish its progress at every
+// commit; without this, each would read the outbox again to find every
+// rollout still waiting for its pace. It never blocks.
+func (d *Dispatcher) Published(ps []rollout.Published) {
+	if d.cfg.Pace > 0 {
+		now := d.cfg.Now()
+		d.mu.Lock()
+		waits := len(d.paced) > 0
+		for _, p := range ps {
+			if q, ok := d.paced[p.Key]; !ok || q.sent != p.Verdict || !now.Before(q.until) {
+				waits = false
+				break
+			}
+		}
+		d.mu.Unlock()
+		if waits {
+			return
+		}
+	}
+	d.wake.Wake()
+}
+
 // Run delivers until ctx ends: at start (what a previous run left), when
 // woken, and when the earliest retry is due.
 func (d *Dispatcher) Run(ctx context.Context) error {
@@ -264,11 +299,12 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		return now.Add(backoffBase)
 	}
 	var next, oldest time.Time
+	pacing := map[rollout.Key]paced{}
 	defer func() {
 		// The next Flush reads what this one recorded.
 		d.rec.wait()
 		d.mu.Lock()
-		d.oldest = oldest
+		d.oldest, d.paced = oldest, pacing
 		d.mu.Unlock()
 	}()
 	wait := func(p Publication, at time.Time) {
@@ -290,6 +326,7 @@ func (d *Dispatcher) Flush(ctx context.Context) time.Time {
 		}
 		if at := p.SentAt.Add(d.cfg.Pace); d.cfg.Pace > 0 && p.SentSeq > 0 && p.Sent == p.Verdict && now.Before(at) {
 			wait(p, at)
+			pacing[p.Key] = paced{sent: p.Sent, until: at}
 			continue
 		}
 		at, limited := d.deliver(ctx, p)

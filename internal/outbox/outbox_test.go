@@ -212,3 +212,72 @@ func TestOutcomesInBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestPacedProgressDoesNotWake: once a rollout was shown, its progress
+// published within the pace does not wake the dispatcher (the Flush at the
+// pace's end delivers the latest, and no outbox read happens meanwhile);
+// another rollout, a new verdict, and progress after the pace do.
+func TestPacedProgressDoesNotWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const pace = 5 * time.Second
+		k, other := rollout.Key{Cluster: "prod", Hash: "k"}, rollout.Key{Cluster: "prod", Hash: "other"}
+		box := &boxOf{recs: map[rollout.Key]*outbox.Publication{
+			k:     {Key: k, Verdict: rollout.VerdictApplying, Seq: 1},
+			other: {Key: other, Verdict: rollout.VerdictApplied, Seq: 1, SentSeq: 1},
+		}}
+		var delivered []string
+		to := deliverFunc(func(_ context.Context, p outbox.Publication, _ func(string)) error {
+			delivered = append(delivered, p.Key.Hash+" "+p.Verdict.String())
+			return nil
+		})
+		d := outbox.NewDispatcher(box, to, outbox.DispatchConfig{AlertAfter: time.Hour, Pace: pace, Log: slog.New(slog.DiscardHandler), Now: time.Now})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go d.Run(ctx)
+		reads := func() int {
+			synctest.Wait()
+			box.mu.Lock()
+			defer box.mu.Unlock()
+			return box.reads
+		}
+		publish := func(key rollout.Key, v rollout.Verdict, progress bool) {
+			box.mu.Lock()
+			box.recs[key].Verdict = v
+			box.recs[key].Seq++
+			box.mu.Unlock()
+			d.Published([]rollout.Published{{Key: key, Verdict: v, Progress: progress}})
+		}
+		if n := reads(); n != 1 || len(delivered) != 1 {
+			t.Fatalf("start: %d reads, delivered %q", n, delivered)
+		}
+		// Shown just now, not paced when that Flush ran: woken, and paced.
+		publish(k, rollout.VerdictApplying, true)
+		if n := reads(); n != 2 || len(delivered) != 1 {
+			t.Fatalf("progress after a delivery: %d reads, delivered %q", n, delivered)
+		}
+		publish(k, rollout.VerdictApplying, true)
+		if n := reads(); n != 2 {
+			t.Fatalf("progress within the pace read the outbox: %d reads", n)
+		}
+		publish(other, rollout.VerdictApplying, false)
+		if n := reads(); n != 3 || len(delivered) != 2 {
+			t.Fatalf("another rollout's verdict: %d reads, delivered %q", n, delivered)
+		}
+		publish(k, rollout.VerdictApplied, false)
+		if n := reads(); n != 4 || delivered[2] != "k applied" {
+			t.Fatalf("a new verdict within the pace: %d reads, delivered %q", n, delivered)
+		}
+		publish(k, rollout.VerdictApplied, true)
+		if n := reads(); n != 5 || len(delivered) != 3 {
+			t.Fatalf("progress after a delivery: %d reads, delivered %q", n, delivered)
+		}
+		publish(k, rollout.VerdictApplied, true)
+		if n := reads(); n != 5 {
+			t.Fatalf("progress within the pace read the outbox: %d reads", n)
+		}
+		time.Sleep(pace)
+		if n := reads(); n != 6 || len(delivered) != 4 || delivered[3] != "k applied" {
+			t.Fatalf("at the pace's end: %d reads, delivered %q", n, delivered)
+		}
+	})
+}

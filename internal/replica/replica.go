@@ -384,7 +384,11 @@ func (n *Node) end(ctx context.Context, t *term, why string, resign bool) {
 	n.caughtUp.Store(false) // until the views are read again
 	n.shown.Unlock()
 	n.epoch.Store(0)
-	n.log.Warn("no longer leading", "epoch", t.lease.Epoch, "why", why)
+	level := slog.LevelWarn
+	if ctx.Err() != nil {
+		level = slog.LevelInfo // the replica stops: nothing went wrong
+	}
+	n.log.Log(context.WithoutCancel(ctx), level, "no longer leading", "epoch", t.lease.Epoch, "why", why)
 	if resign {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), n.cfg.Renew)
 		if err := n.way.Resign(rctx, t.lease); err != nil {

@@ -14,8 +14,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -857,6 +859,21 @@ const (
 	scanChunk = 64
 	scanKeys  = 4096
 )
+
+// SettledClusters returns the clusters settled rollouts are kept of, from
+// the time index (each key ends with its rollout's): read once by a
+// reader, which learns the clusters of later ones from their live views.
+func (d *DB) SettledClusters() ([]string, error) {
+	set := map[string]bool{}
+	err := d.kv.view(func(tx txn) error {
+		return tx.Bucket(bucketTime).ForEach(func(k, _ []byte) error {
+			_, key, err := parseTimeKey(k)
+			set[key.Cluster] = true
+			return err
+		})
+	})
+	return slices.Sorted(maps.Keys(set)), err
+}
 
 // SettledCount is how many settled rollouts are kept.
 func (d *DB) SettledCount() (int, error) {

@@ -338,6 +338,9 @@ func testSettledArchive(t *testing.T, open Opener) {
 	if n, err := d.SettledCount(); err != nil || n != 3 {
 		t.Fatalf("%d settled (%v), want 3", n, err)
 	}
+	if cs, err := d.SettledClusters(); err != nil || !slices.Equal(cs, []string{"default", "staging"}) {
+		t.Fatalf("settled clusters %v (%v), want default and staging", cs, err)
+	}
 	// Settling one again counts it once.
 	if err := d.Commit(&rollout.Batch{Settle: views[:1], At: at}); err != nil {
 		t.Fatal(err)
@@ -391,6 +394,9 @@ func testSettledArchive(t *testing.T, open Opener) {
 	}
 	if n, _ := d.SettledCount(); n != 1 {
 		t.Fatalf("%d settled after retention, want 1", n)
+	}
+	if cs, err := d.SettledClusters(); err != nil || !slices.Equal(cs, []string{"default"}) {
+		t.Fatalf("settled clusters after retention %v (%v), want default", cs, err)
 	}
 	if got := keys(strings.Repeat("0", 38), true, false, "", 10); !slices.Equal(got, []string{"default/03"}) {
 		t.Fatalf("after retention: %v", got)
