@@ -322,11 +322,12 @@ func newerRollout(a, b *rollout.View) bool {
 // settled (nil: read with Get). The rollout's own hash wins over an origin
 // revision that has it, unless withOrigin.
 //
-// A full hash live on the cluster asked is answered from memory: no
-// settled rollout has its key. Otherwise the archive is asked for the
-// rest (other clusters, prefixes, origins); when it cannot be read, the
-// live rollouts found are the answer, so that a commit still under way is
-// answered while the store restarts, and a query that finds none fails.
+// A full hash live on the cluster asked, or on every cluster the archive
+// may hold when none is asked, is answered from memory: no settled
+// rollout has its key. Otherwise the archive is asked for the rest (other
+// clusters, prefixes, origins); when it cannot be read, the live rollouts
+// found are the answer, so that a commit still under way is answered
+// while the store restarts, and a query that finds none fails.
 func (r *Reader) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.View, error) {
 	r.readArchivedClusters()
 	r.snap.mu.RLock()
@@ -345,7 +346,9 @@ func (r *Reader) matching(q Query, withOrigin bool) (map[rollout.Key]*rollout.Vi
 		if !live {
 			return nil, err
 		}
-		r.log.Warn("settled rollouts cannot be read: answering from the live ones", "hash", q.Hash, "err", err)
+		// Not a warning a lookup: the store's failure is told once an
+		// episode, where it is written.
+		r.log.Debug("settled rollouts cannot be read: answering from the live ones", "hash", q.Hash, "err", err)
 		if withOrigin || q.Prefix || len(found) == 0 {
 			for _, v := range origin {
 				found[v.Key()] = v
