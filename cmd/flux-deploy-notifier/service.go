@@ -215,9 +215,15 @@ func (s *service) listen(context.Context) error {
 	hook := webhook.New(s.token, s.node.Events(), s.log, s.reg)
 	checks := []api.Check{{Name: "store", OK: s.node.Answering}}
 	if s.reader != nil {
-		// Every event this replica accepts, and on PostgreSQL those the
-		// leader takes from the inbox, that other replicas accepted.
-		hook.OnEvent(s.watchdog.Event)
+		// The leader's watchdog hears every event: those it accepts (on
+		// bbolt, the ones it ignores too), and on PostgreSQL those it takes
+		// from the inbox that other replicas accepted. A follower's must not:
+		// it would record the last event, a write only the leader may make.
+		hook.OnEvent(func() {
+			if s.node.Leading() {
+				s.watchdog.Event()
+			}
+		})
 		s.node.OnEvent(s.watchdog.Event)
 		checks = append(checks, api.Check{Name: "cluster", OK: s.reader.Synced})
 	}

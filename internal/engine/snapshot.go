@@ -124,6 +124,9 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 		clear(s.views)
 		clear(s.byHash)
 		clear(s.byOrigin)
+		// What settled while these views were not followed one by one
+		// is known from the archive again, read at the next lookup.
+		s.archived.Store(false)
 	}
 	appeared := false
 	for _, v := range views {
