@@ -139,9 +139,8 @@ func (r *channelRow) spec() outbox.Channel {
 // shownIn is a channel the verdicts are shown in, as serve runs it: its
 // dispatcher, and what the pages say of it.
 type shownIn struct {
-	spec outbox.Channel // which publications it takes
-	d    *outbox.Dispatcher
-	ui   ui.Channel
+	d  *outbox.Dispatcher
+	ui ui.Channel
 }
 
 // dispatchers builds the dispatchers of the channels configured.
@@ -152,15 +151,14 @@ func (c *channelsConfig) dispatchers(env channelEnv, reg prometheus.Registerer) 
 		if err != nil {
 			return nil, err
 		}
-		cfg := outbox.DispatchConfig{AlertAfter: *r.alertAfter, Pace: r.pace, Log: env.log, Now: env.now, Reg: reg}
+		cfg := outbox.DispatchConfig{AlertAfter: *r.alertAfter, Pace: r.pace, Takes: r.spec().Takes, Log: env.log, Now: env.now, Reg: reg}
 		if r.more != nil {
 			cfg.More = r.more(reg)
 		}
 		box := env.db.Channel(r.name)
 		out = append(out, shownIn{
-			spec: r.spec(),
-			d:    outbox.NewDispatcher(box, to, cfg),
-			ui:   ui.Channel{Name: r.label(), Record: r.record, Publication: box.Publication},
+			d:  outbox.NewDispatcher(box, to, cfg),
+			ui: ui.Channel{Name: r.label(), Record: r.record, Publication: box.Publication},
 		})
 	}
 	return out, nil

@@ -148,22 +148,12 @@ func (s *service) openChannels(context.Context) error {
 	return err
 }
 
-// wakeChannels tells the dispatcher of every channel that takes some of
-// ps that they were published: a channel that takes no progress is not
-// woken by a rollout's layers applying one by one, and one that paces it
-// only when some of it may go now (outbox.Dispatcher.Published).
+// wakeChannels tells the dispatcher of every channel that ps were
+// published: each wakes only for what it takes, and what of it may go now
+// (outbox.Dispatcher.Published).
 func (s *service) wakeChannels(ps []rollout.Published) {
-	var taken []rollout.Published
 	for _, c := range s.channels {
-		taken = taken[:0]
-		for _, p := range ps {
-			if c.spec.Takes(p) {
-				taken = append(taken, p)
-			}
-		}
-		if len(taken) > 0 {
-			c.d.Published(taken)
-		}
+		c.d.Published(ps)
 	}
 }
 

@@ -18,19 +18,32 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
 
-// A Deliverer shows verdicts in one place: a forge, a chat, a webhook's
-// receiver. The Dispatcher calls it outside any store transaction, one
-// publication at a time.
-type Deliverer interface {
+// A DelivererOf takes an outbox's records somewhere: a forge, a chat, a
+// webhook's receiver, a mail server. The Dispatcher calls it outside any
+// store transaction, one record at a time unless it is a Burster.
+type DelivererOf[T any] interface {
 	// Name names it in logs, metrics and pages ("github", "slack").
 	Name() string
-	// Deliver shows p's verdict. p.Ref is the deliverer's own record of
-	// the rollout from an earlier delivery ("" before the first); save
-	// records a new one, written with the delivery's outcome, so that a
-	// later delivery updates it rather than make a second. It returns nil
-	// once shown, a Skip when p is not shown there, an *Error (or any
-	// error: transient) when it failed.
-	Deliver(ctx context.Context, p Publication, save func(ref string)) error
+	// Deliver delivers r. For a Publication, r.Ref is the deliverer's own
+	// record of the rollout from an earlier delivery ("" before the
+	// first); save records a new one, written with the delivery's
+	// outcome, so that a later delivery updates it rather than make a
+	// second. It returns nil once delivered, a Skip when r is not shown
+	// there, an *Error (or any error: transient) when it failed.
+	Deliver(ctx context.Context, r T, save func(ref string)) error
+}
+
+// A Deliverer shows verdicts in one place: a forge, a chat, a webhook's
+// receiver.
+type Deliverer = DelivererOf[Publication]
+
+// A Burster is a deliverer that takes a burst of records at once (over one
+// SMTP connection, with one sync of a directory). It tells each outcome
+// by done as soon as it is final, in order, and does not go on before
+// done returns: the dispatcher records the outcome there. A record it
+// leaves untold (ctx ended) waits, untried, for the next burst.
+type Burster[T any] interface {
+	DeliverEach(ctx context.Context, rs []T, done func(i int, err error))
 }
 
 // Skip is a publication its deliverer does not show, and why (no
@@ -139,7 +152,7 @@ func Send(hc *http.Client, req *http.Request, service string, now func() time.Ti
 }
 
 // Backoff of transient failures without a Retry-After: first retry after
-// backoffBase, doubling, never more than backoffMax apart.
+// backoffBase, doubling, never more than DispatchConfig.MaxBackoff apart.
 const (
 	backoffBase = 15 * time.Second
 	backoffMax  = 10 * time.Minute
@@ -148,7 +161,7 @@ const (
 // DispatchConfig is what a Dispatcher needs besides its outbox and
 // deliverer.
 type DispatchConfig struct {
-	// AlertAfter: a verdict undelivered for longer makes Warning say so.
+	// AlertAfter: a record undelivered for longer makes Warning say so.
 	AlertAfter time.Duration
 	// Pace, when set, spaces the deliveries of a rollout that only say
 	// more of the verdict the channel took last (progress, a restated
@@ -157,21 +170,44 @@ type DispatchConfig struct {
 	// channel at most; a rollout's layers applying one after the other
 	// would update its message as often.)
 	Pace time.Duration
+	// Takes says which publications the channel takes (nil: every one):
+	// only those wake it (Published).
+	Takes func(rollout.Published) bool
+	// MaxBackoff bounds the wait between transient failures (10 minutes
+	// when zero).
+	MaxBackoff time.Duration
+	// OneByOne writes each outcome before the next delivery, and a
+	// failure to write it stops the burst: a crash, or the store's
+	// failure, repeats at most the one delivery under way (a mail). Else
+	// outcomes are written in batches (recorder).
+	OneByOne bool
+	// What a record is, in logs: "verdict" when empty, "mail".
+	What string
 	Log  *slog.Logger
 	Now  func() time.Time
-	Reg  prometheus.Registerer // nil: no metrics
+	Reg  prometheus.Registerer // nil: fdn_deliveries_total not registered
 	// More are counters of the outcomes besides fdn_deliveries_total,
 	// labelled by the deliverer's name and the outcome.
 	More []*prometheus.CounterVec
+	// Counted, when set, is told each outcome too.
+	Counted func(outcome string)
 }
 
-// Dispatcher delivers one channel's outbox. No network I/O happens inside
-// a store transaction: it reads the records, calls the deliverer, then
-// records each outcome.
-type Dispatcher struct {
-	outbox Verdicts
-	rec    *recorder // writes outcomes to outbox
-	to     Deliverer
+// Dispatcher delivers one channel's outbox of verdicts.
+type Dispatcher = DispatcherOf[Publication, *Publication]
+
+// MailDispatcher delivers the mail outbox.
+type MailDispatcher = DispatcherOf[Queued, *Queued]
+
+// DispatcherOf delivers one outbox: every channel's verdicts and the
+// mails, with one set of rules (what is due, retries with backoff or when
+// the service says, its rate limit, dead letters, the warning, the
+// counters). No network I/O happens inside a store transaction: it reads
+// the records, calls the deliverer, then records each outcome.
+type DispatcherOf[T any, P Record[T]] struct {
+	outbox Box[T]
+	rec    *recorder[T] // writes outcomes to outbox
+	to     DelivererOf[T]
 	cfg    DispatchConfig
 	log    *slog.Logger
 	wake   Waker
@@ -180,20 +216,14 @@ type Dispatcher struct {
 	limitedUntil time.Time // the service's rate limit: no request before
 	warner       Warner
 
-	mu      sync.Mutex
-	paced   map[rollout.Key]paced // the rollouts the last Flush left to their pace
-	refusal string                // the last refusal, until a delivery succeeds
-	oldest  time.Time             // the oldest verdict left undelivered by the last Flush
-	dead    time.Time             // a verdict refused for good since the last delivery
+	mu        sync.Mutex
+	paced     map[rollout.Key]paced // the rollouts the last Flush left to their pace
+	refusal   string                // the last refusal, until a delivery succeeds
+	transient string                // the last transient failure
+	waiting   []time.Time           // since when each record the last Flush left undelivered waits
+	dead      time.Time             // a record refused for good since the last delivery
 
 	outcomes []*prometheus.CounterVec // each labelled by the deliverer's name and the outcome
-}
-
-// paced is a rollout whose next delivery waits for its pace: until then a
-// publication that restates sent goes at until, the latest then.
-type paced struct {
-	sent  rollout.Verdict
-	until time.Time
 }
 
 // Outcomes of a delivery, as the metrics count them.
@@ -203,13 +233,28 @@ var outcomes = []string{"sent", "retried", "rate_limited", "dead", "skipped"}
 // are counted in fdn_deliveries_total (one counter for every channel's
 // dispatcher on cfg.Reg) and in cfg.More.
 func NewDispatcher(box Verdicts, to Deliverer, cfg DispatchConfig) *Dispatcher {
+	return newDispatcher[Publication](verdicts{box}, to, cfg)
+}
+
+// NewMailDispatcher wires a dispatcher of the mail outbox to to.
+func NewMailDispatcher(box Mails, to DelivererOf[Queued], cfg DispatchConfig) *MailDispatcher {
+	return newDispatcher[Queued](mails{box}, to, cfg)
+}
+
+func newDispatcher[T any, P Record[T]](box Box[T], to DelivererOf[T], cfg DispatchConfig) *DispatcherOf[T, P] {
 	log := cfg.Log.With("channel", to.Name())
-	d := &Dispatcher{outbox: box, rec: newRecorder(box, log), to: to, cfg: cfg, log: log, warner: Warner{Log: log}, wake: NewWaker()}
-	all := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "fdn_deliveries_total",
-		Help: "Verdicts delivered to a channel (a forge, slack, teams, webhook), by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (not shown there).",
-	}, []string{"channel", "outcome"})
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = backoffMax
+	}
+	if cfg.What == "" {
+		cfg.What = "verdict"
+	}
+	d := &DispatcherOf[T, P]{outbox: box, rec: newRecorder(box, log), to: to, cfg: cfg, log: log, warner: Warner{Log: log}, wake: NewWaker()}
 	if cfg.Reg != nil {
+		all := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fdn_deliveries_total",
+			Help: "Verdicts delivered to a channel (a forge, slack, teams, webhook), by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (not shown there).",
+		}, []string{"channel", "outcome"})
 		if err := cfg.Reg.Register(all); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -217,8 +262,9 @@ func NewDispatcher(box Verdicts, to Deliverer, cfg DispatchConfig) *Dispatcher {
 			}
 			all = are.ExistingCollector.(*prometheus.CounterVec)
 		}
+		d.outcomes = append(d.outcomes, all)
 	}
-	d.outcomes = append([]*prometheus.CounterVec{all}, cfg.More...)
+	d.outcomes = append(d.outcomes, cfg.More...)
 	for _, c := range d.outcomes {
 		for _, o := range outcomes {
 			c.WithLabelValues(to.Name(), o)
@@ -227,153 +273,220 @@ func NewDispatcher(box Verdicts, to Deliverer, cfg DispatchConfig) *Dispatcher {
 	return d
 }
 
-func (d *Dispatcher) count(outcome string) {
+func (d *DispatcherOf[T, P]) count(outcome string) {
 	for _, c := range d.outcomes {
 		c.WithLabelValues(d.to.Name(), outcome).Inc()
 	}
+	if d.cfg.Counted != nil {
+		d.cfg.Counted(outcome)
+	}
 }
 
-// Wake tells the dispatcher that verdicts were published. It never blocks.
-func (d *Dispatcher) Wake() { d.wake.Wake() }
+// Wake tells the dispatcher that its outbox has something new. It never
+// blocks.
+func (d *DispatcherOf[T, P]) Wake() { d.wake.Wake() }
 
-// Published tells the dispatcher that ps were published: it wakes unless
-// each only restates, within its pace, the verdict its rollout was shown
-// last, which the Flush at the pace's end delivers anyway, the latest then.
-// A rollout's layers applying one by one publish its progress at every
-// commit; without this, each would read the outbox again to find every
-// rollout still waiting for its pace. It never blocks.
-func (d *Dispatcher) Published(ps []rollout.Published) {
+// Published tells the dispatcher that ps were published: it wakes when
+// it takes one of them (DispatchConfig.Takes) that does not only restate,
+// within its pace, the verdict its rollout was shown last, which the
+// Flush at the pace's end delivers anyway, the latest then. A rollout's
+// layers applying one by one publish its progress at every commit;
+// without this, a channel that takes no progress would read its outbox at
+// each, and one that paces it would, to find every rollout still waiting
+// for its pace. It never blocks.
+func (d *DispatcherOf[T, P]) Published(ps []rollout.Published) {
+	var now time.Time
 	if d.cfg.Pace > 0 {
-		now := d.cfg.Now()
-		d.mu.Lock()
-		waits := len(d.paced) > 0
-		for _, p := range ps {
-			if q, ok := d.paced[p.Key]; !ok || q.sent != p.Verdict || !now.Before(q.until) {
-				waits = false
-				break
-			}
-		}
-		d.mu.Unlock()
-		if waits {
-			return
-		}
+		now = d.cfg.Now()
 	}
-	d.wake.Wake()
+	d.mu.Lock()
+	wake := false
+	for _, p := range ps {
+		if d.cfg.Takes != nil && !d.cfg.Takes(p) {
+			continue
+		}
+		if q, ok := d.paced[p.Key]; ok && q.sent == p.Verdict && now.Before(q.until) {
+			continue
+		}
+		wake = true
+		break
+	}
+	d.mu.Unlock()
+	if wake {
+		d.wake.Wake()
+	}
 }
 
 // Run delivers until ctx ends: at start (what a previous run left), when
 // woken, and when the earliest retry is due.
-func (d *Dispatcher) Run(ctx context.Context) error {
+func (d *DispatcherOf[T, P]) Run(ctx context.Context) error {
 	return Run(ctx, d.wake, d.cfg.Now, d.Flush)
+}
+
+// Stuck counts the records the last Flush left undelivered that have
+// waited for longer than after, gives the oldest one's wait's start, and
+// the last transient failure.
+func (d *DispatcherOf[T, P]) Stuck(after time.Duration) (n int, oldest time.Time, why string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	cutoff := d.cfg.Now().Add(-after)
+	for _, at := range d.waiting {
+		if at.Before(cutoff) {
+			n++
+			if oldest.IsZero() || at.Before(oldest) {
+				oldest = at
+			}
+		}
+	}
+	return n, oldest, d.transient
 }
 
 // Warning says that the channel refused a verdict for good (until one is
 // delivered again), or that verdicts wait because it refuses them, since
 // when and why; "" while they go out within AlertAfter.
-func (d *Dispatcher) Warning() string {
+func (d *DispatcherOf[T, P]) Warning() string {
+	n, oldest, _ := d.Stuck(d.cfg.AlertAfter)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
 	case d.refusal == "":
 		return ""
 	case !d.dead.IsZero():
-		return fmt.Sprintf("%s: verdicts refused for good (dead-lettered) since %s: %s", d.to.Name(), d.dead.UTC().Format(time.RFC3339), d.refusal)
-	case d.oldest.IsZero() || d.cfg.Now().Sub(d.oldest) < d.cfg.AlertAfter:
+		return fmt.Sprintf("%s: %ss refused for good (dead-lettered) since %s: %s", d.to.Name(), d.cfg.What, d.dead.UTC().Format(time.RFC3339), d.refusal)
+	case n == 0:
 		return ""
 	}
-	return fmt.Sprintf("%s: verdicts undelivered since %s: %s", d.to.Name(), d.oldest.UTC().Format(time.RFC3339), d.refusal)
+	return fmt.Sprintf("%s: %ss undelivered since %s: %s", d.to.Name(), d.cfg.What, oldest.UTC().Format(time.RFC3339), d.refusal)
 }
 
-// Flush delivers every verdict due, oldest first, records each outcome,
+// Flush delivers every record due, oldest first, records each outcome,
 // and returns when the next retry is due (zero when nothing waits). A
 // rate limit stops the burst: no request goes to the service before it
 // ends.
-func (d *Dispatcher) Flush(ctx context.Context) time.Time {
+func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 	now := d.cfg.Now()
 	if now.Before(d.limitedUntil) {
 		return d.limitedUntil
 	}
-	pubs, err := d.outbox.Publications()
+	rs, err := d.outbox.Due()
 	if err != nil {
 		d.warner.Warn("read the outbox of "+d.to.Name(), err)
 		return now.Add(backoffBase)
 	}
-	var next, oldest time.Time
+	var (
+		next    time.Time
+		waiting []time.Time
+		due     []T
+	)
 	pacing := map[rollout.Key]paced{}
 	defer func() {
 		// The next Flush reads what this one recorded.
 		d.rec.wait()
 		d.mu.Lock()
-		d.oldest, d.paced = oldest, pacing
+		d.waiting, d.paced = waiting, pacing
 		d.mu.Unlock()
 	}()
-	wait := func(p Publication, at time.Time) {
+	wait := func(r T, at time.Time) {
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
-		if oldest.IsZero() || p.Since.Before(oldest) {
-			oldest = p.Since
+		waiting = append(waiting, P(&r).since())
+	}
+	for _, r := range rs {
+		p := P(&r)
+		if p.delivery().Waiting(now) {
+			wait(r, p.delivery().NextAttempt)
+		} else if q, ok := p.paced(d.cfg.Pace, now); ok {
+			wait(r, q.until)
+			pacing[q.key] = q
+		} else {
+			due = append(due, r)
 		}
 	}
-	for i, p := range pubs {
-		if ctx.Err() != nil {
-			wait(p, now)
-			continue
-		}
-		if p.Waiting(now) {
-			wait(p, p.NextAttempt)
-			continue
-		}
-		if at := p.SentAt.Add(d.cfg.Pace); d.cfg.Pace > 0 && p.SentSeq > 0 && p.Sent == p.Verdict && now.Before(at) {
-			wait(p, at)
-			pacing[p.Key] = paced{sent: p.Sent, until: at}
-			continue
-		}
-		at, limited := d.deliver(ctx, p)
+	if len(due) == 0 {
+		return next
+	}
+	told := make([]bool, len(due))
+	burst, stop := context.WithCancel(ctx)
+	defer stop()
+	// When what the burst did not reach is tried: after a rate limit or a
+	// failure to record, else at the next start (ctx ended).
+	var resume time.Time
+	d.deliverEach(burst, due, func(i int, err error) {
+		told[i] = true
+		at, limited := d.outcome(due[i], err)
 		if !at.IsZero() {
-			wait(p, at)
+			wait(due[i], at)
 		}
-		if limited {
-			for _, q := range pubs[i+1:] {
-				wait(q, d.limitedUntil)
-			}
-			break
+		switch {
+		case limited:
+			resume = d.limitedUntil
+			stop()
+		case d.cfg.OneByOne && d.rec.wait() != nil:
+			// Not recorded, it goes again: not in a loop while the
+			// store fails.
+			resume = d.cfg.Now().Add(backoffBase)
+			wait(due[i], resume)
+			stop()
+		}
+	})
+	for i, r := range due {
+		switch {
+		case told[i]:
+		case resume.IsZero():
+			waiting = append(waiting, P(&r).since())
+		default:
+			wait(r, resume)
 		}
 	}
 	return next
 }
 
-// deliver sends one verdict and records the outcome; it returns when p
-// is to be tried again (zero: delivered, skipped or dead), and whether the
-// service's rate limit stopped it.
-func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, bool) {
-	log := d.log.With("cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String())
-	// Written with the delivery's outcome, in order, before the next Flush
-	// reads the outbox: a later delivery updates what this one made. A
-	// crash before it is written makes another next time, as a failure
-	// to record it does (a forge finds its deployment again by its
-	// marker; a chat may post twice).
-	save := func(ref string) { d.record(p, func(q *Publication) { q.Ref = ref }) }
-	err := d.to.Deliver(ctx, p, save)
+// deliverEach hands rs to the deliverer: as a burst to a Burster, else
+// one at a time until ctx ends.
+func (d *DispatcherOf[T, P]) deliverEach(ctx context.Context, rs []T, done func(int, error)) {
+	if b, ok := d.to.(Burster[T]); ok {
+		b.DeliverEach(ctx, rs, done)
+		return
+	}
+	for i, r := range rs {
+		if ctx.Err() != nil {
+			return
+		}
+		// Written with the delivery's outcome, in order, before the next
+		// Flush reads the outbox: a later delivery updates what this one
+		// made. A crash before it is written makes another next time, as
+		// a failure to record it does (a forge finds its deployment again
+		// by its marker; a chat may post twice).
+		save := func(ref string) { d.record(r, func(q P) { q.saved(ref) }) }
+		done(i, d.to.Deliver(ctx, r, save))
+	}
+}
+
+// outcome records what became of a delivery of r (err: Deliver's); it
+// returns when r is to be tried again (zero: delivered, skipped or dead),
+// and whether the service's rate limit stopped it.
+func (d *DispatcherOf[T, P]) outcome(r T, err error) (time.Time, bool) {
+	log := d.log.With(P(&r).attrs()...)
 	var skip Skip
 	switch {
 	case errors.As(err, &skip):
-		d.record(p, func(q *Publication) { q.SentSeq, q.LastError = max(q.SentSeq, q.taken(p)), skip.Error() })
+		d.record(r, func(q P) { q.skipped(r, skip.Error()) })
 		d.count("skipped")
-		log.Debug("verdict not shown", "why", string(skip))
+		log.Debug(d.cfg.What+" not shown", "why", string(skip))
 		return time.Time{}, false
 	case err != nil:
 		fe := AsError(err)
-		if fe.Gone && p.Ref != "" {
+		if fe.Gone && P(&r).ref() != "" {
 			// The record used is gone (deleted in the service): the next
 			// delivery finds or makes another.
-			d.record(p, func(q *Publication) { q.Ref = "" })
+			d.record(r, func(q P) { q.saved("") })
 			fe = &Error{Status: fe.Status, Retry: true, Message: "the record of it is gone: " + fe.Message}
 		}
-		return d.retry(p, fe, log)
+		return d.retry(r, fe, log)
 	}
 	at := d.cfg.Now()
-	d.record(p, func(q *Publication) { q.Delivered(p, at) })
+	d.record(r, func(q P) { q.delivered(r, at) })
 	d.mu.Lock()
 	d.refusal, d.dead = "", time.Time{}
 	d.mu.Unlock()
@@ -385,47 +498,46 @@ func (d *Dispatcher) deliver(ctx context.Context, p Publication) (time.Time, boo
 // or with backoff when transient, dead-lettered when not. The wait counts
 // from now, when the answer arrived: a Retry-After is the service's word
 // from then, and a rate limit's reset was read against it (Classify).
-func (d *Dispatcher) retry(p Publication, fe *Error, log *slog.Logger) (time.Time, bool) {
+func (d *DispatcherOf[T, P]) retry(r T, fe *Error, log *slog.Logger) (time.Time, bool) {
 	now := d.cfg.Now()
 	d.mu.Lock()
 	d.refusal = fe.Error()
 	if !fe.Retry && d.dead.IsZero() {
 		d.dead = now
 	}
+	if fe.Retry {
+		d.transient = fe.Error()
+	}
 	d.mu.Unlock()
 	if !fe.Retry {
-		d.record(p, func(q *Publication) {
-			if q.Seq == p.Seq {
-				q.DeadLetter(fe.Error())
-			}
-		})
+		d.record(r, func(q P) { q.deadLettered(r, fe.Error()) })
 		d.count("dead")
-		log.Error(d.to.Name()+" refused the verdict for good, dead-lettered", "err", fe.Error())
+		log.Error(d.to.Name()+" refused the "+d.cfg.What+" for good, dead-lettered", "err", fe.Error())
 		return time.Time{}, false
 	}
 	after := fe.After
 	if after <= 0 {
-		after = Backoff(p.Attempts+1, backoffBase, backoffMax)
+		after = Backoff(P(&r).delivery().Attempts+1, backoffBase, d.cfg.MaxBackoff)
 	}
 	at := now.Add(after)
-	d.record(p, func(q *Publication) { q.Retry(at, fe.Error()) })
+	d.record(r, func(q P) { q.delivery().Retry(at, fe.Error()) })
 	outcome := "retried"
 	if fe.Limited {
 		outcome = "rate_limited"
 		d.limitedUntil = at
 	}
 	d.count(outcome)
-	d.warner.Warn("deliver a verdict to "+d.to.Name()+", will retry", fe)
+	d.warner.Warn("deliver a "+d.cfg.What+" to "+d.to.Name()+", will retry", fe)
 	return at, fe.Limited
 }
 
-// record applies f to p's record, in the order outcomes come: written
+// record applies f to r's record, in the order outcomes come: written
 // with the outcomes that arrive while the write before is under way, in
 // one transaction (recorder). A failure to record is logged: the delivery
 // then happens again, which every channel takes (an update in place, an
-// idempotency key).
-func (d *Dispatcher) record(p Publication, f func(*Publication)) {
-	d.rec.add(Update{Key: p.Key, Apply: f})
+// idempotency key, a mail's Message-ID).
+func (d *DispatcherOf[T, P]) record(r T, f func(P)) {
+	d.rec.add(Change[T]{Of: r, Apply: func(t *T) { f(P(t)) }})
 }
 
 // recorder writes a dispatcher's outcomes as they come, in batches: what
@@ -434,28 +546,30 @@ func (d *Dispatcher) record(p Publication, f func(*Publication)) {
 // transactions, not one each, and an outcome waits for at most one write
 // before its own. An outcome not written yet when the process dies is a
 // delivery made again at the next start: each verdict at most once more
-// per crash, as before, though a crash may now repeat several rollouts'.
-type recorder struct {
-	box Verdicts
+// per crash, as before, though a crash may now repeat several rollouts'
+// (DispatchConfig.OneByOne waits for each).
+type recorder[T any] struct {
+	box Box[T]
 	log *slog.Logger
 
 	mu      sync.Mutex
-	pending []Update
+	pending []Change[T]
 	writing bool
+	failed  error      // a write's failure since the last wait
 	idle    *sync.Cond // signalled when a write ends with nothing pending
 }
 
-func newRecorder(box Verdicts, log *slog.Logger) *recorder {
-	r := &recorder{box: box, log: log}
+func newRecorder[T any](box Box[T], log *slog.Logger) *recorder[T] {
+	r := &recorder[T]{box: box, log: log}
 	r.idle = sync.NewCond(&r.mu)
 	return r
 }
 
-// add queues u and starts a writer when none runs.
-func (r *recorder) add(u Update) {
+// add queues c and starts a writer when none runs.
+func (r *recorder[T]) add(c Change[T]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pending = append(r.pending, u)
+	r.pending = append(r.pending, c)
 	if !r.writing {
 		r.writing = true
 		go r.write()
@@ -463,27 +577,35 @@ func (r *recorder) add(u Update) {
 }
 
 // write writes what is pending, batch after batch, until nothing is.
-func (r *recorder) write() {
+func (r *recorder[T]) write() {
 	r.mu.Lock()
 	for len(r.pending) > 0 {
 		batch := r.pending
 		r.pending = nil
 		r.mu.Unlock()
-		if err := r.box.UpdatePublications(batch); err != nil {
+		err := r.box.Update(batch)
+		if err != nil {
 			r.log.Warn("record deliveries", "err", err, "outcomes", len(batch))
 		}
 		r.mu.Lock()
+		if err != nil {
+			r.failed = err
+		}
 	}
 	r.writing = false
 	r.idle.Broadcast()
 	r.mu.Unlock()
 }
 
-// wait returns once every outcome added is written.
-func (r *recorder) wait() {
+// wait returns once every outcome added is written, with the failure of
+// a write since the last wait, if any.
+func (r *recorder[T]) wait() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for r.writing {
 		r.idle.Wait()
 	}
+	err := r.failed
+	r.failed = nil
+	return err
 }

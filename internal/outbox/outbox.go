@@ -1,13 +1,13 @@
 // Package outbox is the durable outbox of what is due to leave the
 // service (mails, and the verdicts each channel shows: a forge, Slack,
 // Teams, a webhook): its contract (records.go: one delivery state for
-// all, the records, which publications a channel takes, what the store
-// implements and the dispatchers use); the verdicts' one dispatcher over
-// a Deliverer per channel (dispatch.go: coalesced, retried, rate limited,
-// dead-lettered, counted); and what every dispatcher shares: the loop that
-// delivers at start, when woken and when the earliest retry is due; the
-// backoff of transient failures; and a warning logged once per change of
-// its text.
+// all, the records and what differs between a mail and a publication,
+// which publications a channel takes, what the store implements); the one
+// dispatcher of every outbox over a deliverer each (dispatch.go:
+// coalesced, retried, rate limited, dead-lettered, counted); its loop,
+// which delivers at start, when woken and when the earliest retry is due;
+// the backoff of transient failures; and a warning logged once per change
+// of its text.
 package outbox
 
 import (
@@ -42,6 +42,9 @@ func Run(ctx context.Context, w Waker, now func() time.Time, flush func(context.
 			return nil
 		case <-w:
 		case <-timer.C:
+		}
+		if ctx.Err() != nil {
+			return nil // the timer and the end were both ready
 		}
 		next := flush(ctx)
 		wait := time.Hour

@@ -160,6 +160,15 @@ func (b *boxOf) UpdatePublications(ups []outbox.Update) error {
 }
 
 // deliverFunc is a Deliverer of a function.
+// settledReads is how many times the outbox was read, once every
+// goroutine of the synctest bubble is blocked.
+func (b *boxOf) settledReads() int {
+	synctest.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reads
+}
+
 type deliverFunc func(ctx context.Context, p outbox.Publication, save func(string)) error
 
 func (deliverFunc) Name() string { return "test" }
@@ -234,12 +243,7 @@ func TestPacedProgressDoesNotWake(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go d.Run(ctx)
-		reads := func() int {
-			synctest.Wait()
-			box.mu.Lock()
-			defer box.mu.Unlock()
-			return box.reads
-		}
+		reads := box.settledReads
 		publish := func(key rollout.Key, v rollout.Verdict, progress bool) {
 			box.mu.Lock()
 			box.recs[key].Verdict = v
@@ -278,6 +282,163 @@ func TestPacedProgressDoesNotWake(t *testing.T) {
 		time.Sleep(pace)
 		if n := reads(); n != 6 || len(delivered) != 4 || delivered[3] != "k applied" {
 			t.Fatalf("at the pace's end: %d reads, delivered %q", n, delivered)
+		}
+	})
+}
+
+// mailBox is a mail outbox in memory; Sent fails while failSent is set.
+type mailBox struct {
+	mu       sync.Mutex
+	queued   map[uint64]outbox.Queued // waiting and dead
+	sent     []uint64
+	failSent bool
+}
+
+func (b *mailBox) Pending() ([]outbox.Queued, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []outbox.Queued
+	for seq := range uint64(len(b.queued) + len(b.sent) + 1) {
+		if q, ok := b.queued[seq]; ok && !q.Dead {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+func (b *mailBox) Sent(seq uint64, _ time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failSent {
+		return errors.New("the store is unreachable")
+	}
+	delete(b.queued, seq)
+	b.sent = append(b.sent, seq)
+	return nil
+}
+
+func (b *mailBox) Record(q outbox.Queued) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.queued[q.Seq] = q
+	return nil
+}
+
+// burster delivers mails a burst at a time: what each Seq answers
+// (nil: sent), and the recorded sends it saw before each delivery.
+type burster struct {
+	box     *mailBox
+	answer  map[uint64]error
+	bursts  int
+	before  map[uint64]int // how many mails were recorded sent when it went
+	untried int
+}
+
+func (burster) Name() string { return "smtp" }
+func (b *burster) Deliver(context.Context, outbox.Queued, func(string)) error {
+	panic("a Burster is given bursts")
+}
+func (b *burster) DeliverEach(ctx context.Context, qs []outbox.Queued, done func(int, error)) {
+	b.bursts++
+	for i, q := range qs {
+		if ctx.Err() != nil {
+			b.untried++
+			continue
+		}
+		b.box.mu.Lock()
+		b.before[q.Seq] = len(b.box.sent)
+		b.box.mu.Unlock()
+		done(i, b.answer[q.Seq])
+	}
+}
+
+// TestMailsThroughTheOneDispatcher: the mail outbox goes through the
+// dispatcher every channel has: a burst to a Burster, each outcome
+// recorded before the next mail goes (a crash repeats at most the one
+// under way), a transient failure retried with the one backoff rule (up
+// to MaxBackoff), a refusal for good dead-lettered; a sent mail whose
+// record fails stops the burst and is tried again after a backoff, not
+// at once.
+func TestMailsThroughTheOneDispatcher(t *testing.T) {
+	box := &mailBox{queued: map[uint64]outbox.Queued{}}
+	for seq := uint64(1); seq <= 5; seq++ {
+		box.queued[seq] = outbox.Queued{Seq: seq, Enqueued: now, Mail: rollout.Mail{Kind: rollout.MailApplied, To: "ops@example.com"}}
+	}
+	to := &burster{box: box, before: map[uint64]int{}, answer: map[uint64]error{
+		2: &outbox.Error{Retry: true, Message: "451 try later"},
+		4: &outbox.Error{Message: "554 no such user"},
+	}}
+	clock := now
+	var logs bytes.Buffer
+	d := outbox.NewMailDispatcher(box, to, outbox.DispatchConfig{
+		AlertAfter: time.Hour, MaxBackoff: 30 * time.Minute, OneByOne: true, What: "mail",
+		Log: slog.New(slog.NewTextHandler(&logs, nil)), Now: func() time.Time { return clock },
+	})
+	next := d.Flush(context.Background())
+	if to.bursts != 1 || !slices.Equal(box.sent, []uint64{1, 3, 5}) {
+		t.Fatalf("%d bursts, sent %v: want one burst, 1, 3 and 5 sent", to.bursts, box.sent)
+	}
+	if to.before[3] != 1 || to.before[5] != 2 {
+		t.Fatalf("recorded sent before each delivery: %v, want each earlier one recorded", to.before)
+	}
+	if q := box.queued[2]; q.Attempts != 1 || !q.NextAttempt.Equal(now.Add(15*time.Second)) || !next.Equal(q.NextAttempt) {
+		t.Fatalf("a transient failure: %+v, next flush %v", q, next)
+	}
+	if q := box.queued[4]; !q.Dead || !strings.Contains(q.LastError, "554") || !strings.Contains(logs.String(), "smtp refused the mail for good, dead-lettered") {
+		t.Fatalf("a refusal for good: %+v\n%s", q, logs.String())
+	}
+	// Retried with the one rule: 15 s doubling, up to MaxBackoff.
+	var waits []time.Duration
+	for range 10 {
+		clock = next
+		next = d.Flush(context.Background())
+		waits = append(waits, next.Sub(clock))
+	}
+	if waits[0] != 30*time.Second || waits[9] != 30*time.Minute {
+		t.Fatalf("waits %v: want doubling from 30 s up to 30 min", waits)
+	}
+	if n, _, why := d.Stuck(time.Hour); n != 1 || why != "451 try later" {
+		t.Fatalf("stuck %d (%q), want the mail retried for hours", n, why)
+	}
+
+	// The store fails to record a sent mail: the burst stops there.
+	delete(to.answer, 2)
+	box.queued[6] = outbox.Queued{Seq: 6, Enqueued: clock, Mail: rollout.Mail{Kind: rollout.MailApplied, To: "ops@example.com"}}
+	box.failSent = true
+	clock = next
+	next = d.Flush(context.Background())
+	if to.untried != 1 || len(box.sent) != 3 || !next.Equal(clock.Add(15*time.Second)) {
+		t.Fatalf("record failed: %d untried, sent %v, next %v: want the burst stopped, tried again in 15 s", to.untried, box.sent, next)
+	}
+	box.failSent = false
+	clock = next
+	if next := d.Flush(context.Background()); !next.IsZero() || !slices.Equal(box.sent, []uint64{1, 3, 5, 2, 6}) {
+		t.Fatalf("the store back: sent %v, next %v", box.sent, next)
+	}
+}
+
+// TestWokenOnlyByWhatItTakes: a channel that takes no progress (the
+// forge's) is not woken by a rollout's progress, only by a verdict.
+func TestWokenOnlyByWhatItTakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := rollout.Key{Cluster: "prod", Hash: "k"}
+		box := &boxOf{recs: map[rollout.Key]*outbox.Publication{}}
+		to := deliverFunc(func(context.Context, outbox.Publication, func(string)) error { return nil })
+		d := outbox.NewDispatcher(box, to, outbox.DispatchConfig{AlertAfter: time.Hour, Takes: outbox.ForgeChannel().Takes, Log: slog.New(slog.DiscardHandler), Now: time.Now})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go d.Run(ctx)
+		reads := box.settledReads
+		if n := reads(); n != 1 {
+			t.Fatalf("start: %d reads", n)
+		}
+		d.Published([]rollout.Published{{Key: k, Verdict: rollout.VerdictApplying, Progress: true}})
+		if n := reads(); n != 1 {
+			t.Fatalf("progress woke a channel that takes none: %d reads", n)
+		}
+		d.Published([]rollout.Published{{Key: k, Verdict: rollout.VerdictApplying, Progress: true}, {Key: k, Verdict: rollout.VerdictApplied}})
+		if n := reads(); n != 2 {
+			t.Fatalf("a verdict did not wake it: %d reads", n)
 		}
 	})
 }

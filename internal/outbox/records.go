@@ -38,6 +38,40 @@ func (d *Delivery) DeadLetter(err string) {
 // Waiting reports whether the next attempt is after now.
 func (d *Delivery) Waiting(now time.Time) bool { return d.NextAttempt.After(now) }
 
+func (d *Delivery) delivery() *Delivery { return d }
+
+// A Record is what an outbox keeps of one delivery, as the Dispatcher
+// reads it and records its outcome: a channel's Publication of a
+// rollout's verdict, or a Queued mail. Its methods are all that differs
+// between the two; the rules (what is due, the retry, the rate limit, the
+// dead letter) are the dispatcher's, one for both.
+type Record[T any] interface {
+	*T
+	delivery() *Delivery
+	// since is when it began to wait: when the oldest thing it holds
+	// that is not delivered became due.
+	since() time.Time
+	// paced says that it only restates, within pace, what was delivered
+	// last: it goes at the pace's end.
+	paced(pace time.Duration, now time.Time) (paced, bool)
+	attrs() []any
+	// The outcomes of a delivery of r (the record as read), applied to
+	// the record as stored.
+	delivered(r T, at time.Time)
+	skipped(r T, why string)
+	deadLettered(r T, err string)
+	saved(ref string)
+	ref() string // the deliverer's record of it, "" for none
+}
+
+// paced is a rollout whose next delivery waits for its pace: until then a
+// publication that restates sent goes at until, the latest then.
+type paced struct {
+	key   rollout.Key
+	sent  rollout.Verdict
+	until time.Time
+}
+
 // Queued is a mail in the outbox (or among the dead letters) with its
 // delivery: kept in the record so that retries and their backoff survive
 // restarts.
@@ -46,6 +80,28 @@ type Queued struct {
 	Mail     rollout.Mail
 	Enqueued time.Time
 	Delivery
+
+	sent time.Time // set by a delivery's outcome: the outbox records it sent
+}
+
+func (q *Queued) since() time.Time                             { return q.Enqueued }
+func (q *Queued) paced(time.Duration, time.Time) (paced, bool) { return paced{}, false }
+func (q *Queued) delivered(_ Queued, at time.Time)             { q.sent = at }
+func (q *Queued) deadLettered(_ Queued, err string)            { q.DeadLetter(err) }
+func (q *Queued) saved(string)                                 {} // a mail is not updated once sent
+func (q *Queued) ref() string                                  { return "" }
+
+// skipped: a mail its deliverer does not send is a dead letter, with why.
+func (q *Queued) skipped(_ Queued, why string) { q.DeadLetter(why) }
+
+// attrs names a mail in logs: kind, recipient and, for a rollout's mail,
+// its cluster and revision.
+func (q *Queued) attrs() []any {
+	attrs := []any{"mail", string(q.Mail.Kind), "to", q.Mail.To}
+	if v := q.Mail.View; v != nil {
+		attrs = append(attrs, "cluster", v.Cluster, "revision", v.Revision)
+	}
+	return attrs
 }
 
 // MailState is what became of a queued mail.
@@ -104,6 +160,36 @@ type Publication struct {
 	// Delivery is that of Seq: a later verdict starts a new one.
 	Delivery
 }
+
+func (p *Publication) since() time.Time { return p.Since }
+
+func (p *Publication) paced(pace time.Duration, now time.Time) (paced, bool) {
+	at := p.SentAt.Add(pace)
+	if pace > 0 && p.SentSeq > 0 && p.Sent == p.Verdict && now.Before(at) {
+		return paced{key: p.Key, sent: p.Sent, until: at}, true
+	}
+	return paced{}, false
+}
+
+func (p *Publication) attrs() []any {
+	return []any{"cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String()}
+}
+
+func (p *Publication) delivered(r Publication, at time.Time) { p.Delivered(r, at) }
+
+func (p *Publication) skipped(r Publication, why string) {
+	p.SentSeq, p.LastError = max(p.SentSeq, p.taken(r)), why
+}
+
+// deadLettered: only the verdict refused; a later one is tried.
+func (p *Publication) deadLettered(r Publication, err string) {
+	if p.Seq == r.Seq {
+		p.DeadLetter(err)
+	}
+}
+
+func (p *Publication) saved(ref string) { p.Ref = ref }
+func (p *Publication) ref() string      { return p.Ref }
 
 // Due reports whether p has a verdict the channel has not taken.
 func (p Publication) Due() bool { return p.SentSeq < p.Seq && !p.Dead }
@@ -164,6 +250,56 @@ func (c Channel) Takes(p rollout.Published) bool {
 		return c.Restate
 	}
 	return true
+}
+
+// Box is an outbox as its Dispatcher uses it.
+type Box[T any] interface {
+	// Due returns the records not delivered yet, oldest first.
+	Due() ([]T, error)
+	// Update applies each change to its record, in order.
+	Update(cs []Change[T]) error
+}
+
+// Change is an outcome to record: Apply changes the record of Of (the
+// record as the dispatcher read it) as stored.
+type Change[T any] struct {
+	Of    T
+	Apply func(*T)
+}
+
+// mails is the mail outbox as a Box: each change its own transaction.
+type mails struct{ Mails }
+
+func (m mails) Due() ([]Queued, error) { return m.Pending() }
+
+func (m mails) Update(cs []Change[Queued]) error {
+	for _, c := range cs {
+		q := c.Of
+		c.Apply(&q)
+		var err error
+		if q.sent.IsZero() {
+			err = m.Record(q)
+		} else {
+			err = m.Sent(q.Seq, q.sent)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// verdicts is a channel's outbox as a Box: the changes in one transaction.
+type verdicts struct{ Verdicts }
+
+func (v verdicts) Due() ([]Publication, error) { return v.Publications() }
+
+func (v verdicts) Update(cs []Change[Publication]) error {
+	ups := make([]Update, len(cs))
+	for i, c := range cs {
+		ups[i] = Update{Key: c.Of.Key, Apply: c.Apply}
+	}
+	return v.UpdatePublications(ups)
 }
 
 // Verdicts is one channel's outbox as its dispatcher uses it.
