@@ -376,7 +376,7 @@ func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 	var (
 		next    time.Time
 		waiting []time.Time
-		due     []T
+		due     []P // into rs: a record is not copied
 	)
 	pacing := map[rollout.Key]paced{}
 	defer func() {
@@ -386,21 +386,21 @@ func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 		d.waiting, d.paced = waiting, pacing
 		d.mu.Unlock()
 	}()
-	wait := func(r T, at time.Time) {
+	wait := func(p P, at time.Time) {
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
-		waiting = append(waiting, P(&r).since())
+		waiting = append(waiting, p.since())
 	}
-	for _, r := range rs {
-		p := P(&r)
+	for i := range rs {
+		p := P(&rs[i])
 		if p.delivery().Waiting(now) {
-			wait(r, p.delivery().NextAttempt)
+			wait(p, p.delivery().NextAttempt)
 		} else if q, ok := p.paced(d.cfg.Pace, now); ok {
-			wait(r, q.until)
+			wait(p, q.until)
 			pacing[q.key] = q
 		} else {
-			due = append(due, r)
+			due = append(due, p)
 		}
 	}
 	if len(due) == 0 {
@@ -430,13 +430,13 @@ func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 			stop()
 		}
 	})
-	for i, r := range due {
+	for i, p := range due {
 		switch {
 		case told[i]:
 		case resume.IsZero():
-			waiting = append(waiting, P(&r).since())
+			waiting = append(waiting, p.since())
 		default:
-			wait(r, resume)
+			wait(p, resume)
 		}
 	}
 	return next
@@ -444,12 +444,16 @@ func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 
 // deliverEach hands rs to the deliverer: as a burst to a Burster, else
 // one at a time until ctx ends.
-func (d *DispatcherOf[T, P]) deliverEach(ctx context.Context, rs []T, done func(int, error)) {
+func (d *DispatcherOf[T, P]) deliverEach(ctx context.Context, ps []P, done func(int, error)) {
 	if b, ok := d.to.(Burster[T]); ok {
+		rs := make([]T, len(ps))
+		for i, p := range ps {
+			rs[i] = *p
+		}
 		b.DeliverEach(ctx, rs, done)
 		return
 	}
-	for i, r := range rs {
+	for i, p := range ps {
 		if ctx.Err() != nil {
 			return
 		}
@@ -458,35 +462,35 @@ func (d *DispatcherOf[T, P]) deliverEach(ctx context.Context, rs []T, done func(
 		// made. A crash before it is written makes another next time, as
 		// a failure to record it does (a forge finds its deployment again
 		// by its marker; a chat may post twice).
-		save := func(ref string) { d.record(r, func(q P) { q.saved(ref) }) }
-		done(i, d.to.Deliver(ctx, r, save))
+		save := func(ref string) { d.record(p, func(q *T) { P(q).saved(ref) }) }
+		done(i, d.to.Deliver(ctx, *p, save))
 	}
 }
 
 // outcome records what became of a delivery of r (err: Deliver's); it
 // returns when r is to be tried again (zero: delivered, skipped or dead),
 // and whether the service's rate limit stopped it.
-func (d *DispatcherOf[T, P]) outcome(r T, err error) (time.Time, bool) {
-	log := d.log.With(P(&r).attrs()...)
+func (d *DispatcherOf[T, P]) outcome(r P, err error) (time.Time, bool) {
+	log := d.log.With(r.attrs()...)
 	var skip Skip
 	switch {
 	case errors.As(err, &skip):
-		d.record(r, func(q P) { q.skipped(r, skip.Error()) })
+		d.record(r, func(q *T) { P(q).skipped(r, skip.Error()) })
 		d.count("skipped")
 		log.Debug(d.cfg.What+" not shown", "why", string(skip))
 		return time.Time{}, false
 	case err != nil:
 		fe := AsError(err)
-		if fe.Gone && P(&r).ref() != "" {
+		if fe.Gone && r.ref() != "" {
 			// The record used is gone (deleted in the service): the next
 			// delivery finds or makes another.
-			d.record(r, func(q P) { q.saved("") })
+			d.record(r, func(q *T) { P(q).saved("") })
 			fe = &Error{Status: fe.Status, Retry: true, Message: "the record of it is gone: " + fe.Message}
 		}
 		return d.retry(r, fe, log)
 	}
 	at := d.cfg.Now()
-	d.record(r, func(q P) { q.delivered(r, at) })
+	d.record(r, func(q *T) { P(q).delivered(r, at) })
 	d.mu.Lock()
 	d.refusal, d.dead = "", time.Time{}
 	d.mu.Unlock()
@@ -498,7 +502,7 @@ func (d *DispatcherOf[T, P]) outcome(r T, err error) (time.Time, bool) {
 // or with backoff when transient, dead-lettered when not. The wait counts
 // from now, when the answer arrived: a Retry-After is the service's word
 // from then, and a rate limit's reset was read against it (Classify).
-func (d *DispatcherOf[T, P]) retry(r T, fe *Error, log *slog.Logger) (time.Time, bool) {
+func (d *DispatcherOf[T, P]) retry(r P, fe *Error, log *slog.Logger) (time.Time, bool) {
 	now := d.cfg.Now()
 	d.mu.Lock()
 	d.refusal = fe.Error()
@@ -510,17 +514,17 @@ func (d *DispatcherOf[T, P]) retry(r T, fe *Error, log *slog.Logger) (time.Time,
 	}
 	d.mu.Unlock()
 	if !fe.Retry {
-		d.record(r, func(q P) { q.deadLettered(r, fe.Error()) })
+		d.record(r, func(q *T) { P(q).deadLettered(r, fe.Error()) })
 		d.count("dead")
 		log.Error(d.to.Name()+" refused the "+d.cfg.What+" for good, dead-lettered", "err", fe.Error())
 		return time.Time{}, false
 	}
 	after := fe.After
 	if after <= 0 {
-		after = Backoff(P(&r).delivery().Attempts+1, backoffBase, d.cfg.MaxBackoff)
+		after = Backoff(r.delivery().Attempts+1, backoffBase, d.cfg.MaxBackoff)
 	}
 	at := now.Add(after)
-	d.record(r, func(q P) { q.delivery().Retry(at, fe.Error()) })
+	d.record(r, func(q *T) { P(q).delivery().Retry(at, fe.Error()) })
 	outcome := "retried"
 	if fe.Limited {
 		outcome = "rate_limited"
@@ -536,8 +540,8 @@ func (d *DispatcherOf[T, P]) retry(r T, fe *Error, log *slog.Logger) (time.Time,
 // one transaction (recorder). A failure to record is logged: the delivery
 // then happens again, which every channel takes (an update in place, an
 // idempotency key, a mail's Message-ID).
-func (d *DispatcherOf[T, P]) record(r T, f func(P)) {
-	d.rec.add(Change[T]{Of: r, Apply: func(t *T) { f(P(t)) }})
+func (d *DispatcherOf[T, P]) record(r P, f func(*T)) {
+	d.rec.add(Change[T]{Of: r, Apply: f})
 }
 
 // recorder writes a dispatcher's outcomes as they come, in batches: what

@@ -159,7 +159,6 @@ func (b *boxOf) UpdatePublications(ups []outbox.Update) error {
 	return nil
 }
 
-// deliverFunc is a Deliverer of a function.
 // settledReads is how many times the outbox was read, once every
 // goroutine of the synctest bubble is blocked.
 func (b *boxOf) settledReads() int {
@@ -168,6 +167,8 @@ func (b *boxOf) settledReads() int {
 	defer b.mu.Unlock()
 	return b.reads
 }
+
+// deliverFunc is a Deliverer of a function.
 
 type deliverFunc func(ctx context.Context, p outbox.Publication, save func(string)) error
 

@@ -57,9 +57,9 @@ type Record[T any] interface {
 	attrs() []any
 	// The outcomes of a delivery of r (the record as read), applied to
 	// the record as stored.
-	delivered(r T, at time.Time)
-	skipped(r T, why string)
-	deadLettered(r T, err string)
+	delivered(r *T, at time.Time)
+	skipped(r *T, why string)
+	deadLettered(r *T, err string)
 	saved(ref string)
 	ref() string // the deliverer's record of it, "" for none
 }
@@ -86,13 +86,13 @@ type Queued struct {
 
 func (q *Queued) since() time.Time                             { return q.Enqueued }
 func (q *Queued) paced(time.Duration, time.Time) (paced, bool) { return paced{}, false }
-func (q *Queued) delivered(_ Queued, at time.Time)             { q.sent = at }
-func (q *Queued) deadLettered(_ Queued, err string)            { q.DeadLetter(err) }
+func (q *Queued) delivered(_ *Queued, at time.Time)            { q.sent = at }
+func (q *Queued) deadLettered(_ *Queued, err string)           { q.DeadLetter(err) }
 func (q *Queued) saved(string)                                 {} // a mail is not updated once sent
 func (q *Queued) ref() string                                  { return "" }
 
 // skipped: a mail its deliverer does not send is a dead letter, with why.
-func (q *Queued) skipped(_ Queued, why string) { q.DeadLetter(why) }
+func (q *Queued) skipped(_ *Queued, why string) { q.DeadLetter(why) }
 
 // attrs names a mail in logs: kind, recipient and, for a rollout's mail,
 // its cluster and revision.
@@ -175,14 +175,14 @@ func (p *Publication) attrs() []any {
 	return []any{"cluster", p.Key.Cluster, "hash", p.Key.Hash, "verdict", p.Verdict.String()}
 }
 
-func (p *Publication) delivered(r Publication, at time.Time) { p.Delivered(r, at) }
+func (p *Publication) delivered(r *Publication, at time.Time) { p.Delivered(*r, at) }
 
-func (p *Publication) skipped(r Publication, why string) {
-	p.SentSeq, p.LastError = max(p.SentSeq, p.taken(r)), why
+func (p *Publication) skipped(r *Publication, why string) {
+	p.SentSeq, p.LastError = max(p.SentSeq, p.taken(*r)), why
 }
 
 // deadLettered: only the verdict refused; a later one is tried.
-func (p *Publication) deadLettered(r Publication, err string) {
+func (p *Publication) deadLettered(r *Publication, err string) {
 	if p.Seq == r.Seq {
 		p.DeadLetter(err)
 	}
@@ -261,9 +261,9 @@ type Box[T any] interface {
 }
 
 // Change is an outcome to record: Apply changes the record of Of (the
-// record as the dispatcher read it) as stored.
+// record as the dispatcher read it, unchanged) as stored.
 type Change[T any] struct {
-	Of    T
+	Of    *T
 	Apply func(*T)
 }
 
@@ -274,7 +274,7 @@ func (m mails) Due() ([]Queued, error) { return m.Pending() }
 
 func (m mails) Update(cs []Change[Queued]) error {
 	for _, c := range cs {
-		q := c.Of
+		q := *c.Of
 		c.Apply(&q)
 		var err error
 		if q.sent.IsZero() {

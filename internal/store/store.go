@@ -863,16 +863,41 @@ const (
 // SettledClusters returns the clusters settled rollouts are kept of, from
 // the time index (each key ends with its rollout's): read once by a
 // reader, which learns the clusters of later ones from their live views.
+// It reads scanKeys keys a transaction, as ScanSettled does: a read
+// transaction as long as the archive would hold bbolt's remapping (its
+// growth) back, and PostgreSQL's vacuum.
 func (d *DB) SettledClusters() ([]string, error) {
 	set := map[string]bool{}
-	err := d.kv.view(func(tx txn) error {
-		return tx.Bucket(bucketTime).ForEach(func(k, _ []byte) error {
-			_, key, err := parseTimeKey(k)
-			set[key.Cluster] = true
-			return err
+	var from []byte // the last key read: the next transaction goes on after it
+	for more := true; more; {
+		more = false
+		err := d.kv.view(func(tx txn) error {
+			c := tx.Bucket(bucketTime).Cursor()
+			k, _ := c.First()
+			if from != nil {
+				if k, _ = c.Seek(from); k != nil && bytes.Equal(k, from) {
+					k, _ = c.Next()
+				}
+			}
+			for n := 0; k != nil; k, _ = c.Next() {
+				if n++; n > scanKeys {
+					more = true
+					break
+				}
+				from = append(from[:0], k...)
+				_, key, err := parseTimeKey(k)
+				if err != nil {
+					return err
+				}
+				set[key.Cluster] = true
+			}
+			return nil
 		})
-	})
-	return slices.Sorted(maps.Keys(set)), err
+		if err != nil {
+			return nil, err
+		}
+	}
+	return slices.Sorted(maps.Keys(set)), nil
 }
 
 // SettledCount is how many settled rollouts are kept.

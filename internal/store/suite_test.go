@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -424,6 +425,10 @@ func testScanSettledInChunks(t *testing.T, open Opener) {
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	const n = 9000
 	rare := map[int]bool{0: true, 4500: true, n - 1: true} // far more than 4,096 keys apart
+	// A cluster on each side of the first chunk's end (SettledClusters
+	// reads 4,096 keys a transaction too).
+	edge := map[int]string{4095: "edge-a", 4096: "edge-b"}
+	notDefault := map[int]bool{4095: true, 4096: true}
 	for lo := 0; lo < n; lo += 1000 {
 		var views []*rollout.View
 		for i := lo; i < lo+1000; i++ {
@@ -432,11 +437,18 @@ func testScanSettledInChunks(t *testing.T, open Opener) {
 			if rare[i] {
 				v.Cluster = "rare"
 			}
+			if c, ok := edge[i]; ok {
+				v.Cluster = c
+			}
 			views = append(views, v)
 		}
 		if err := db.Commit(&rollout.Batch{Settle: views, At: t0}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	maps.Copy(notDefault, rare)
+	if cs, err := db.SettledClusters(); err != nil || !slices.Equal(cs, []string{"default", "edge-a", "edge-b", "rare"}) {
+		t.Fatalf("settled clusters %v (%v), want default, edge-a, edge-b and rare", cs, err)
 	}
 	scan := func(cluster string, until time.Time, fn func(i int, v *rollout.View) bool) (seen []int) {
 		t.Helper()
@@ -463,7 +475,7 @@ func testScanSettledInChunks(t *testing.T, open Opener) {
 		}
 		return slices.Equal(seen, want)
 	}
-	if seen := scan("default", time.Time{}, all); !descending(seen, n-1, 0, rare) {
+	if seen := scan("default", time.Time{}, all); !descending(seen, n-1, 0, notDefault) {
 		t.Fatalf("default: %d rollouts, from %v", len(seen), seen[:3])
 	}
 	if seen := scan("", t0.Add(5000*time.Second), all); !descending(seen, 5000, 0, nil) {
