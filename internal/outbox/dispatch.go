@@ -415,9 +415,6 @@ func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 	d.deliverEach(burst, due, func(i int, err error) {
 		told[i] = true
 		at, limited := d.outcome(due[i], err)
-		if !at.IsZero() {
-			wait(due[i], at)
-		}
 		switch {
 		case limited:
 			resume = d.limitedUntil
@@ -426,8 +423,11 @@ func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 			// Not recorded, it goes again: not in a loop while the
 			// store fails.
 			resume = d.cfg.Now().Add(backoffBase)
-			wait(due[i], resume)
+			at = resume
 			stop()
+		}
+		if !at.IsZero() {
+			wait(due[i], at)
 		}
 	})
 	for i, p := range due {
@@ -442,8 +442,8 @@ func (d *DispatcherOf[T, P]) Flush(ctx context.Context) time.Time {
 	return next
 }
 
-// deliverEach hands rs to the deliverer: as a burst to a Burster, else
-// one at a time until ctx ends.
+// deliverEach hands the records ps point to to the deliverer: as a burst
+// to a Burster, else one at a time until ctx ends.
 func (d *DispatcherOf[T, P]) deliverEach(ctx context.Context, ps []P, done func(int, error)) {
 	if b, ok := d.to.(Burster[T]); ok {
 		rs := make([]T, len(ps))

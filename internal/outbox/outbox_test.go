@@ -411,6 +411,9 @@ func TestMailsThroughTheOneDispatcher(t *testing.T) {
 	if to.untried != 1 || len(box.sent) != 3 || !next.Equal(clock.Add(15*time.Second)) {
 		t.Fatalf("record failed: %d untried, sent %v, next %v: want the burst stopped, tried again in 15 s", to.untried, box.sent, next)
 	}
+	if n, _, _ := d.Stuck(-time.Second); n != 2 {
+		t.Fatalf("%d mails left waiting, want 2: the unrecorded one, once, and the untried", n)
+	}
 	box.failSent = false
 	clock = next
 	if next := d.Flush(context.Background()); !next.IsZero() || !slices.Equal(box.sent, []uint64{1, 3, 5, 2, 6}) {

@@ -873,11 +873,11 @@ func (d *DB) SettledClusters() ([]string, error) {
 		more = false
 		err := d.kv.view(func(tx txn) error {
 			c := tx.Bucket(bucketTime).Cursor()
-			k, _ := c.First()
-			if from != nil {
-				if k, _ = c.Seek(from); k != nil && bytes.Equal(k, from) {
-					k, _ = c.Next()
-				}
+			var k []byte
+			if from == nil {
+				k, _ = c.First()
+			} else if k, _ = c.Seek(from); k != nil && bytes.Equal(k, from) {
+				k, _ = c.Next()
 			}
 			for n := 0; k != nil; k, _ = c.Next() {
 				if n++; n > scanKeys {
