@@ -813,20 +813,14 @@ func (d *DB) ScanSettled(cluster string, until time.Time, fn func(*rollout.View)
 				k, _ = c.Prev()
 			}
 			var want [][]byte // settled keys, read together
-			for n := 0; k != nil; k, _ = c.Prev() {
-				if n++; n > scanKeys || len(want) == scanChunk {
-					more = true
-					break
+			var err error
+			more, err = timeKeys(k, c.Prev, &from, func() bool { return len(want) == scanChunk }, func(key rollout.Key) {
+				if cluster == "" || key.Cluster == cluster {
+					want = append(want, settledKey(key))
 				}
-				from = append(from[:0], k...)
-				_, key, err := parseTimeKey(k)
-				if err != nil {
-					return err
-				}
-				if cluster != "" && key.Cluster != cluster {
-					continue
-				}
-				want = append(want, settledKey(key))
+			})
+			if err != nil {
+				return err
 			}
 			for _, rec := range sb.GetMany(want) {
 				if rec != nil {
@@ -879,25 +873,34 @@ func (d *DB) SettledClusters() ([]string, error) {
 			} else if k, _ = c.Seek(from); k != nil && bytes.Equal(k, from) {
 				k, _ = c.Next()
 			}
-			for n := 0; k != nil; k, _ = c.Next() {
-				if n++; n > scanKeys {
-					more = true
-					break
-				}
-				from = append(from[:0], k...)
-				_, key, err := parseTimeKey(k)
-				if err != nil {
-					return err
-				}
-				set[key.Cluster] = true
-			}
-			return nil
+			var err error
+			more, err = timeKeys(k, c.Next, &from, func() bool { return false }, func(key rollout.Key) { set[key.Cluster] = true })
+			return err
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
 	return slices.Sorted(maps.Keys(set)), nil
+}
+
+// timeKeys reads the time index from k, stepping with step, until its end,
+// scanKeys keys or full: it gives each key's rollout to take and leaves the
+// last key read in last, where the next transaction goes on. more: it
+// stopped before the end.
+func timeKeys(k []byte, step func() ([]byte, []byte), last *[]byte, full func() bool, take func(rollout.Key)) (more bool, err error) {
+	for n := 0; k != nil; k, _ = step() {
+		if n++; n > scanKeys || full() {
+			return true, nil
+		}
+		*last = append((*last)[:0], k...)
+		_, key, err := parseTimeKey(k)
+		if err != nil {
+			return false, err
+		}
+		take(key)
+	}
+	return false, nil
 }
 
 // SettledCount is how many settled rollouts are kept.
