@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -56,17 +57,28 @@ type Delivery struct {
 	// retries ("failed to send notification"); else the event was
 	// dispatched to every Alert that matches it ("dispatching event").
 	Failed  bool
-	Alert   string // of a failure
-	Name    string // of the involved object
-	Message string // of a dispatched event
+	At      time.Time // when it was logged
+	Alert   string    // of a failure
+	Name    string    // of the involved object
+	Message string    // of a dispatched event
 }
+
+// logTime is the layout of the time Flux's controllers log (their logger
+// encodes it as ISO 8601, in milliseconds).
+const logTime = "2006-01-02T15:04:05.000Z0700"
+
+// Delivering is how long after notification-controller dispatched an
+// event a delivery of it may still be under way: each runs in a goroutine
+// of its own, ended by the Provider's timeout (15 s, the `manifests`
+// command's), plus time for that goroutine to start on a loaded machine.
+const Delivering = 25 * time.Second
 
 // Deliveries reads from notification-controller's log the events about
 // objects of namespace it dispatched to a Provider, and the deliveries that
 // failed for good (after its retries, within the Provider's timeout), in
-// order. A delivery that succeeds is not logged: when, for an Alert, as
-// many failed as were dispatched since its Provider's address stopped
-// answering, no delivery to it is in flight.
+// order. A delivery that succeeds is not logged, and a failure does not say
+// which event failed: once the last event was dispatched longer than
+// Delivering ago, no delivery is in flight.
 func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 	b, err := os.ReadFile(f.Processes["notification-controller"].Log)
 	if err != nil {
@@ -83,6 +95,11 @@ func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 		if !d.Failed && fields[3] != "dispatching event" {
 			continue
 		}
+		at, err := time.Parse(logTime, fields[0])
+		if err != nil {
+			return nil, fmt.Errorf("notification-controller's log: %w", err)
+		}
+		d.At = at
 		var kv struct {
 			Object  struct{ Namespace, Name string } `json:"eventInvolvedObject"`
 			Alert   struct{ Name string }            `json:"alert"`
