@@ -62,10 +62,11 @@ type channelRow struct {
 	// verdicts. check validates its flags once parsed, given or not.
 	given func() bool
 	check func() error
-	// open makes its Deliverer; more are counters of its outcomes besides
-	// fdn_deliveries_total (nil: none).
-	open func(channelEnv) (outbox.Deliverer, error)
-	more func(prometheus.Registerer) []*prometheus.CounterVec
+	// open makes its Deliverer; counted, when set, makes counters of its
+	// own of the outcomes of the deliverer named, besides
+	// fdn_deliveries_total.
+	open    func(channelEnv) (outbox.Deliverer, error)
+	counted func(reg prometheus.Registerer, name string) func(outcome string)
 }
 
 // channelEnv is what a channel's constructor is given: the store (the
@@ -152,8 +153,8 @@ func (c *channelsConfig) dispatchers(env channelEnv, reg prometheus.Registerer) 
 			return nil, err
 		}
 		cfg := outbox.DispatchConfig{AlertAfter: *r.alertAfter, Pace: r.pace, Takes: r.spec().Takes, Log: env.log, Now: env.now, Reg: reg}
-		if r.more != nil {
-			cfg.More = r.more(reg)
+		if r.counted != nil {
+			cfg.Counted = r.counted(reg, to.Name())
 		}
 		box := env.db.Channel(r.name)
 		out = append(out, shownIn{
@@ -172,10 +173,7 @@ func forgeChannelRow(f *flags, fc *forgeConfig, _ *time.Duration) *channelRow {
 	return &channelRow{
 		name: "forge", label: fc.name, record: "deployment", alertAfter: fc.alertAfter,
 		takes: outbox.ForgeChannel, given: fc.enabled, check: fc.finish,
-		open: fc.deliverer,
-		more: func(reg prometheus.Registerer) []*prometheus.CounterVec {
-			return []*prometheus.CounterVec{forge.Deliveries(reg)}
-		},
+		open: fc.deliverer, counted: forge.Counted,
 	}
 }
 

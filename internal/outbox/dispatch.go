@@ -186,10 +186,8 @@ type DispatchConfig struct {
 	Log  *slog.Logger
 	Now  func() time.Time
 	Reg  prometheus.Registerer // nil: fdn_deliveries_total not registered
-	// More are counters of the outcomes besides fdn_deliveries_total,
-	// labelled by the deliverer's name and the outcome.
-	More []*prometheus.CounterVec
-	// Counted, when set, is told each outcome too.
+	// Counted, when set, is told each outcome (one of OutcomeNames) too,
+	// for counters of a channel's own.
 	Counted func(outcome string)
 }
 
@@ -223,15 +221,15 @@ type DispatcherOf[T any, P Record[T]] struct {
 	waiting   []time.Time           // since when each record the last Flush left undelivered waits
 	dead      time.Time             // a record refused for good since the last delivery
 
-	outcomes []*prometheus.CounterVec // each labelled by the deliverer's name and the outcome
+	outcomes *prometheus.CounterVec // fdn_deliveries_total, nil when not registered
 }
 
-// Outcomes of a delivery, as the metrics count them.
-var outcomes = []string{"sent", "retried", "rate_limited", "dead", "skipped"}
+// OutcomeNames are the outcomes of a delivery, as the metrics count them.
+func OutcomeNames() []string { return []string{"sent", "retried", "rate_limited", "dead", "skipped"} }
 
 // NewDispatcher wires a dispatcher of box's verdicts to to. Its outcomes
 // are counted in fdn_deliveries_total (one counter for every channel's
-// dispatcher on cfg.Reg) and in cfg.More.
+// dispatcher on cfg.Reg).
 func NewDispatcher(box Verdicts, to Deliverer, cfg DispatchConfig) *Dispatcher {
 	return newDispatcher[Publication](verdicts{box}, to, cfg)
 }
@@ -262,20 +260,17 @@ func newDispatcher[T any, P Record[T]](box Box[T], to DelivererOf[T], cfg Dispat
 			}
 			all = are.ExistingCollector.(*prometheus.CounterVec)
 		}
-		d.outcomes = append(d.outcomes, all)
-	}
-	d.outcomes = append(d.outcomes, cfg.More...)
-	for _, c := range d.outcomes {
-		for _, o := range outcomes {
-			c.WithLabelValues(to.Name(), o)
+		for _, o := range OutcomeNames() {
+			all.WithLabelValues(to.Name(), o)
 		}
+		d.outcomes = all
 	}
 	return d
 }
 
 func (d *DispatcherOf[T, P]) count(outcome string) {
-	for _, c := range d.outcomes {
-		c.WithLabelValues(d.to.Name(), outcome).Inc()
+	if d.outcomes != nil {
+		d.outcomes.WithLabelValues(d.to.Name(), outcome).Inc()
 	}
 	if d.cfg.Counted != nil {
 		d.cfg.Counted(outcome)
@@ -462,7 +457,7 @@ func (d *DispatcherOf[T, P]) deliverEach(ctx context.Context, ps []P, done func(
 		// made. A crash before it is written makes another next time, as
 		// a failure to record it does (a forge finds its deployment again
 		// by its marker; a chat may post twice).
-		save := func(ref string) { d.record(p, func(q *T) { P(q).saved(ref) }) }
+		save := func(ref string) { d.record(p, Saved, time.Time{}, func(q *T) { P(q).saved(ref) }) }
 		done(i, d.to.Deliver(ctx, *p, save))
 	}
 }
@@ -475,7 +470,7 @@ func (d *DispatcherOf[T, P]) outcome(r P, err error) (time.Time, bool) {
 	var skip Skip
 	switch {
 	case errors.As(err, &skip):
-		d.record(r, func(q *T) { P(q).skipped(r, skip.Error()) })
+		d.record(r, Skipped, time.Time{}, func(q *T) { P(q).skipped(r, skip.Error()) })
 		d.count("skipped")
 		log.Debug(d.cfg.What+" not shown", "why", string(skip))
 		return time.Time{}, false
@@ -484,13 +479,13 @@ func (d *DispatcherOf[T, P]) outcome(r P, err error) (time.Time, bool) {
 		if fe.Gone && r.ref() != "" {
 			// The record used is gone (deleted in the service): the next
 			// delivery finds or makes another.
-			d.record(r, func(q *T) { P(q).saved("") })
+			d.record(r, Saved, time.Time{}, func(q *T) { P(q).saved("") })
 			fe = &Error{Status: fe.Status, Retry: true, Message: "the record of it is gone: " + fe.Message}
 		}
 		return d.retry(r, fe, log)
 	}
 	at := d.cfg.Now()
-	d.record(r, func(q *T) { P(q).delivered(r, at) })
+	d.record(r, Delivered, at, func(q *T) { P(q).delivered(r, at) })
 	d.mu.Lock()
 	d.refusal, d.dead = "", time.Time{}
 	d.mu.Unlock()
@@ -514,7 +509,7 @@ func (d *DispatcherOf[T, P]) retry(r P, fe *Error, log *slog.Logger) (time.Time,
 	}
 	d.mu.Unlock()
 	if !fe.Retry {
-		d.record(r, func(q *T) { P(q).deadLettered(r, fe.Error()) })
+		d.record(r, DeadLettered, time.Time{}, func(q *T) { P(q).deadLettered(r, fe.Error()) })
 		d.count("dead")
 		log.Error(d.to.Name()+" refused the "+d.cfg.What+" for good, dead-lettered", "err", fe.Error())
 		return time.Time{}, false
@@ -524,7 +519,7 @@ func (d *DispatcherOf[T, P]) retry(r P, fe *Error, log *slog.Logger) (time.Time,
 		after = Backoff(r.delivery().Attempts+1, backoffBase, d.cfg.MaxBackoff)
 	}
 	at := now.Add(after)
-	d.record(r, func(q *T) { P(q).delivery().Retry(at, fe.Error()) })
+	d.record(r, Retried, time.Time{}, func(q *T) { P(q).delivery().Retry(at, fe.Error()) })
 	outcome := "retried"
 	if fe.Limited {
 		outcome = "rate_limited"
@@ -540,8 +535,8 @@ func (d *DispatcherOf[T, P]) retry(r P, fe *Error, log *slog.Logger) (time.Time,
 // one transaction (recorder). A failure to record is logged: the delivery
 // then happens again, which every channel takes (an update in place, an
 // idempotency key, a mail's Message-ID).
-func (d *DispatcherOf[T, P]) record(r P, f func(*T)) {
-	d.rec.add(Change[T]{Of: r, Apply: f})
+func (d *DispatcherOf[T, P]) record(r P, o Outcome, at time.Time, f func(*T)) {
+	d.rec.add(Change[T]{Of: r, Outcome: o, At: at, Apply: f})
 }
 
 // recorder writes a dispatcher's outcomes as they come, in batches: what

@@ -293,6 +293,7 @@ type mailBox struct {
 	queued   map[uint64]outbox.Queued // waiting and dead
 	sent     []uint64
 	failSent bool
+	records  int // calls of Record
 }
 
 func (b *mailBox) Pending() ([]outbox.Queued, error) {
@@ -308,6 +309,10 @@ func (b *mailBox) Pending() ([]outbox.Queued, error) {
 }
 
 func (b *mailBox) Sent(seq uint64, _ time.Time) error {
+	// A write that takes time: in a synctest bubble, the time passes only
+	// once every other goroutine waits, so a burst that went on before
+	// this returned would always be seen doing so.
+	time.Sleep(time.Millisecond)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failSent {
@@ -321,6 +326,7 @@ func (b *mailBox) Sent(seq uint64, _ time.Time) error {
 func (b *mailBox) Record(q outbox.Queued) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.records++
 	b.queued[q.Seq] = q
 	return nil
 }
@@ -361,6 +367,10 @@ func (b *burster) DeliverEach(ctx context.Context, qs []outbox.Queued, done func
 // record fails stops the burst and is tried again after a backoff, not
 // at once.
 func TestMailsThroughTheOneDispatcher(t *testing.T) {
+	synctest.Test(t, testMailsThroughTheOneDispatcher)
+}
+
+func testMailsThroughTheOneDispatcher(t *testing.T) {
 	box := &mailBox{queued: map[uint64]outbox.Queued{}}
 	for seq := uint64(1); seq <= 5; seq++ {
 		box.queued[seq] = outbox.Queued{Seq: seq, Enqueued: now, Mail: rollout.Mail{Kind: rollout.MailApplied, To: "ops@example.com"}}
@@ -418,6 +428,39 @@ func TestMailsThroughTheOneDispatcher(t *testing.T) {
 	clock = next
 	if next := d.Flush(context.Background()); !next.IsZero() || !slices.Equal(box.sent, []uint64{1, 3, 5, 2, 6}) {
 		t.Fatalf("the store back: sent %v, next %v", box.sent, next)
+	}
+}
+
+// mailFunc delivers a mail one at a time.
+type mailFunc func(ctx context.Context, q outbox.Queued, save func(string)) error
+
+func (mailFunc) Name() string { return "test" }
+func (f mailFunc) Deliver(ctx context.Context, q outbox.Queued, save func(string)) error {
+	return f(ctx, q, save)
+}
+
+// TestMailOutcomesAsRecorded: the mail outbox records each outcome as
+// what it is (the change says, not the record): a deliverer's saved
+// reference writes nothing for a mail, a retry writes the mail once, and
+// a sent mail goes to the mail log, not back to the outbox.
+func TestMailOutcomesAsRecorded(t *testing.T) {
+	box := &mailBox{queued: map[uint64]outbox.Queued{1: {Seq: 1, Enqueued: now}}}
+	answer := error(&outbox.Error{Retry: true, Message: "451 try later"})
+	to := mailFunc(func(_ context.Context, _ outbox.Queued, save func(string)) error {
+		save("ref")
+		return answer
+	})
+	clock := now
+	d := outbox.NewMailDispatcher(box, to, outbox.DispatchConfig{AlertAfter: time.Hour, OneByOne: true, What: "mail",
+		Log: slog.New(slog.DiscardHandler), Now: func() time.Time { return clock }})
+	clock = d.Flush(context.Background())
+	if q := box.queued[1]; box.records != 1 || q.Attempts != 1 || len(box.sent) != 0 {
+		t.Fatalf("retried: %d records, %+v, sent %v: want the one retry recorded", box.records, q, box.sent)
+	}
+	answer = nil
+	d.Flush(context.Background())
+	if _, queued := box.queued[1]; box.records != 1 || queued || !slices.Equal(box.sent, []uint64{1}) {
+		t.Fatalf("sent: %d records, still queued %v, sent %v: want it in the mail log alone", box.records, queued, box.sent)
 	}
 }
 

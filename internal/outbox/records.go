@@ -80,16 +80,17 @@ type Queued struct {
 	Mail     rollout.Mail
 	Enqueued time.Time
 	Delivery
-
-	sent time.Time // set by a delivery's outcome: the outbox records it sent
 }
 
 func (q *Queued) since() time.Time                             { return q.Enqueued }
 func (q *Queued) paced(time.Duration, time.Time) (paced, bool) { return paced{}, false }
-func (q *Queued) delivered(_ *Queued, at time.Time)            { q.sent = at }
 func (q *Queued) deadLettered(_ *Queued, err string)           { q.DeadLetter(err) }
-func (q *Queued) saved(string)                                 {} // a mail is not updated once sent
 func (q *Queued) ref() string                                  { return "" }
+
+// A mail sent leaves the outbox for the mail log (Mails.Sent), and a mail
+// has no record of the deliverer's to keep: neither changes it.
+func (q *Queued) delivered(*Queued, time.Time) {}
+func (q *Queued) saved(string)                 {}
 
 // skipped: a mail its deliverer does not send is a dead letter, with why.
 func (q *Queued) skipped(_ *Queued, why string) { q.DeadLetter(why) }
@@ -263,9 +264,24 @@ type Box[T any] interface {
 // Change is an outcome to record: Apply changes the record of Of (the
 // record as the dispatcher read it, unchanged) as stored.
 type Change[T any] struct {
-	Of    *T
-	Apply func(*T)
+	Of      *T
+	Outcome Outcome
+	At      time.Time // when it was delivered, for Delivered
+	Apply   func(*T)
 }
+
+// Outcome is what became of a delivery, as recorded. A Box that keeps
+// something of its own for an outcome (the mail log's sent time) reads it
+// here rather than from the record.
+type Outcome int
+
+const (
+	Delivered Outcome = iota + 1
+	Retried           // also rate limited: tried again later
+	DeadLettered
+	Skipped
+	Saved // the deliverer's record of it (Record.ref), "" when gone
+)
 
 // mails is the mail outbox as a Box: each change its own transaction.
 type mails struct{ Mails }
@@ -274,13 +290,15 @@ func (m mails) Due() ([]Queued, error) { return m.Pending() }
 
 func (m mails) Update(cs []Change[Queued]) error {
 	for _, c := range cs {
-		q := *c.Of
-		c.Apply(&q)
 		var err error
-		if q.sent.IsZero() {
+		switch c.Outcome {
+		case Delivered:
+			err = m.Sent(c.Of.Seq, c.At)
+		case Saved: // a mail keeps none
+		default:
+			q := *c.Of
+			c.Apply(&q)
 			err = m.Record(q)
-		} else {
-			err = m.Sent(q.Seq, q.sent)
 		}
 		if err != nil {
 			return err

@@ -32,14 +32,16 @@ type Config struct {
 // commits last applied: heads) to f, its outcomes counted in
 // fdn_forge_deliveries_total too (Deliveries). reg may be nil.
 func NewDispatcher(box outbox.Verdicts, heads outbox.Heads, f Forge, cfg Config, log *slog.Logger, now func() time.Time, reg prometheus.Registerer) *outbox.Dispatcher {
-	return outbox.NewDispatcher(box, NewDeliverer(heads, f, cfg, log), outbox.DispatchConfig{
-		AlertAfter: cfg.AlertAfter, Log: log, Now: now, Reg: reg, More: []*prometheus.CounterVec{Deliveries(reg)}})
+	to := NewDeliverer(heads, f, cfg, log)
+	return outbox.NewDispatcher(box, to, outbox.DispatchConfig{
+		AlertAfter: cfg.AlertAfter, Log: log, Now: now, Reg: reg, Counted: Counted(reg, to.Name())})
 }
 
-// Deliveries is fdn_forge_deliveries_total, registered on reg (nil:
-// none): the forge's outcomes as they were counted before there were
-// other channels, beside fdn_deliveries_total.
-func Deliveries(reg prometheus.Registerer) *prometheus.CounterVec {
+// Counted counts the outcomes of the forge named name in
+// fdn_forge_deliveries_total, registered on reg (nil: none): the forge's
+// outcomes as they were counted before there were other channels, beside
+// fdn_deliveries_total. It is a DispatchConfig.Counted.
+func Counted(reg prometheus.Registerer, name string) func(outcome string) {
 	byForge := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fdn_forge_deliveries_total",
 		Help: "Verdicts delivered to a forge, by outcome: sent, retried (transient failure), rate_limited, dead (refused for good), skipped (no repository or commit); fdn_deliveries_total{channel=<the forge>} counts the same.",
@@ -47,7 +49,10 @@ func Deliveries(reg prometheus.Registerer) *prometheus.CounterVec {
 	if reg != nil {
 		reg.MustRegister(byForge)
 	}
-	return byForge
+	for _, o := range outbox.OutcomeNames() {
+		byForge.WithLabelValues(name, o)
+	}
+	return func(o string) { byForge.WithLabelValues(name, o).Inc() }
 }
 
 // NewDeliverer is the forge's Deliverer: a deployment (or a commit
