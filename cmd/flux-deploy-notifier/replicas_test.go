@@ -219,8 +219,8 @@ func (r *replicas) converged(events []crashEvent, acked []bool) {
 				}
 			}
 			if db, co, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{}); err == nil {
-				in, err := co.Inbox(context.Background(), 100)
-				r.t.Logf("inbox: %d entries (%v)", len(in), err)
+				in, held, err := co.Tail(context.Background(), store.Position{}, 100)
+				r.t.Logf("inbox: %d entries, more held %v (%v)", len(in), held, err)
 				db.Close()
 			}
 			r.t.Fatalf("%d acknowledged events not shown after 30 s", missing)

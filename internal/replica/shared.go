@@ -165,17 +165,22 @@ func (n *shared) catchUp(ctx context.Context, version int64) int64 {
 }
 
 // pump takes the inbox into e until ctx ends: the leader's half of every
-// replica's SubmitAll. An entry is deleted once its observations are
+// replica's SubmitAll. It reads the inbox in its order (store.Tail) from
+// where it is trimmed, and takes an entry once its observations are
 // committed, or refused (they were checked when appended: a refusal here
-// is of a binary that checks more, and a retry cannot pass). A leader that
-// dies between the two leaves the entry to the next, which applies it
-// again: applying is idempotent. An entry this binary cannot read (a newer
+// is of a binary that checks more, and a retry cannot pass); it then
+// trims what it took and every live reader read. A leader that dies
+// between the two leaves the entry to the next, which applies it again:
+// applying is idempotent. An entry this binary cannot read (a newer
 // one's, during an update) stays, and holds up those after it until a
 // replica that reads it leads: said once in the log and on /readyz.
 func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 	const (
 		take   = 2048
 		linger = 10 * time.Millisecond
+		// held: entries committed behind a transaction still running (a
+		// commit, another replica's append) are read again this soon.
+		held = time.Millisecond
 	)
 	w := n.wakeups("fdn_inbox")
 	vacuums := []*vacuum{
@@ -189,9 +194,24 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 		}
 		n.pumpEp.Ok() // a warning of this term's
 	}()
+	var (
+		at    store.Position // how far the engine has the inbox
+		start = true         // at is not read yet
+	)
 	for ctx.Err() == nil {
 		w.listen(ctx)
-		entries, err := n.co.Inbox(ctx, take)
+		var (
+			entries []store.Entry
+			more    bool
+			err     error
+		)
+		if start {
+			at, err = n.co.Trimmed(ctx)
+			start = err != nil
+		}
+		if err == nil {
+			entries, more, err = n.co.Tail(ctx, at, take)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -201,31 +221,16 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 			n.succeeded(&n.pumpEp, "taking the events from the inbox succeeds again")
 		}
 		if err == nil && len(entries) > 0 {
-			groups := make([][]rollout.Observation, len(entries))
-			for i, en := range entries {
-				groups[i] = en.Observations
-			}
-			var done []int64
-			for i, err := range e.SubmitEach(ctx, groups) {
-				switch {
-				case err == nil:
-					done = append(done, entries[i].ID)
-					if entries[i].Event && n.onEvent != nil {
-						n.onEvent()
-					}
-				case errors.Is(err, rollout.ErrInvalid):
-					n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
-					done = append(done, entries[i].ID)
-				}
-			}
-			if len(done) > 0 {
-				if err = n.co.Consumed(ctx, done); err == nil {
+			var taken store.Position
+			if taken, err = n.apply(ctx, e, at, entries); taken != at {
+				at = taken
+				if _, terr := n.co.Trim(ctx, at, n.cfg.LeaseTTL); terr == nil {
 					for _, v := range vacuums {
-						v.taken(ctx, n, len(done))
+						v.taken(ctx, n, len(entries))
 					}
 				}
 			}
-			if err == nil && len(done) == len(entries) {
+			if err == nil {
 				if len(entries) < take {
 					// Gather what arrives meanwhile: fewer, larger commits,
 					// each a flush of the log the replicas' appends wait
@@ -235,8 +240,38 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 				continue // more may wait
 			}
 		}
+		if err == nil && more {
+			sleep(ctx, held)
+			continue
+		}
 		w.wait(ctx)
 	}
+}
+
+// apply submits entries, read after from, to e and returns the position
+// of the last of the first ones it took (committed or refused; from when
+// none), and an error when one after them was not: the next read starts
+// there.
+func (n *shared) apply(ctx context.Context, e *engine.Engine, from store.Position, entries []store.Entry) (store.Position, error) {
+	groups := make([][]rollout.Observation, len(entries))
+	for i, en := range entries {
+		groups[i] = en.Observations
+	}
+	at := from
+	for i, err := range e.SubmitEach(ctx, groups) {
+		switch {
+		case err == nil:
+			if entries[i].Event && n.onEvent != nil {
+				n.onEvent()
+			}
+		case errors.Is(err, rollout.ErrInvalid):
+			n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
+		default:
+			return at, err
+		}
+		at = entries[i].Pos
+	}
+	return at, nil
 }
 
 // vacuum vacuums tables once after entries were taken, at most every

@@ -73,6 +73,27 @@ var migrations = []string{
 	// written, without a vacuum or a new index entry.
 	`ALTER TABLE fdn_kv SET (fillfactor = 80);
 	ALTER TABLE fdn_views SET (fillfactor = 80);`,
+	// The inbox as a log every replica can read in one order: by the
+	// transaction that appended an entry, then its id (ids are taken
+	// before their transactions commit, so id order alone lets a late
+	// commit under a lower id slip behind a reader). Rows already there
+	// take this migration's transaction: after none of the rows to come.
+	// Each replica that reads the log says how far (fdn_readers); the
+	// leader deletes only what every live reader read, and says how far
+	// (fdn_trimmed): a reader behind that missed entries.
+	`ALTER TABLE fdn_inbox ADD COLUMN xid xid8 NOT NULL DEFAULT pg_current_xact_id();
+	CREATE INDEX fdn_inbox_in_order ON fdn_inbox (xid, id);
+	CREATE TABLE fdn_readers (
+		replica text PRIMARY KEY,
+		xid xid8 NOT NULL,
+		id bigint NOT NULL,
+		seen timestamptz NOT NULL
+	);
+	CREATE TABLE fdn_trimmed (
+		name text PRIMARY KEY,
+		xid xid8 NOT NULL,
+		id bigint NOT NULL
+	);`,
 }
 
 // schemaLock serializes replicas creating or migrating the schema at once

@@ -72,7 +72,16 @@ func TestPostgresMigrates(t *testing.T) {
 	srv := pgtest.Start(t)
 	conn := srv.NewDatabase(t)
 	srv.Exec(t, conn, migrations[0]+`; CREATE TABLE fdn_schema (version integer NOT NULL); INSERT INTO fdn_schema VALUES (1)`)
-	openReplica(t, conn, PostgresOptions{})
+	// An event acknowledged before the update, waiting in the inbox.
+	body, err := encodeInbox([]rollout.Observation{inboxObs(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Exec(t, conn, fmt.Sprintf(`INSERT INTO fdn_inbox (event, body) VALUES (true, '\x%02x%x')`, inboxVersion, body))
+	d := openReplica(t, conn, PostgresOptions{})
+	if in, _, err := d.Tail(context.Background(), Position{}, 10); err != nil || len(in) != 1 || in[0].Observations[0].Hash != inboxObs(1).Hash {
+		t.Fatalf("the inbox after the migration: %+v (%v), want the entry appended before it", in, err)
+	}
 	c, err := pgx.Connect(context.Background(), conn)
 	if err != nil {
 		t.Fatal(err)
@@ -91,69 +100,62 @@ func TestPostgresMigrates(t *testing.T) {
 	}
 }
 
-// TestInbox: appends are taken in their order, each with what it holds;
+// TestInbox: appends are read in their order, each with what it holds;
 // an entry this binary cannot read holds up those after it, the ones
-// before it taken; taken entries deleted, and their space given back by
+// before it read; trimmed entries deleted, and their space given back by
 // Vacuum.
 func TestInbox(t *testing.T) {
 	srv := pgtest.Start(t)
 	conn := srv.NewDatabase(t)
 	d := openReplica(t, conn, PostgresOptions{})
 	ctx := context.Background()
-	obs := func(i int) rollout.Observation {
-		return rollout.Observation{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Revision: fmt.Sprintf("main@sha1:%040x", i)}
-	}
 	for i := range 3 {
-		if err := d.Append(ctx, []rollout.Observation{obs(i), obs(i + 100)}, i%2 == 0); err != nil {
+		if err := d.Append(ctx, []rollout.Observation{inboxObs(i), inboxObs(i + 100)}, i%2 == 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	srv.Exec(t, conn, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x02')`)
-	if err := d.Append(ctx, []rollout.Observation{obs(9)}, true); err != nil {
+	if err := d.Append(ctx, []rollout.Observation{inboxObs(9)}, true); err != nil {
 		t.Fatal(err)
 	}
-	in, err := d.Inbox(ctx, 100)
-	if err != nil || len(in) != 3 {
-		t.Fatalf("took %d entries (%v), want the 3 before the unreadable one", len(in), err)
+	in, held, err := d.Tail(ctx, Position{}, 100)
+	if err != nil || held || len(in) != 3 {
+		t.Fatalf("read %d entries, held %v (%v), want the 3 before the unreadable one", len(in), held, err)
 	}
 	for i, e := range in {
-		if len(e.Observations) != 2 || e.Observations[0].Hash != obs(i).Hash || e.Observations[1].Hash != obs(i+100).Hash || e.Event != (i%2 == 0) {
+		if len(e.Observations) != 2 || e.Observations[0].Hash != inboxObs(i).Hash || e.Observations[1].Hash != inboxObs(i+100).Hash || e.Event != (i%2 == 0) {
 			t.Fatalf("entry %d: %+v", i, e)
 		}
 	}
-	if err := d.Consumed(ctx, []int64{in[0].ID, in[1].ID, in[2].ID}); err != nil {
-		t.Fatal(err)
+	if at, err := d.Trim(ctx, in[2].Pos, time.Minute); err != nil || at != in[2].Pos {
+		t.Fatalf("trimmed to %+v (%v), want %+v", at, err, in[2].Pos)
 	}
 	var unreadable *UnreadableError
-	if _, err := d.Inbox(ctx, 100); !errors.As(err, &unreadable) || !unreadable.Newer {
+	if _, _, err := d.Tail(ctx, Position{}, 100); !errors.As(err, &unreadable) || !unreadable.Newer {
 		t.Fatalf("the unreadable entry first: %v", err)
 	}
 	if n, err := d.InboxDepth(ctx); err != nil || n != 2 {
 		t.Fatalf("depth %d (%v), want 2", n, err)
 	}
 	srv.Exec(t, conn, `DELETE FROM fdn_inbox WHERE body = '\x02'`)
-	if in, err = d.Inbox(ctx, 100); err != nil || len(in) != 1 || in[0].Observations[0].Hash != obs(9).Hash {
+	if in, _, err = d.Tail(ctx, in[2].Pos, 100); err != nil || len(in) != 1 || in[0].Observations[0].Hash != inboxObs(9).Hash {
 		t.Fatalf("after it: %+v (%v)", in, err)
 	}
 	// A burst's rows, all taken: Vacuum gives their pages back.
 	for range 20 {
 		batch := make([]rollout.Observation, 200)
 		for i := range batch {
-			batch[i] = obs(i)
+			batch[i] = inboxObs(i)
 		}
 		if err := d.Append(ctx, batch, true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	all, err := d.Inbox(ctx, 100)
-	if err != nil {
-		t.Fatal(err)
+	all, _, err := d.Tail(ctx, Position{}, 100)
+	if err != nil || len(all) != 21 {
+		t.Fatalf("read %d entries (%v), want 21", len(all), err)
 	}
-	ids := make([]int64, len(all))
-	for i, e := range all {
-		ids[i] = e.ID
-	}
-	if err := d.Consumed(ctx, ids); err != nil {
+	if _, err := d.Trim(ctx, all[len(all)-1].Pos, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Vacuum(ctx, TableInbox, TableKV, TableViews); err != nil {
@@ -167,6 +169,106 @@ func TestInbox(t *testing.T) {
 	var pages int64
 	if err := c.QueryRow(ctx, `SELECT pg_relation_size('fdn_inbox') / current_setting('block_size')::int`).Scan(&pages); err != nil || pages != 0 {
 		t.Fatalf("the inbox keeps %d pages after its rows were taken and vacuumed (%v)", pages, err)
+	}
+}
+
+func inboxObs(i int) rollout.Observation {
+	return rollout.Observation{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Revision: fmt.Sprintf("main@sha1:%040x", i)}
+}
+
+// TestInboxInCommitOrder: an entry whose transaction commits after a
+// later one's (its id lower) is never skipped: a reader gets neither
+// until it commits, and then both, in one order that every reader reads.
+func TestInboxInCommitOrder(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	a, b := openReplica(t, conn, PostgresOptions{}), openReplica(t, conn, PostgresOptions{})
+	ctx := context.Background()
+	slow, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close(ctx)
+	tx, err := slow.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var id int64
+	// Its id and transaction first; it commits after b's append.
+	if err := tx.QueryRow(ctx, `SELECT nextval('fdn_inbox_id_seq'), pg_current_xact_id()`).Scan(&id, new(uint64)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Append(ctx, []rollout.Observation{inboxObs(2)}, true); err != nil {
+		t.Fatal(err)
+	}
+	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 0 || !held {
+		t.Fatalf("with an earlier append uncommitted: %d entries, held %v (%v); want none, held", len(in), held, err)
+	}
+	body, err := encodeInbox([]rollout.Observation{inboxObs(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO fdn_inbox (id, event, body) VALUES ($1, true, $2)`, id, append([]byte{inboxVersion}, body...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got [2][]string
+	for i, r := range []replicaHandle{a, b} {
+		in, held, err := r.Tail(ctx, Position{}, 100)
+		if err != nil || held {
+			t.Fatalf("reader %d: held %v (%v)", i, held, err)
+		}
+		for _, e := range in {
+			got[i] = append(got[i], e.Observations[0].Hash)
+		}
+	}
+	want := []string{inboxObs(1).Hash, inboxObs(2).Hash}
+	if !slices.Equal(got[0], want) || !slices.Equal(got[1], want) {
+		t.Fatalf("read %v and %v, want both in the order of their transactions %v", got[0], got[1], want)
+	}
+}
+
+// TestTrimWaitsForReaders: the leader trims only what every live reader
+// read; a reader not seen within live holds nothing back, and finds the
+// inbox trimmed past it. A trim never moves the mark back.
+func TestTrimWaitsForReaders(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	a, b := openReplica(t, conn, PostgresOptions{}), openReplica(t, conn, PostgresOptions{})
+	ctx := context.Background()
+	for i := range 3 {
+		if err := a.Append(ctx, []rollout.Observation{inboxObs(i)}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, _, err := a.Tail(ctx, Position{}, 100)
+	if err != nil || len(in) != 3 {
+		t.Fatalf("%d entries (%v)", len(in), err)
+	}
+	if err := b.Read(ctx, "b", in[0].Pos); err != nil {
+		t.Fatal(err)
+	}
+	if at, err := a.Trim(ctx, in[2].Pos, time.Minute); err != nil || at != in[0].Pos {
+		t.Fatalf("trimmed to %+v (%v), want where b read, %+v", at, err, in[0].Pos)
+	}
+	if rest, _, err := b.Tail(ctx, in[0].Pos, 100); err != nil || len(rest) != 2 {
+		t.Fatalf("b reads on: %d entries (%v), want 2", len(rest), err)
+	}
+	srv.Exec(t, conn, `UPDATE fdn_readers SET seen = now() - interval '1 hour'`)
+	if at, err := a.Trim(ctx, in[2].Pos, time.Minute); err != nil || at != in[2].Pos {
+		t.Fatalf("with b gone: trimmed to %+v (%v), want %+v", at, err, in[2].Pos)
+	}
+	if at, err := b.Trimmed(ctx); err != nil || !in[0].Pos.Before(at) {
+		t.Fatalf("b finds the inbox trimmed to %+v (%v): not past where it read", at, err)
+	}
+	if at, err := a.Trim(ctx, in[1].Pos, time.Minute); err != nil || at != in[2].Pos {
+		t.Fatalf("a trim behind the mark: %+v (%v), want the mark kept at %+v", at, err, in[2].Pos)
+	}
+	if n, err := a.InboxDepth(ctx); err != nil || n != 0 {
+		t.Fatalf("depth %d (%v)", n, err)
 	}
 }
 

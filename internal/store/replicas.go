@@ -28,6 +28,7 @@ const inboxVersion = 1
 // Entry is one row of the inbox: observations acknowledged together.
 type Entry struct {
 	ID           int64
+	Pos          Position // its place in the inbox's order
 	Observations []rollout.Observation
 	Event        bool // an event from notification-controller (else: read from the cluster)
 }
@@ -108,34 +109,132 @@ func (a *appender) lead(p *pgBackend) {
 	go a.lead(p)
 }
 
-// Inbox returns up to limit entries, oldest first. An entry stays until
-// Consumed: a leader that dies before then leaves it to the next, which
-// applies it again (applying is idempotent).
-func (c *Coordination) Inbox(ctx context.Context, limit int) ([]Entry, error) {
+// Position is a place in the inbox's order: every replica reads the
+// entries in the order of the transactions that appended them (their
+// xid8), then of their ids. The zero Position is before every entry.
+type Position struct {
+	Xid uint64
+	ID  int64
+}
+
+// Before reports whether p is before q in the inbox's order.
+func (p Position) Before(q Position) bool {
+	return p.Xid < q.Xid || p.Xid == q.Xid && p.ID < q.ID
+}
+
+// Tail returns up to limit entries after from, in the inbox's order, and
+// whether more entries were committed after those that it could not
+// return yet. It returns only entries of transactions older than every
+// one still running: a transaction still running may commit an entry that
+// comes before the later ones, so a reader that took those would skip it.
+// held then says that such a transaction holds entries back: read again
+// soon, not at the next notification. An entry stays until Trim: a
+// leader that dies before its commit leaves it to the next, which applies
+// it again (applying is idempotent).
+func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entries []Entry, held bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
-	rows, err := c.p.pool.Query(ctx, `SELECT id, event, body FROM fdn_inbox ORDER BY id LIMIT $1`, limit)
+	// One snapshot for the horizon and the rows: a row of a transaction
+	// below the horizon is visible in it, and none can come after.
+	rows, err := c.p.pool.Query(ctx, `WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
+		(SELECT id, xid, event, body FROM fdn_inbox, h WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid < h.xmin ORDER BY xid, id LIMIT $3)
+		UNION ALL
+		(SELECT 0, xid, false, NULL FROM fdn_inbox, h WHERE xid >= h.xmin LIMIT 1)`, from.Xid, from.ID, limit)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer rows.Close()
-	var out []Entry
 	for rows.Next() {
-		var e Entry
-		var body []byte
-		if err := rows.Scan(&e.ID, &e.Event, &body); err != nil {
-			return nil, err
+		var (
+			e    Entry
+			body []byte
+		)
+		if err := rows.Scan(&e.ID, &e.Pos.Xid, &e.Event, &body); err != nil {
+			return nil, false, err
 		}
+		if e.ID == 0 {
+			held = true
+			continue
+		}
+		e.Pos.ID = e.ID
 		if len(body) == 0 || body[0] != inboxVersion {
-			return unreadable(out, &UnreadableError{ID: e.ID, Newer: len(body) > 0 && body[0] > inboxVersion,
+			entries, err = unreadable(entries, &UnreadableError{ID: e.ID, Newer: len(body) > 0 && body[0] > inboxVersion,
 				Err: errors.New("unknown encoding")})
+			return entries, false, err
 		}
 		if e.Observations, err = decodeInbox(body[1:]); err != nil {
-			return unreadable(out, &UnreadableError{ID: e.ID, Err: err})
+			entries, err = unreadable(entries, &UnreadableError{ID: e.ID, Err: err})
+			return entries, false, err
 		}
-		out = append(out, e)
+		entries = append(entries, e)
 	}
-	return out, rows.Err()
+	return entries, held, rows.Err()
+}
+
+// Read records that replica has read the inbox up to at: the leader
+// trims no entry after it while the replica reads on.
+func (c *Coordination) Read(ctx context.Context, replica string, at Position) error {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	_, err := c.p.pool.Exec(ctx, `INSERT INTO fdn_readers (replica, xid, id, seen) VALUES ($1, $2, $3, now())
+		ON CONFLICT (replica) DO UPDATE SET xid = excluded.xid, id = excluded.id, seen = excluded.seen`, replica, at.Xid, at.ID)
+	return err
+}
+
+// Trim deletes the inbox's entries up to upTo (the leader's: those it
+// committed) that every reader seen within live has read too, and
+// returns how far the inbox is trimmed. A reader not seen for longer
+// (stopped, or paused) holds nothing back: it finds the log trimmed past
+// where it read (Trimmed), and loads again.
+func (c *Coordination) Trim(ctx context.Context, upTo Position, live time.Duration) (Position, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	var at Position
+	// Not waiting for the log's flush: a delete lost in a crash applies its
+	// entries again, which changes nothing; waiting would be one more
+	// flush the replicas' appends queue behind.
+	err := pgx.BeginFunc(ctx, c.p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		at = upTo
+		var behind Position
+		err := tx.QueryRow(ctx, `SELECT xid, id FROM fdn_readers WHERE seen > now() - $1::bigint * interval '1 millisecond'
+			ORDER BY xid, id LIMIT 1`, live.Milliseconds()).Scan(&behind.Xid, &behind.ID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case behind.Before(at):
+			at = behind
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM fdn_inbox WHERE (xid, id) <= ($1::xid8, $2::bigint)`, at.Xid, at.ID); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `INSERT INTO fdn_trimmed (name, xid, id) VALUES ('inbox', $1, $2)
+			ON CONFLICT (name) DO UPDATE SET (xid, id) = (excluded.xid, excluded.id)
+				WHERE (fdn_trimmed.xid, fdn_trimmed.id) < (excluded.xid, excluded.id)
+			RETURNING xid, id`, at.Xid, at.ID).Scan(&at.Xid, &at.ID)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Trimmed further already (a leader before this one): no row
+		// updated, and nothing after that deleted.
+		return c.Trimmed(ctx)
+	}
+	return at, err
+}
+
+// Trimmed returns how far the inbox is trimmed: a reader that read less
+// missed entries, and a leader's term takes the inbox from there.
+func (c *Coordination) Trimmed(ctx context.Context) (Position, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	var at Position
+	err := c.p.pool.QueryRow(ctx, `SELECT xid, id FROM fdn_trimmed WHERE name = 'inbox'`).Scan(&at.Xid, &at.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Position{}, nil
+	}
+	return at, err
 }
 
 // UnreadableError is an inbox entry this binary cannot read: written by a
@@ -217,22 +316,6 @@ func (c *Coordination) InboxDepth(ctx context.Context) (int, error) {
 	var n int
 	err := c.p.pool.QueryRow(ctx, `SELECT count(*) FROM fdn_inbox`).Scan(&n)
 	return n, err
-}
-
-// Consumed deletes inbox entries whose observations were committed.
-func (c *Coordination) Consumed(ctx context.Context, ids []int64) error {
-	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
-	defer cancel()
-	// Not waiting for the log's flush: a delete lost in a crash applies its
-	// entries again, which changes nothing; waiting would be one more
-	// flush the replicas' appends queue behind.
-	return pgx.BeginFunc(ctx, c.p.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `DELETE FROM fdn_inbox WHERE id = ANY($1)`, ids)
-		return err
-	})
 }
 
 // Vacuum makes the space of the rows the leader's work left dead in
