@@ -189,33 +189,42 @@ func (c *Coordination) Read(ctx context.Context, replica string, at Position) er
 func (c *Coordination) Trim(ctx context.Context, upTo Position, live time.Duration) (Position, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
+	// One round trip, the pump waiting on it. Not waiting for the log's
+	// flush: a delete lost in a crash applies its entries again, which
+	// changes nothing; waiting would be one more flush the replicas'
+	// appends queue behind.
+	var b pgx.Batch
+	b.Queue(`BEGIN`)
+	b.Queue(`SET LOCAL synchronous_commit = off`)
+	// The mark: the least of upTo and where each live reader is.
+	b.Queue(`WITH mark AS (
+			SELECT xid, id FROM (
+				SELECT xid, id FROM fdn_readers WHERE seen > now() - $3::bigint * interval '1 millisecond'
+				UNION ALL SELECT $1::xid8, $2::bigint) p
+			ORDER BY xid, id LIMIT 1),
+		trimmed AS (DELETE FROM fdn_inbox WHERE (xid, id) <= (SELECT xid, id FROM mark))
+		INSERT INTO fdn_trimmed (name, xid, id) SELECT 'inbox', xid, id FROM mark
+		ON CONFLICT (name) DO UPDATE SET (xid, id) = (excluded.xid, excluded.id)
+			WHERE (fdn_trimmed.xid, fdn_trimmed.id) < (excluded.xid, excluded.id)
+		RETURNING xid, id`, upTo.Xid, upTo.ID, live.Milliseconds())
+	b.Queue(`COMMIT`)
+	br := c.p.pool.SendBatch(ctx, &b)
 	var at Position
-	// Not waiting for the log's flush: a delete lost in a crash applies its
-	// entries again, which changes nothing; waiting would be one more
-	// flush the replicas' appends queue behind.
-	err := pgx.BeginFunc(ctx, c.p.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
-			return err
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&at.Xid, &at.ID)
+	}
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		if _, cerr := br.Exec(); cerr != nil {
+			err = cerr
 		}
-		at = upTo
-		var behind Position
-		err := tx.QueryRow(ctx, `SELECT xid, id FROM fdn_readers WHERE seen > now() - $1::bigint * interval '1 millisecond'
-			ORDER BY xid, id LIMIT 1`, live.Milliseconds()).Scan(&behind.Xid, &behind.ID)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return err
-		case behind.Before(at):
-			at = behind
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM fdn_inbox WHERE (xid, id) <= ($1::xid8, $2::bigint)`, at.Xid, at.ID); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `INSERT INTO fdn_trimmed (name, xid, id) VALUES ('inbox', $1, $2)
-			ON CONFLICT (name) DO UPDATE SET (xid, id) = (excluded.xid, excluded.id)
-				WHERE (fdn_trimmed.xid, fdn_trimmed.id) < (excluded.xid, excluded.id)
-			RETURNING xid, id`, at.Xid, at.ID).Scan(&at.Xid, &at.ID)
-	})
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Trimmed further already (a leader before this one): no row
 		// updated, and nothing after that deleted.
