@@ -56,11 +56,15 @@ type Delivery struct {
 	// Failed is a delivery to the Alert's Provider given up after its
 	// retries ("failed to send notification"); else the event was
 	// dispatched to every Alert that matches it ("dispatching event").
-	Failed  bool
-	At      time.Time // when it was logged
-	Alert   string    // of a failure
-	Name    string    // of the involved object
-	Message string    // of a dispatched event
+	Failed bool
+	// Discarded is an event notification-controller dropped as a repeat
+	// of one it dispatched within 5 minutes (its rate limit): the object's
+	// controller sent that event again, and it was dispatched before.
+	Discarded bool
+	At        time.Time // when it was logged
+	Alert     string    // of a failure
+	Name      string    // of the involved object
+	Message   string    // of a dispatched event
 }
 
 // logTime is the layout of the time Flux's controllers log (their logger
@@ -91,8 +95,8 @@ func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 		if len(fields) < 5 || fields[2] != "event-server" {
 			continue
 		}
-		d := Delivery{Failed: fields[3] == "failed to send notification"}
-		if !d.Failed && fields[3] != "dispatching event" {
+		d := Delivery{Failed: fields[3] == "failed to send notification", Discarded: fields[3] == "Discarding event, rate limiting duplicate events"}
+		if !d.Failed && !d.Discarded && fields[3] != "dispatching event" {
 			continue
 		}
 		at, err := time.Parse(logTime, fields[0])
