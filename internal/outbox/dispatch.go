@@ -225,7 +225,13 @@ type DispatcherOf[T any, P Record[T]] struct {
 }
 
 // OutcomeNames are the outcomes of a delivery, as the metrics count them.
-func OutcomeNames() []string { return []string{"sent", "retried", "rate_limited", "dead", "skipped"} }
+func OutcomeNames() []string {
+	var out []string
+	for o := Delivered; o < Saved; o++ {
+		out = append(out, o.String())
+	}
+	return out
+}
 
 // NewDispatcher wires a dispatcher of box's verdicts to to. Its outcomes
 // are counted in fdn_deliveries_total (one counter for every channel's
@@ -471,7 +477,6 @@ func (d *DispatcherOf[T, P]) outcome(r P, err error) (time.Time, bool) {
 	switch {
 	case errors.As(err, &skip):
 		d.record(r, Skipped, time.Time{}, func(q *T) { P(q).skipped(r, skip.Error()) })
-		d.count("skipped")
 		log.Debug(d.cfg.What+" not shown", "why", string(skip))
 		return time.Time{}, false
 	case err != nil:
@@ -489,7 +494,6 @@ func (d *DispatcherOf[T, P]) outcome(r P, err error) (time.Time, bool) {
 	d.mu.Lock()
 	d.refusal, d.dead = "", time.Time{}
 	d.mu.Unlock()
-	d.count("sent")
 	return time.Time{}, false
 }
 
@@ -510,7 +514,6 @@ func (d *DispatcherOf[T, P]) retry(r P, fe *Error, log *slog.Logger) (time.Time,
 	d.mu.Unlock()
 	if !fe.Retry {
 		d.record(r, DeadLettered, time.Time{}, func(q *T) { P(q).deadLettered(r, fe.Error()) })
-		d.count("dead")
 		log.Error(d.to.Name()+" refused the "+d.cfg.What+" for good, dead-lettered", "err", fe.Error())
 		return time.Time{}, false
 	}
@@ -519,13 +522,12 @@ func (d *DispatcherOf[T, P]) retry(r P, fe *Error, log *slog.Logger) (time.Time,
 		after = Backoff(r.delivery().Attempts+1, backoffBase, d.cfg.MaxBackoff)
 	}
 	at := now.Add(after)
-	d.record(r, Retried, time.Time{}, func(q *T) { P(q).delivery().Retry(at, fe.Error()) })
-	outcome := "retried"
+	o := Retried
 	if fe.Limited {
-		outcome = "rate_limited"
+		o = RateLimited
 		d.limitedUntil = at
 	}
-	d.count(outcome)
+	d.record(r, o, time.Time{}, func(q *T) { P(q).delivery().Retry(at, fe.Error()) })
 	d.warner.Warn("deliver a "+d.cfg.What+" to "+d.to.Name()+", will retry", fe)
 	return at, fe.Limited
 }
@@ -537,6 +539,9 @@ func (d *DispatcherOf[T, P]) retry(r P, fe *Error, log *slog.Logger) (time.Time,
 // idempotency key, a mail's Message-ID).
 func (d *DispatcherOf[T, P]) record(r P, o Outcome, at time.Time, f func(*T)) {
 	d.rec.add(Change[T]{Of: r, Outcome: o, At: at, Apply: f})
+	if o != Saved { // not an outcome of a delivery: the deliverer's record
+		d.count(o.String())
+	}
 }
 
 // recorder writes a dispatcher's outcomes as they come, in batches: what

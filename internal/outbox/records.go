@@ -270,18 +270,38 @@ type Change[T any] struct {
 	Apply   func(*T)
 }
 
-// Outcome is what became of a delivery, as recorded. A Box that keeps
-// something of its own for an outcome (the mail log's sent time) reads it
-// here rather than from the record.
+// Outcome is what became of a delivery, as recorded and counted. A Box
+// that keeps something of its own for an outcome (the mail log's sent
+// time) reads it here rather than from the record.
 type Outcome int
 
 const (
-	Delivered Outcome = iota + 1
-	Retried           // also rate limited: tried again later
-	DeadLettered
-	Skipped
-	Saved // the deliverer's record of it (Record.ref), "" when gone
+	Delivered    Outcome = iota + 1
+	Retried              // a transient failure: tried again later
+	RateLimited          // the service's rate limit: tried again after it
+	DeadLettered         // refused for good
+	Skipped              // not shown there
+	Saved                // not a delivery's outcome: the deliverer's record of it (Record.ref), "" when gone
 )
+
+// String is the outcome as the metrics count it (the label "outcome").
+func (o Outcome) String() string {
+	switch o {
+	case Delivered:
+		return "sent"
+	case Retried:
+		return "retried"
+	case RateLimited:
+		return "rate_limited"
+	case DeadLettered:
+		return "dead"
+	case Skipped:
+		return "skipped"
+	case Saved:
+		return "saved"
+	}
+	return "unknown"
+}
 
 // mails is the mail outbox as a Box: each change its own transaction.
 type mails struct{ Mails }
