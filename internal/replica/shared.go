@@ -178,9 +178,9 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 	const (
 		take   = 2048
 		linger = 10 * time.Millisecond
-		// held: entries committed behind a transaction still running (a
-		// commit, another replica's append) are read again this soon.
-		held = time.Millisecond
+		// Entries committed behind a transaction still running (a commit,
+		// another replica's append) are read again this soon.
+		reread = time.Millisecond
 	)
 	w := n.wakeups("fdn_inbox")
 	vacuums := []*vacuum{
@@ -202,7 +202,7 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 		w.listen(ctx)
 		var (
 			entries []store.Entry
-			more    bool
+			held    bool
 			err     error
 		)
 		if start {
@@ -210,7 +210,7 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 			start = err != nil
 		}
 		if err == nil {
-			entries, more, err = n.co.Tail(ctx, at, take)
+			entries, held, err = n.co.Tail(ctx, at, take)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -221,12 +221,14 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 			n.succeeded(&n.pumpEp, "taking the events from the inbox succeeds again")
 		}
 		if err == nil && len(entries) > 0 {
-			var taken store.Position
-			if taken, err = n.apply(ctx, e, at, entries); taken != at {
-				at = taken
+			var taken int
+			if taken, err = n.apply(ctx, e, entries); taken > 0 {
+				// A failure to trim is the next one's to make up: it
+				// trims up to where the pump is.
+				at = entries[taken-1].Pos
 				if _, terr := n.co.Trim(ctx, at, n.cfg.LeaseTTL); terr == nil {
 					for _, v := range vacuums {
-						v.taken(ctx, n, len(entries))
+						v.taken(ctx, n, taken)
 					}
 				}
 			}
@@ -240,24 +242,22 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 				continue // more may wait
 			}
 		}
-		if err == nil && more {
-			sleep(ctx, held)
+		if err == nil && held {
+			sleep(ctx, reread)
 			continue
 		}
 		w.wait(ctx)
 	}
 }
 
-// apply submits entries, read after from, to e and returns the position
-// of the last of the first ones it took (committed or refused; from when
-// none), and an error when one after them was not: the next read starts
-// there.
-func (n *shared) apply(ctx context.Context, e *engine.Engine, from store.Position, entries []store.Entry) (store.Position, error) {
+// apply submits entries to e and returns how many of the first ones it
+// took (committed or refused), and an error when the one after them was
+// not: the next read starts there.
+func (n *shared) apply(ctx context.Context, e *engine.Engine, entries []store.Entry) (int, error) {
 	groups := make([][]rollout.Observation, len(entries))
 	for i, en := range entries {
 		groups[i] = en.Observations
 	}
-	at := from
 	for i, err := range e.SubmitEach(ctx, groups) {
 		switch {
 		case err == nil:
@@ -267,11 +267,10 @@ func (n *shared) apply(ctx context.Context, e *engine.Engine, from store.Positio
 		case errors.Is(err, rollout.ErrInvalid):
 			n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
 		default:
-			return at, err
+			return i, err
 		}
-		at = entries[i].Pos
 	}
-	return at, nil
+	return len(entries), nil
 }
 
 // vacuum vacuums tables once after entries were taken, at most every

@@ -135,7 +135,8 @@ func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entr
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	// One snapshot for the horizon and the rows: a row of a transaction
-	// below the horizon is visible in it, and none can come after.
+	// below the horizon is visible in it, and none can come after. A row
+	// of id 0 (ids start at 1) says that others are held behind it.
 	rows, err := c.p.pool.Query(ctx, `WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
 		(SELECT id, xid, event, body FROM fdn_inbox, h WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid < h.xmin ORDER BY xid, id LIMIT $3)
 		UNION ALL
@@ -185,7 +186,9 @@ func (c *Coordination) Read(ctx context.Context, replica string, at Position) er
 // committed) that every reader seen within live has read too, and
 // returns how far the inbox is trimmed. A reader not seen for longer
 // (stopped, or paused) holds nothing back: it finds the log trimmed past
-// where it read (Trimmed), and loads again.
+// where it read (Trimmed), and loads again. It needs no fence: upTo
+// covers only entries whose commits were fenced, so a leader paused past
+// its term trims only what its successor loaded committed.
 func (c *Coordination) Trim(ctx context.Context, upTo Position, live time.Duration) (Position, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
