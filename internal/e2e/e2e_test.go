@@ -955,8 +955,12 @@ func (w *world) expectNoEvents(t *testing.T) {
 func (w *world) awaitUndelivered(t *testing.T, seen int) {
 	t.Helper()
 	w.awaitGivenUp(t, map[string]int{w.ns: seen}, bothInstances, func(ds []Delivery) bool {
-		last := ds[len(ds)-1]
-		return last.Name == "apps" && strings.HasPrefix(last.Message, "Reconciliation finished")
+		for _, d := range slices.Backward(ds) {
+			if !d.Failed && !d.Discarded {
+				return d.Name == "apps" && strings.HasPrefix(d.Message, "Reconciliation finished")
+			}
+		}
+		return false
 	})
 }
 
@@ -965,56 +969,86 @@ var bothInstances = []string{Options{}.Registration(), Options{EventsOnly: true}
 
 // awaitGivenUp waits until notification-controller has ended, for good,
 // every delivery of an event about the namespaces (the instances registered
-// as regs being stopped, each failed), and done says the events it
-// dispatched since seen (how many deliveries of each it had logged before;
-// never none) are those awaited.
-func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, regs []string, done func(dispatched []Delivery) bool) {
+// as regs being stopped, each failed), and done says the deliveries logged
+// since seen (how many of each namespace it had logged before) are those
+// awaited; it dispatched one at least.
+func (w *world) awaitGivenUp(t *testing.T, seen map[string]int, regs []string, done func(since []Delivery) bool) {
 	t.Helper()
+	// A delivery runs for at most its Provider's timeout (the `manifests`
+	// command's), and its goroutine may start late on a loaded machine.
+	delivering := w.providerTimeout(t, regs) + 10*time.Second
 	// Five minutes: on a loaded machine the controllers take most of
 	// one to reach the events awaited (a cold CI run once took longer).
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		var dispatched []Delivery
-		var last time.Time
+		var (
+			since      []Delivery
+			dispatched int
+			last       time.Time
+		)
 		failed := map[string]int{}
 		for ns, n := range seen {
 			ds, err := w.flux.Deliveries(ns)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i, d := range ds {
-				switch {
-				case d.Discarded:
-				case d.Failed && i >= n:
-					failed[d.Alert]++
-				case !d.Failed:
-					if d.At.After(last) {
-						last = d.At
-					}
-					if i >= n {
-						dispatched = append(dispatched, d)
-					}
+			for _, d := range ds {
+				if !d.Failed && !d.Discarded && d.At.After(last) {
+					last = d.At
 				}
+			}
+			since = append(since, ds[n:]...)
+		}
+		for _, d := range since {
+			switch {
+			case d.Failed:
+				failed[d.Alert]++
+			case !d.Discarded:
+				dispatched++
 			}
 		}
 		// Not "as many failed as were dispatched since seen": a failure
 		// does not say which event it was, and one dispatched just before
 		// seen fails after it (twice in CI, every scenario at once, this
 		// waited in vain). Every delivery has ended once the last event
-		// was dispatched longer than Delivering ago.
-		if len(dispatched) > 0 && done(dispatched) && time.Since(last) > Delivering {
+		// was dispatched longer ago than a delivery lasts.
+		if dispatched > 0 && done(since) && time.Since(last) > delivering {
 			for _, r := range regs {
 				if failed[r] == 0 {
-					t.Fatalf("notification-controller dispatched %d events but none failed for %s, which is stopped", len(dispatched), r)
+					t.Fatalf("notification-controller dispatched %d events but none failed for %s, which is stopped", dispatched, r)
 				}
 			}
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("notification-controller still delivering after 5m: %d dispatched, the last at %s, failed %v", len(dispatched), last.Format(time.TimeOnly), failed)
+			t.Fatalf("notification-controller still delivering after 5m: %d dispatched, the last at %s, failed %v", dispatched, last.Format(time.TimeOnly), failed)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// providerTimeout is the longest timeout of the Providers of the instances
+// registered as regs, as the `manifests` command wrote them.
+func (w *world) providerTimeout(t *testing.T, regs []string) time.Duration {
+	t.Helper()
+	ri, err := w.c.ResourceFor("notification.toolkit.fluxcd.io/v1beta3", "Provider", w.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var longest time.Duration
+	for _, r := range regs {
+		p, err := ri.Get(context.Background(), r, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, _ := unstructured.NestedString(p.Object, "spec", "timeout")
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("Provider %s's timeout %q: %v", r, s, err)
+		}
+		longest = max(longest, d)
+	}
+	return longest
 }
 
 // 8b. The service is down while two commits roll out one after the other:
@@ -1134,9 +1168,9 @@ func eventsLostBetweenCommits(t *testing.T, w *world) {
 func (w *world) awaitLost(t *testing.T, seen int, published time.Time) {
 	t.Helper()
 	after := published.Add(2 * time.Second) // its controller's cache has the commit
-	w.awaitGivenUp(t, map[string]int{w.ns: seen}, []string{Options{EventsOnly: true}.Registration()}, func([]Delivery) bool {
+	w.awaitGivenUp(t, map[string]int{w.ns: seen}, []string{Options{EventsOnly: true}.Registration()}, func(since []Delivery) bool {
 		waits, repeated := 0, false
-		for _, d := range w.deliveries(t)[seen:] {
+		for _, d := range since {
 			switch {
 			case d.Name != "apps" || d.Failed:
 			case d.Discarded:

@@ -71,18 +71,13 @@ type Delivery struct {
 // encodes it as ISO 8601, in milliseconds).
 const logTime = "2006-01-02T15:04:05.000Z0700"
 
-// Delivering is how long after notification-controller dispatched an
-// event a delivery of it may still be under way: each runs in a goroutine
-// of its own, ended by the Provider's timeout (15 s, the `manifests`
-// command's), plus time for that goroutine to start on a loaded machine.
-const Delivering = 25 * time.Second
-
 // Deliveries reads from notification-controller's log the events about
 // objects of namespace it dispatched to a Provider, and the deliveries that
 // failed for good (after its retries, within the Provider's timeout), in
 // order. A delivery that succeeds is not logged, and a failure does not say
-// which event failed: once the last event was dispatched longer than
-// Delivering ago, no delivery is in flight.
+// which event failed: each delivery runs in a goroutine of its own, ended
+// by its Provider's timeout, so once the last event was dispatched longer
+// ago than that, no delivery is in flight.
 func (f *Flux) Deliveries(namespace string) ([]Delivery, error) {
 	b, err := os.ReadFile(f.Processes["notification-controller"].Log)
 	if err != nil {
