@@ -369,6 +369,39 @@ func TestReplicasSurviveLeaderKill(t *testing.T) {
 	r.mailsOnce(events, 1)
 }
 
+// TestFollowerAnswersWhileNoneLeads: the leader SIGKILLed, a commit's
+// events posted to the other replica before its lease runs out: that
+// replica answers /verdict for the commit from its own engine while it
+// still follows, nobody leading (before, a 404 on every replica until a
+// successor led).
+func TestFollowerAnswersWhileNoneLeads(t *testing.T) {
+	r := startReplicas(t, 2, "--lease-duration", "30s", "--lease-renew", "2s")
+	old := r.leader(40 * time.Second)
+	_ = old.cmd.Process.Kill() // the PID this test started
+	r.out(old, true)
+	_ = old.cmd.Wait()
+	follower := r.alive()[0]
+	events := crashEvents(3, 3) // one commit over three layers
+	acked := r.postAll(events, nil)
+	posted := time.Now()
+	for i, a := range acked {
+		if !a {
+			t.Fatalf("event %d not acknowledged", i)
+		}
+	}
+	all := func(int) bool { return true }
+	for deadline := time.Now().Add(20 * time.Second); len(verifyReflected(t, follower.url, events, all)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower does not show the commit it acknowledged: %s\n%s", verdictOf(t, follower.url, events[0].hash), tail(follower.logs.String(), 20))
+		}
+	}
+	shown := time.Since(posted)
+	if got := role(follower.url); got != "follower" {
+		t.Fatalf("the replica is %q once it shows the commit: it must show it while nobody leads", got)
+	}
+	t.Logf("shown %s after the last acknowledgement, nobody leading", shown.Round(time.Millisecond))
+}
+
 // TestPausedLeaderSendsNothing: the leader is stopped (SIGSTOP) past its
 // lease; another takes over and sends the mails of events posted
 // meanwhile; the old one, continued, commits and sends nothing.

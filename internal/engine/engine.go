@@ -89,6 +89,14 @@ type Engine struct {
 	model  *rollout.Model
 	broken bool // the model could not be restored from the store after a failed commit
 
+	// follower: the engine of a replica that does not lead (NewFollower).
+	// Of the rollouts its last settle pass would have settled, found are
+	// those the archive held when asked after it (the next pass settles
+	// them), heldBack those it did not.
+	follower bool
+	found    map[rollout.Key]bool
+	heldBack map[rollout.Key]bool
+
 	nextDue       atomic.Int64              // unix nanos of the earliest deadline, for Run's timer
 	settleMore    atomic.Bool               // the last settle pass ran out of time
 	rearm         chan struct{}             // tells Run an earlier deadline was armed
@@ -128,6 +136,21 @@ func New(store Store, cfg rollout.Config, log *slog.Logger, now func() time.Time
 // leader answers reads from the reader it kept while following, instead
 // of holding every view twice.
 func NewOn(r *Reader, store Store, cfg rollout.Config, now func() time.Time) (*Engine, error) {
+	return newEngine(r, store, cfg, now, false)
+}
+
+// NewFollower is NewOn for a replica that does not lead: it applies the
+// same observations as the leader, in the same order, to a model of its
+// own, so that it answers what it acknowledged whoever leads, and runs
+// the same clock; but it commits nothing and sends nothing (its mails and
+// publications are the leader's to decide), and it settles a rollout
+// only once the leader's commit put it in the archive: until then the
+// live view is the only answer there is. store is read, never written.
+func NewFollower(r *Reader, store Store, cfg rollout.Config, now func() time.Time) (*Engine, error) {
+	return newEngine(r, store, cfg, now, true)
+}
+
+func newEngine(r *Reader, store Store, cfg rollout.Config, now func() time.Time, follower bool) (*Engine, error) {
 	model, err := rollout.NewModel(cfg)
 	if err != nil {
 		return nil, err
@@ -135,7 +158,8 @@ func NewOn(r *Reader, store Store, cfg rollout.Config, now func() time.Time) (*E
 	e := &Engine{
 		Reader: r,
 		store:  store, now: now, model: model,
-		rearm: make(chan struct{}, 1),
+		rearm:    make(chan struct{}, 1),
+		follower: follower,
 	}
 	e.idle = sync.NewCond(&e.mu)
 	if err := e.load(); err != nil {
@@ -406,7 +430,9 @@ const maxBatch = 1024
 // whole step in one transaction and answers every request in it.
 func (e *Engine) process(batch []*request) {
 	err := e.step(batch)
-	if errors.Is(err, ErrStore) {
+	// A follower's store errors are reads of the archive, said by the
+	// replica that feeds it: not commits.
+	if errors.Is(err, ErrStore) && !e.follower {
 		e.health.failed(err, e.now(), e.log)
 	}
 	e.answer(batch, err)
@@ -428,7 +454,7 @@ func (e *Engine) step(batch []*request) error {
 	c := &rollout.Change{}
 	if len(obs) > 0 {
 		var settled map[rollout.Key]bool
-		if keys := e.model.Unknown(obs); len(keys) > 0 {
+		if keys := e.ask(obs); len(keys) > 0 {
 			var err error
 			if settled, err = e.store.SettledAmong(keys); err != nil {
 				return fmt.Errorf("%w: %v", ErrStore, err)
@@ -447,9 +473,36 @@ func (e *Engine) step(batch []*request) error {
 	return e.write(c)
 }
 
+// ask lists the rollouts observations name whose settling the archive
+// must be asked about: those memory does not hold, and on a follower
+// those it holds back until the archive has them, which the leader,
+// having settled them, ignores observations of.
+func (e *Engine) ask(obs [][]rollout.Observation) []rollout.Key {
+	keys := e.model.Unknown(obs)
+	if len(e.heldBack) == 0 {
+		return keys
+	}
+	seen := map[rollout.Key]bool{}
+	for _, group := range obs {
+		for i := range group {
+			if k := (rollout.Key{Cluster: group[i].Cluster, Hash: group[i].Hash}); e.heldBack[k] && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
 // write commits c and publishes what it decided; on failure it restores
 // the model from the store, so that nothing unstored is ever acknowledged.
+// A follower's engine only publishes: the leader commits the same.
 func (e *Engine) write(c *rollout.Change) error {
+	if e.follower {
+		e.snap.publish(c.Views, c.Forget, false)
+		e.armDeadline()
+		return nil
+	}
 	if !c.Empty() {
 		c.At = e.now()
 		if err := e.store.Commit(&c.Batch); err != nil {
@@ -521,7 +574,7 @@ func (e *Engine) load() error {
 	e.model.Verify()
 	e.snap.publish(c.Views, nil, true)
 	e.armDeadline()
-	if len(c.Mails) > 0 || len(c.Published) > 0 {
+	if !e.follower && (len(c.Mails) > 0 || len(c.Published) > 0) {
 		// Stuck mails that came due while no commit could decide them, and
 		// verdicts for the forge outbox, which keeps those it has.
 		if err := e.store.Commit(&rollout.Batch{Mails: c.Mails, Published: c.Published, At: e.now()}); err != nil {
@@ -536,14 +589,54 @@ func (e *Engine) load() error {
 	return nil
 }
 
-// settle runs one settle pass of the model, for at most settleBudget.
+// settle runs one settle pass of the model, for at most settleBudget; a
+// follower's settles only what the archive holds.
 func (e *Engine) settle(c *rollout.Change, now time.Time) {
 	start := e.now()
-	n, more := e.model.Settle(c, now, func() bool { return e.now().Sub(start) > settleBudget })
+	var (
+		archived func(rollout.Key) bool
+		asked    []rollout.Key
+	)
+	if e.follower {
+		archived = func(k rollout.Key) bool {
+			if e.found[k] {
+				return true
+			}
+			asked = append(asked, k)
+			return false
+		}
+	}
+	n, more := e.model.SettleWhere(c, now, func() bool { return e.now().Sub(start) > settleBudget }, archived)
+	if e.follower {
+		e.askArchive(asked)
+	}
 	e.settleMore.Store(more)
 	if n > 0 {
 		e.log.Debug("settling rollouts", "count", n, "more", more)
 	}
+}
+
+// askArchive asks the archive, after a follower's settle pass, which of
+// the rollouts the pass held back it holds: the next pass settles those
+// (found); the others stay held back, and observations of them are
+// checked against the archive (ask). One question a pass, of those alone
+// the model would settle. When the archive cannot be read, none is found.
+func (e *Engine) askArchive(asked []rollout.Key) {
+	found := map[rollout.Key]bool{}
+	if len(asked) > 0 {
+		var err error
+		if found, err = e.store.SettledAmong(asked); err != nil {
+			e.log.Debug("follower: ask the archive what settled", "err", err)
+			found = map[rollout.Key]bool{}
+		}
+	}
+	e.heldBack = make(map[rollout.Key]bool, len(asked)-len(found))
+	for _, k := range asked {
+		if !found[k] {
+			e.heldBack[k] = true
+		}
+	}
+	e.found = found
 }
 
 // collectGarbage runs the model's retention.

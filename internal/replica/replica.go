@@ -1,11 +1,12 @@
 // Package replica runs the service's state: one replica among several on
 // one PostgreSQL store, or a process alone on bbolt, which is a replica
 // that always leads. Every replica takes events and answers reads; one at
-// a time leads: it holds the lease, runs the engine, and does what must
-// happen once (sending, forge delivery, the model's clock), each of its
+// a time leads: it holds the lease, runs the engine that commits, and
+// does what must happen once (sending, forge delivery), each of its
 // writes fenced by the lease's epoch. How the lease is held, how events
-// reach the leader's engine and how the others see its decisions is the
-// replica's way (way.go), decided once by the store.
+// reach the leader's engine and how the others show the rollouts (on
+// PostgreSQL: engines of their own, fed the same log) is the replica's
+// way (way.go), decided once by the store.
 package replica
 
 import (
@@ -75,9 +76,14 @@ type Node struct {
 	reader    *engine.Reader
 	normalise func(*rollout.Observation) error
 	onEvent   func()
+	// newFollower makes the engine a replica that does not lead applies
+	// the inbox to: the leader's configuration, set by LeadEngine.
+	newFollower func() (*engine.Engine, error)
 
-	// shown guards what shows in reader: the views followed, or while
-	// this replica leads, its engine's (which publishes into reader).
+	// shown guards what shows in reader while this replica follows the
+	// views of a leader of the release before: not once it leads (its
+	// engine publishes into reader). A follower's engine is stopped
+	// before the term's loads (way.yield).
 	shown    sync.Mutex
 	leading  atomic.Bool
 	caughtUp atomic.Bool
@@ -120,7 +126,7 @@ func New(db *store.DB, co *store.Coordination, cfg Config, normalise func(*rollo
 		n.way = alone{n}
 	} else {
 		co.RequireLease()
-		n.way = &shared{Node: n, co: co}
+		n.way = &shared{Node: n, co: co, sw: following{resume: make(chan struct{}, 1)}}
 	}
 	return n, nil
 }
@@ -128,9 +134,9 @@ func New(db *store.DB, co *store.Coordination, cfg Config, normalise func(*rollo
 // Reader is what this replica answers reads from.
 func (n *Node) Reader() *engine.Reader { return n.reader }
 
-// Reads answers reads on this replica: the live rollouts from the views
-// it follows, the settled ones from the store, the counters of the engine
-// while it leads (api.Rollouts).
+// Reads answers reads on this replica: the live rollouts from its engine
+// (the term's, or while it follows its follower's), the settled ones from
+// the store, the counters of the engine while it leads (api.Rollouts).
 func (n *Node) Reads() *Reads { return &Reads{Reader: n.reader, n: n} }
 
 // Reads is Node.Reads.
@@ -208,9 +214,10 @@ func (n *Node) Leading() bool { return n.leading.Load() }
 // Epoch is the term this replica leads, 0 when it follows.
 func (n *Node) Epoch() int64 { return n.epoch.Load() }
 
-// CaughtUp reports whether this replica shows the views as the store has
-// them: it leads (its engine's views are the store's), or it read them
-// once since it started, or since its term ended, and reads their changes.
+// CaughtUp reports whether this replica shows the rollouts as the store
+// has them: it leads (its engine's are the store's), or its follower
+// loaded them since it started, or since its term ended, and read the
+// inbox to its end (under a leader of the release before: the views).
 func (n *Node) CaughtUp() bool { return n.leading.Load() || n.caughtUp.Load() }
 
 // Answering reports whether this replica can answer every read and take
@@ -239,9 +246,9 @@ func (n *Node) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
 }
 
 // Serving is closed once this replica can answer reads: at once on
-// PostgreSQL, where a replica that does not lead answers from the views it
-// follows (/readyz says when it has read them); once its engine is loaded
-// for a replica alone, which has nothing else to answer from.
+// PostgreSQL, where a replica that does not lead answers from its
+// follower (/readyz says when it has caught up); once its engine is
+// loaded for a replica alone, which has nothing else to answer from.
 func (n *Node) Serving() <-chan struct{} {
 	if n.way.alone() {
 		return n.led
@@ -381,9 +388,10 @@ func (n *Node) end(ctx context.Context, t *term, why string, resign bool) {
 	t.end()
 	n.shown.Lock()
 	n.leading.Store(false)
-	n.caughtUp.Store(false) // until the views are read again
+	n.caughtUp.Store(false) // until the follower is loaded
 	n.shown.Unlock()
 	n.epoch.Store(0)
+	n.way.resumed()
 	level := slog.LevelWarn
 	if ctx.Err() != nil {
 		level = slog.LevelInfo // the replica stops: nothing went wrong
@@ -449,6 +457,7 @@ func (n *Node) begin(ctx context.Context, lease store.Lease, lead Lead, valid ti
 	n.shown.Lock()
 	n.leading.Store(true)
 	n.shown.Unlock()
+	n.way.yield() // the term's engine shows the rollouts from now on
 	n.epoch.Store(lease.Epoch)
 	n.log.Info("leading", "epoch", lease.Epoch, "identity", n.cfg.Identity)
 	go func() {
@@ -491,7 +500,12 @@ func sleep(ctx context.Context, d time.Duration) {
 // clock. with, when set, is given the engine before it takes anything,
 // and returns what else the leader runs with it until the term ends (the
 // dispatchers, the blindness watchdog).
+//
+// While the replica does not lead, it applies the inbox to an engine of
+// its own made with the same cfg and now (engine.NewFollower), which
+// commits and sends nothing.
 func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e *engine.Engine) []func(ctx context.Context)) Lead {
+	n.newFollower = func() (*engine.Engine, error) { return engine.NewFollower(n.reader, n.db, cfg, now) }
 	return func(ctx context.Context) error {
 		start := time.Now()
 		e, err := engine.NewOn(n.reader, n.db, cfg, now)

@@ -37,6 +37,11 @@ type running struct {
 
 func start(t *testing.T, conn, name string) *running {
 	t.Helper()
+	return startLogged(t, conn, name, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func startLogged(t *testing.T, conn, name string, log *slog.Logger) *running {
+	t.Helper()
 	db, co, err := store.OpenPostgres(context.Background(), conn, store.PostgresOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +50,6 @@ func start(t *testing.T, conn, name string) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := replica.New(db, co, replica.Config{Identity: name, LeaseTTL: 2 * time.Second, Renew: 200 * time.Millisecond, Poll: 100 * time.Millisecond},
 		model.Normalise, log)
 	if err != nil {

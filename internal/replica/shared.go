@@ -17,14 +17,74 @@ import (
 
 // shared is the way of replicas on one PostgreSQL database
 // (store.Coordination): the lease is a row every replica campaigns for;
-// each replica appends what it takes to the inbox, which the leader takes
-// into its engine; the leader writes the views its commits changed, which
-// the others follow. It embeds the replica whose way it is: its episodes,
-// reader and configuration are the replica's.
+// each replica appends what it takes to the inbox, a log every replica
+// reads in one order: the leader into its engine, which commits and
+// sends, the others into engines of their own, which only show
+// (following). The leader also writes the views its commits changed, for
+// the followers of the release before, which follow those. It embeds the
+// replica whose way it is: its episodes, reader and configuration are
+// the replica's.
 type shared struct {
 	*Node
 	co *store.Coordination
+	sw following
 }
+
+// following hands the reader over between this replica's follower and
+// the engine of a term it begins: the follower stops (yield) before the
+// leader's engine loads, and starts again once the term ended.
+type following struct {
+	mu     sync.Mutex
+	stop   context.CancelFunc // of the follower under way, nil when none
+	done   chan struct{}      // closed when it stopped
+	resume chan struct{}      // a term ended
+}
+
+// start waits until this replica does not lead and returns the context
+// of a follower, ended by yield, and what to call when it stopped.
+func (f *following) start(ctx context.Context, leading func() bool) (context.Context, func(), bool) {
+	for ctx.Err() == nil {
+		f.mu.Lock()
+		if !leading() {
+			fctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			f.stop, f.done = stop, done
+			f.mu.Unlock()
+			return fctx, func() { stop(); close(done) }, true
+		}
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, nil, false
+		case <-f.resume:
+		}
+	}
+	return nil, nil, false
+}
+
+// yield stops the follower under way and waits until it did: leading is
+// already true, so that no other starts.
+func (f *following) yield() {
+	f.mu.Lock()
+	stop, done := f.stop, f.done
+	f.stop, f.done = nil, nil
+	f.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// resumed says that a term ended.
+func (f *following) resumed() {
+	select {
+	case f.resume <- struct{}{}:
+	default:
+	}
+}
+
+func (n *shared) yield()   { n.sw.yield() }
+func (n *shared) resumed() { n.sw.resumed() }
 
 func (n *shared) Campaign(ctx context.Context, holder string, ttl time.Duration) (store.Lease, bool, error) {
 	return n.co.Campaign(ctx, holder, ttl)
@@ -82,16 +142,139 @@ func (n *shared) begin(e *engine.Engine) ([]func(context.Context), error) {
 	return []func(context.Context){w.run, func(ctx context.Context) { n.pump(ctx, e) }}, nil
 }
 
-// follow keeps the reader's views those the store has: all of them first,
-// then their changes, woken by the leader's notifications and at least
-// every Poll.
+// follow shows this replica the rollouts while it does not lead: from an
+// engine of its own that applies the inbox as the leader's does
+// (followLog), so that what it acknowledged shows in its answers within
+// the inbox's round trip whoever leads, and while no replica does; or,
+// under a leader of a release that does not keep the inbox for its
+// readers, from the views that leader writes (followViews).
 func (n *shared) follow(ctx context.Context) {
+	for {
+		fctx, stopped, ok := n.sw.start(ctx, n.leading.Load)
+		if !ok {
+			return
+		}
+		n.caughtUp.Store(false)
+		st, err := n.co.Log(fctx)
+		switch {
+		case fctx.Err() != nil:
+		case err != nil:
+			n.failed(&n.followEp, time.Now(), err, "reading the inbox from PostgreSQL fails: this replica shows the rollouts as they were")
+			sleep(fctx, n.cfg.Poll)
+		case st.Kept():
+			n.followLog(fctx, st)
+		default:
+			n.followViews(fctx)
+		}
+		stopped()
+	}
+}
+
+// followViews keeps the reader's views those the store has: all of them
+// first, then their changes, woken by the leader's notifications and at
+// least every Poll, until ctx ends or the lease's term keeps the log.
+func (n *shared) followViews(ctx context.Context) {
 	w := n.wakeups("fdn_views")
 	defer w.close()
 	var version int64
 	for ctx.Err() == nil {
 		w.listen(ctx)
 		version = n.catchUp(ctx, version)
+		if st, err := n.co.Log(ctx); err == nil && st.Kept() {
+			return
+		}
+		w.wait(ctx)
+	}
+}
+
+// followLog applies the inbox to an engine of this replica's own
+// (engine.NewFollower) until ctx ends, or until it cannot go on from
+// where it read: entries it did not read were trimmed (it was not seen
+// for a lease's duration), or a term began that it cannot tell kept the
+// log. follow then loads again. It starts where the inbox is trimmed,
+// says so (store.Read), and only then loads the engine: every entry up to
+// that mark is in what it loads (the leader trims only what it
+// committed), and an entry after it that is too is applied again, which
+// changes nothing. It says how far it read every Renew, well within the
+// lease's duration the leader keeps entries for a reader seen.
+func (n *shared) followLog(ctx context.Context, st store.LogState) {
+	at := st.Trimmed
+	if err := n.co.Read(ctx, n.cfg.Identity, at); err != nil {
+		if ctx.Err() == nil {
+			n.failed(&n.followEp, time.Now(), err, "reading the inbox from PostgreSQL fails: this replica shows the rollouts as they were")
+			sleep(ctx, n.cfg.Poll)
+		}
+		return
+	}
+	e, err := n.newFollower()
+	if err != nil {
+		if ctx.Err() == nil {
+			n.failed(&n.followEp, time.Now(), err, "loading the rollouts from PostgreSQL fails: this replica shows them as they were")
+			sleep(ctx, n.cfg.Poll)
+		}
+		return
+	}
+	ectx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = e.Run(ectx) })
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
+	w := n.wakeups("fdn_inbox")
+	defer w.close()
+	said := time.Now()
+	for ctx.Err() == nil {
+		w.listen(ctx)
+		entries, held, err := n.co.Tail(ctx, at, tailLimit)
+		var now store.LogState
+		if err == nil {
+			now, err = n.co.Log(ctx)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			n.failed(&n.followEp, time.Now(), err, "reading the inbox from PostgreSQL fails: this replica shows the rollouts as they were")
+			n.caughtUp.Store(false)
+			w.wait(ctx)
+			continue
+		case at.Before(now.Trimmed):
+			n.log.Warn("the inbox was trimmed past where this replica read: loading the rollouts again")
+			return
+		case !now.Kept() || now.Epoch > st.Epoch+1:
+			// A term of a leader that may not keep the log, under way or
+			// between the two reads.
+			return
+		}
+		st = now
+		taken, err := n.apply(ctx, e, entries, false)
+		if taken > 0 {
+			at = entries[taken-1].Pos
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				n.failed(&n.followEp, time.Now(), err, "applying the inbox fails: this replica shows the rollouts as they were")
+				n.caughtUp.Store(false)
+				w.wait(ctx)
+			}
+			continue
+		}
+		n.succeeded(&n.followEp, "reading the inbox from PostgreSQL succeeds again")
+		if time.Since(said) >= n.cfg.Renew {
+			if err := n.co.Read(ctx, n.cfg.Identity, at); err == nil {
+				said = time.Now()
+			}
+		}
+		switch {
+		case len(entries) == tailLimit:
+			continue
+		case held:
+			n.caughtUp.Store(true)
+			sleep(ctx, reread)
+			continue
+		}
+		n.caughtUp.Store(true)
 		w.wait(ctx)
 	}
 }
@@ -175,13 +358,8 @@ func (n *shared) catchUp(ctx context.Context, version int64) int64 {
 // one's, during an update) stays, and holds up those after it until a
 // replica that reads it leads: said once in the log and on /readyz.
 func (n *shared) pump(ctx context.Context, e *engine.Engine) {
-	const (
-		take   = 2048
-		linger = 10 * time.Millisecond
-		// Entries committed behind a transaction still running (a commit,
-		// another replica's append) are read again this soon.
-		reread = time.Millisecond
-	)
+	// Gather what arrives meanwhile: fewer, larger commits.
+	const linger = 10 * time.Millisecond
 	w := n.wakeups("fdn_inbox")
 	vacuums := []*vacuum{
 		{tables: []store.Table{store.TableInbox}, after: 20000, every: 5 * time.Second},
@@ -195,8 +373,10 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 		n.pumpEp.Ok() // a warning of this term's
 	}()
 	var (
-		at    store.Position // how far the engine has the inbox
-		start = true         // at is not read yet
+		at      store.Position // how far the engine has the inbox
+		start   = true         // at is not read yet
+		trimmed store.Position // how far the last trim went
+		when    time.Time      // and when
 	)
 	for ctx.Err() == nil {
 		w.listen(ctx)
@@ -210,7 +390,7 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 			start = err != nil
 		}
 		if err == nil {
-			entries, held, err = n.co.Tail(ctx, at, take)
+			entries, held, err = n.co.Tail(ctx, at, tailLimit)
 		}
 		switch {
 		case ctx.Err() != nil:
@@ -222,18 +402,20 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 		}
 		if err == nil && len(entries) > 0 {
 			var taken int
-			if taken, err = n.apply(ctx, e, entries); taken > 0 {
+			if taken, err = n.apply(ctx, e, entries, true); taken > 0 {
 				// A failure to trim is the next one's to make up: it
 				// trims up to where the pump is.
 				at = entries[taken-1].Pos
-				if _, terr := n.co.Trim(ctx, at, n.cfg.LeaseTTL); terr == nil {
+				var terr error
+				if trimmed, terr = n.co.Trim(ctx, at, n.cfg.LeaseTTL); terr == nil {
+					when = time.Now()
 					for _, v := range vacuums {
 						v.taken(ctx, n, taken)
 					}
 				}
 			}
 			if err == nil {
-				if len(entries) < take {
+				if len(entries) < tailLimit {
 					// Gather what arrives meanwhile: fewer, larger commits,
 					// each a flush of the log the replicas' appends wait
 					// on too (ack p99 at 1,000 events/s: make bench).
@@ -247,13 +429,23 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 			continue
 		}
 		w.wait(ctx)
+		if !start && trimmed.Before(at) && time.Since(when) >= n.cfg.Renew {
+			// A reader held the last trim back: once it read on (it
+			// says so every Renew), or went (not seen for a lease), what
+			// it held goes too, even when no event comes to trim again.
+			if t, err := n.co.Trim(ctx, at, n.cfg.LeaseTTL); err == nil {
+				trimmed, when = t, time.Now()
+			}
+		}
 	}
 }
 
 // apply submits entries to e and returns how many of the first ones it
-// took (committed or refused), and an error when the one after them was
-// not: the next read starts there.
-func (n *shared) apply(ctx context.Context, e *engine.Engine, entries []store.Entry) (int, error) {
+// took (applied, or refused), and an error when the one after them was
+// not: the next read starts there. The leader's (lead) counts the events
+// for the watchdog and says what it refused; a follower's engine refuses
+// the same, silently.
+func (n *shared) apply(ctx context.Context, e *engine.Engine, entries []store.Entry, lead bool) (int, error) {
 	groups := make([][]rollout.Observation, len(entries))
 	for i, en := range entries {
 		groups[i] = en.Observations
@@ -261,17 +453,27 @@ func (n *shared) apply(ctx context.Context, e *engine.Engine, entries []store.En
 	for i, err := range e.SubmitEach(ctx, groups) {
 		switch {
 		case err == nil:
-			if entries[i].Event && n.onEvent != nil {
+			if lead && entries[i].Event && n.onEvent != nil {
 				n.onEvent()
 			}
 		case errors.Is(err, rollout.ErrInvalid):
-			n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
+			if lead {
+				n.log.Warn("inbox entry refused", "id", entries[i].ID, "err", err)
+			}
 		default:
 			return i, err
 		}
 	}
 	return len(entries), nil
 }
+
+const (
+	// tailLimit is how many entries of the inbox are read at once.
+	tailLimit = 2048
+	// reread: entries committed behind a transaction still running (a
+	// commit, another replica's append) are read again this soon.
+	reread = time.Millisecond
+)
 
 // vacuum vacuums tables once after entries were taken, at most every
 // every, one at a time, outside the pump (store.DB.Vacuum).

@@ -24,9 +24,13 @@ type way interface {
 	// submit stores observations that belong together for the leader's
 	// engine: nil once they may be acknowledged.
 	submit(ctx context.Context, obs []rollout.Observation, event bool) error
-	// follow shows this replica what the leader decides while it does not
-	// lead, until ctx ends.
+	// follow shows this replica the rollouts while it does not lead, until
+	// ctx ends.
 	follow(ctx context.Context)
+	// yield stops showing them when a term of this replica begins (leading
+	// is set), before its engine loads; resumed says that the term ended.
+	yield()
+	resumed()
 	// begin is given the engine of a term that begins; it returns what
 	// takes the observations into it and shows its decisions to the other
 	// replicas until the term ends.
@@ -50,6 +54,8 @@ func (alone) Renew(context.Context, store.Lease, time.Duration) (bool, error) { 
 func (alone) Resign(context.Context, store.Lease) error                       { return nil }
 func (alone) Fence(*store.Lease)                                              {}
 func (alone) follow(context.Context)                                          {}
+func (alone) yield()                                                          {}
+func (alone) resumed()                                                        {}
 func (alone) ping(context.Context) error                                      { return nil }
 func (alone) alone() bool                                                     { return true }
 func (alone) collectors() []prometheus.Collector                              { return nil }

@@ -26,6 +26,14 @@ import (
 // oldest first, until stop says the pass has taken long enough; it returns
 // how many it settled and whether some may be left for the next pass.
 func (m *Model) Settle(c *Change, now time.Time, stop func() bool) (settled int, more bool) {
+	return m.SettleWhere(c, now, stop, nil)
+}
+
+// SettleWhere is Settle of only the rollouts archived says the archive
+// holds (nil: any): a replica that follows the leader's log drops a
+// rollout from memory once the leader's commit put it in the archive, not
+// before, or a lookup in between would find it in neither.
+func (m *Model) SettleWhere(c *Change, now time.Time, stop func() bool, archived func(Key) bool) (settled int, more bool) {
 	from, before := len(c.Forget), len(c.Settle)
 	for _, cl := range m.clusters {
 		cl.evictCaches(now)
@@ -50,7 +58,7 @@ func (m *Model) Settle(c *Change, now time.Time, stop func() bool) (settled int,
 				}
 				continue
 			}
-			if !cl.settles(r, m.cfg.SettleAfter, now) {
+			if !cl.settles(r, m.cfg.SettleAfter, now) || archived != nil && !archived(r.key) {
 				continue
 			}
 			// settleAlone leaves r dropped from the index; retire records

@@ -156,7 +156,7 @@ func TestTakeoverWaitsForTheLeadersTransaction(t *testing.T) {
 	waitFor(t, "b to wait on the lease row's lock", func() bool {
 		var n int
 		err := a.kv.(*pgBackend).pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO fdn_leader%'`).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO fdn_leader%'`).Scan(&n)
 		return err == nil && n == 1
 	})
 	select {

@@ -720,14 +720,20 @@ func (c *Coordination) Campaign(ctx context.Context, holder string, ttl time.Dur
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	l.Holder = holder
-	err = c.p.pool.QueryRow(ctx, `INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
-		VALUES ('leader', $1, 1, now() + $2 * interval '1 millisecond')
-		ON CONFLICT (name) DO UPDATE SET
-			holder = excluded.holder,
-			epoch = CASE WHEN l.holder = excluded.holder AND l.expires > now() THEN l.epoch ELSE l.epoch + 1 END,
-			expires = excluded.expires
-		WHERE l.expires <= now() OR l.holder = excluded.holder
-		RETURNING epoch`, holder, ttl.Milliseconds()).Scan(&l.Epoch)
+	// The term is marked, in the same statement, as one whose leader keeps
+	// the inbox for its readers (Log): a leader of a release before this
+	// one, which takes its term without the mark, may not.
+	err = c.p.pool.QueryRow(ctx, `WITH l AS (INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
+			VALUES ('leader', $1, 1, now() + $2 * interval '1 millisecond')
+			ON CONFLICT (name) DO UPDATE SET
+				holder = excluded.holder,
+				epoch = CASE WHEN l.holder = excluded.holder AND l.expires > now() THEN l.epoch ELSE l.epoch + 1 END,
+				expires = excluded.expires
+			WHERE l.expires <= now() OR l.holder = excluded.holder
+			RETURNING epoch),
+		k AS (INSERT INTO fdn_trimmed (name, xid, id) SELECT 'keeper', '0', epoch FROM l
+			ON CONFLICT (name) DO UPDATE SET id = excluded.id)
+		SELECT epoch FROM l`, holder, ttl.Milliseconds()).Scan(&l.Epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, false, nil
 	}

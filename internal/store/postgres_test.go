@@ -251,6 +251,18 @@ func TestTrimWaitsForReaders(t *testing.T) {
 	if err := b.Read(ctx, "b", in[0].Pos); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := a.InboxDepth(ctx); err != nil || n != 3 {
+		t.Fatalf("depth %d (%v) before the leader took any, want 3", n, err)
+	}
+	if at, err := a.Trim(ctx, in[1].Pos, time.Minute); err != nil || at != in[0].Pos {
+		t.Fatalf("trimmed to %+v (%v), want where b read, %+v", at, err, in[0].Pos)
+	}
+	if n, err := a.InboxDepth(ctx); err != nil || n != 1 {
+		t.Fatalf("depth %d (%v) once the leader took two, kept for b, want 1", n, err)
+	}
+	if st, err := b.Log(ctx); err != nil || st.Trimmed != in[0].Pos {
+		t.Fatalf("b reads the log's state %+v (%v), want trimmed to %+v", st, err, in[0].Pos)
+	}
 	if at, err := a.Trim(ctx, in[2].Pos, time.Minute); err != nil || at != in[0].Pos {
 		t.Fatalf("trimmed to %+v (%v), want where b read, %+v", at, err, in[0].Pos)
 	}
@@ -267,8 +279,38 @@ func TestTrimWaitsForReaders(t *testing.T) {
 	if at, err := a.Trim(ctx, in[1].Pos, time.Minute); err != nil || at != in[2].Pos {
 		t.Fatalf("a trim behind the mark: %+v (%v), want the mark kept at %+v", at, err, in[2].Pos)
 	}
+	var readers int
+	if err := a.kv.(*pgBackend).pool.QueryRow(ctx, `SELECT count(*) FROM fdn_readers`).Scan(&readers); err != nil || readers != 0 {
+		t.Fatalf("%d readers' rows (%v), want b's gone: not seen for ten times the lease", readers, err)
+	}
 	if n, err := a.InboxDepth(ctx); err != nil || n != 0 {
 		t.Fatalf("depth %d (%v)", n, err)
+	}
+}
+
+// TestLogKept: a term taken by this release's Campaign is marked as one
+// whose leader keeps the inbox for its readers; a term taken without the
+// mark (a release before) is not, until one of this release is taken.
+func TestLogKept(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	a, b := openReplica(t, conn, PostgresOptions{}), openReplica(t, conn, PostgresOptions{})
+	ctx := context.Background()
+	if st, err := b.Log(ctx); err != nil || st.Epoch != 0 || !st.Kept() {
+		t.Fatalf("no lease ever taken: %+v (%v), want kept (no leader deletes anything)", st, err)
+	}
+	l := campaignUntil(t, a.Coordination, "a", time.Minute)
+	if st, err := b.Log(ctx); err != nil || st.Epoch != l.Epoch || !st.Kept() {
+		t.Fatalf("after this release's campaign: %+v (%v), want epoch %d kept", st, err, l.Epoch)
+	}
+	srv.Exec(t, conn, `UPDATE fdn_leader SET holder = 'old', epoch = epoch + 1, expires = now() + interval '1 minute'`)
+	if st, err := b.Log(ctx); err != nil || st.Kept() {
+		t.Fatalf("a term taken without the mark: %+v (%v), want not kept", st, err)
+	}
+	srv.Exec(t, conn, `UPDATE fdn_leader SET expires = now()`)
+	l = campaignUntil(t, b.Coordination, "b", time.Minute)
+	if st, err := a.Log(ctx); err != nil || st.Epoch != l.Epoch || !st.Kept() {
+		t.Fatalf("a term of this release again: %+v (%v), want epoch %d kept", st, err, l.Epoch)
 	}
 }
 

@@ -183,8 +183,11 @@ func (c *Coordination) Read(ctx context.Context, replica string, at Position) er
 }
 
 // Trim deletes the inbox's entries up to upTo (the leader's: those it
-// committed) that every reader seen within live has read too, and
-// returns how far the inbox is trimmed. A reader not seen for longer
+// committed) that every reader seen within live has read too, records
+// upTo as how far the leader took the inbox (InboxDepth), and returns how
+// far the inbox is trimmed. The row of a reader not seen for ten times
+// live goes (each process reads under a name of its own: the rows would
+// pile up with the restarts); if it comes back, it writes it again. A reader not seen for longer
 // (stopped, or paused) holds nothing back: it finds the log trimmed past
 // where it read (Trimmed), and loads again. It needs no fence: upTo
 // covers only entries whose commits were fenced, so a leader paused past
@@ -205,7 +208,11 @@ func (c *Coordination) Trim(ctx context.Context, upTo Position, live time.Durati
 				SELECT xid, id FROM fdn_readers WHERE seen > now() - $3::bigint * interval '1 millisecond'
 				UNION ALL SELECT $1::xid8, $2::bigint) p
 			ORDER BY xid, id LIMIT 1),
-		trimmed AS (DELETE FROM fdn_inbox WHERE (xid, id) <= (SELECT xid, id FROM mark))
+		trimmed AS (DELETE FROM fdn_inbox WHERE (xid, id) <= (SELECT xid, id FROM mark)),
+		gone AS (DELETE FROM fdn_readers WHERE seen < now() - 10 * $3::bigint * interval '1 millisecond'),
+		taken AS (INSERT INTO fdn_trimmed (name, xid, id) VALUES ('taken', $1, $2)
+			ON CONFLICT (name) DO UPDATE SET (xid, id) = (excluded.xid, excluded.id)
+				WHERE (fdn_trimmed.xid, fdn_trimmed.id) < (excluded.xid, excluded.id))
 		INSERT INTO fdn_trimmed (name, xid, id) SELECT 'inbox', xid, id FROM mark
 		ON CONFLICT (name) DO UPDATE SET (xid, id) = (excluded.xid, excluded.id)
 			WHERE (fdn_trimmed.xid, fdn_trimmed.id) < (excluded.xid, excluded.id)
@@ -321,13 +328,49 @@ func (c *Coordination) Ping(ctx context.Context) error {
 	return c.p.pool.Ping(ctx)
 }
 
-// InboxDepth is how many entries wait in the inbox for the leader.
+// InboxDepth is how many entries wait in the inbox for the leader: those
+// after the last position a leader trimmed up to (the entries it took,
+// which stay until every reader read them too, are not waiting).
 func (c *Coordination) InboxDepth(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	var n int
-	err := c.p.pool.QueryRow(ctx, `SELECT count(*) FROM fdn_inbox`).Scan(&n)
+	err := c.p.pool.QueryRow(ctx, `SELECT count(*) FROM fdn_inbox
+		WHERE (xid, id) > coalesce((SELECT (xid, id) FROM fdn_trimmed WHERE name = 'taken'), ('0'::xid8, 0::bigint))`).Scan(&n)
 	return n, err
+}
+
+// LogState is what a reader of the inbox checks of it, besides its
+// entries: whether it may go on from where it read.
+type LogState struct {
+	// Trimmed is how far the inbox is trimmed: a reader that read less
+	// missed entries.
+	Trimmed Position
+	// Epoch is the lease's term, Keeper the last term whose leader keeps
+	// the inbox for its readers (marked when the term is taken, by
+	// Campaign). A leader of a release before the log was kept for
+	// readers (schema 3) deletes what it takes at once: a reader cannot
+	// follow the log under it.
+	Epoch, Keeper int64
+}
+
+// Kept reports whether the lease's term is one whose leader keeps the
+// log for its readers.
+func (s LogState) Kept() bool { return s.Epoch == s.Keeper }
+
+// Log returns the inbox's state. Read after entries (Tail), it covers
+// them: the mark only grows, so a mark at or before where the reader
+// read, read after the entries, was so when they were read.
+func (c *Coordination) Log(ctx context.Context) (LogState, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	var s LogState
+	err := c.p.pool.QueryRow(ctx, `SELECT
+			coalesce((SELECT xid FROM fdn_trimmed WHERE name = 'inbox'), '0'),
+			coalesce((SELECT id FROM fdn_trimmed WHERE name = 'inbox'), 0),
+			coalesce((SELECT epoch FROM fdn_leader WHERE name = 'leader'), 0),
+			coalesce((SELECT id FROM fdn_trimmed WHERE name = 'keeper'), 0)`).Scan(&s.Trimmed.Xid, &s.Trimmed.ID, &s.Epoch, &s.Keeper)
+	return s, err
 }
 
 // Vacuum makes the space of the rows the leader's work left dead in
