@@ -175,6 +175,9 @@ func TestFollowerLoadsAgainWhenTrimmedPast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A table lock: it takes no transaction id, which would hold back
+	// every entry committed after it (Tail). The leader's trim only reads
+	// the readers' rows.
 	if _, err := tx.Exec(context.Background(), `LOCK TABLE fdn_readers IN EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}

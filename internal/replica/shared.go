@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -365,11 +366,14 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 		{tables: []store.Table{store.TableInbox}, after: 20000, every: 5 * time.Second},
 		{tables: []store.Table{store.TableKV, store.TableViews}, after: 100000, every: 30 * time.Second},
 	}
+	var forget sync.WaitGroup
+	forget.Go(func() { n.forgetReaders(ctx) })
 	defer func() {
 		w.close()
 		for _, v := range vacuums {
 			v.wg.Wait()
 		}
+		forget.Wait()
 		n.pumpEp.Ok() // a warning of this term's
 	}()
 	var (
@@ -440,6 +444,15 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 	}
 }
 
+// forgetReaders deletes the rows of readers gone for ten leases, when a
+// term begins and with each vacuum of the inbox: they pile up with the
+// restarts, not with the events.
+func (n *shared) forgetReaders(ctx context.Context) {
+	if err := n.co.ForgetReaders(ctx, 10*n.cfg.LeaseTTL); err != nil && ctx.Err() == nil {
+		n.log.Warn("forget the inbox's readers gone", "err", err)
+	}
+}
+
 // apply submits entries to e and returns how many of the first ones it
 // took (applied, or refused), and an error when the one after them was
 // not: the next read starts there. The leader's (lead) counts the events
@@ -497,6 +510,9 @@ func (v *vacuum) taken(ctx context.Context, n *shared, entries int) {
 		defer v.running.Store(false)
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
+		if slices.Contains(v.tables, store.TableInbox) {
+			n.forgetReaders(ctx)
+		}
 		if err := n.co.Vacuum(ctx, v.tables...); err != nil && ctx.Err() == nil {
 			n.log.Warn("vacuum", "tables", v.tables, "err", err)
 		}

@@ -279,9 +279,18 @@ func TestTrimWaitsForReaders(t *testing.T) {
 	if at, err := a.Trim(ctx, in[1].Pos, time.Minute); err != nil || at != in[2].Pos {
 		t.Fatalf("a trim behind the mark: %+v (%v), want the mark kept at %+v", at, err, in[2].Pos)
 	}
-	var readers int
-	if err := a.kv.(*pgBackend).pool.QueryRow(ctx, `SELECT count(*) FROM fdn_readers`).Scan(&readers); err != nil || readers != 0 {
-		t.Fatalf("%d readers' rows (%v), want b's gone: not seen for ten times the lease", readers, err)
+	readers := func() int {
+		var n int
+		if err := a.kv.(*pgBackend).pool.QueryRow(ctx, `SELECT count(*) FROM fdn_readers`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := a.ForgetReaders(ctx, 2*time.Hour); err != nil || readers() != 1 {
+		t.Fatalf("%d readers' rows (%v), want b's kept: seen within two hours", readers(), err)
+	}
+	if err := a.ForgetReaders(ctx, 10*time.Minute); err != nil || readers() != 0 {
+		t.Fatalf("%d readers' rows (%v), want b's gone: not seen for ten minutes", readers(), err)
 	}
 	if n, err := a.InboxDepth(ctx); err != nil || n != 0 {
 		t.Fatalf("depth %d (%v)", n, err)

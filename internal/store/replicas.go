@@ -185,9 +185,7 @@ func (c *Coordination) Read(ctx context.Context, replica string, at Position) er
 // Trim deletes the inbox's entries up to upTo (the leader's: those it
 // committed) that every reader seen within live has read too, records
 // upTo as how far the leader took the inbox (InboxDepth), and returns how
-// far the inbox is trimmed. The row of a reader not seen for ten times
-// live goes (each process reads under a name of its own: the rows would
-// pile up with the restarts); if it comes back, it writes it again. A reader not seen for longer
+// far the inbox is trimmed. A reader not seen for longer
 // (stopped, or paused) holds nothing back: it finds the log trimmed past
 // where it read (Trimmed), and loads again. It needs no fence: upTo
 // covers only entries whose commits were fenced, so a leader paused past
@@ -209,7 +207,6 @@ func (c *Coordination) Trim(ctx context.Context, upTo Position, live time.Durati
 				UNION ALL SELECT $1::xid8, $2::bigint) p
 			ORDER BY xid, id LIMIT 1),
 		trimmed AS (DELETE FROM fdn_inbox WHERE (xid, id) <= (SELECT xid, id FROM mark)),
-		gone AS (DELETE FROM fdn_readers WHERE seen < now() - 10 * $3::bigint * interval '1 millisecond'),
 		taken AS (INSERT INTO fdn_trimmed (name, xid, id) VALUES ('taken', $1, $2)
 			ON CONFLICT (name) DO UPDATE SET (xid, id) = (excluded.xid, excluded.id)
 				WHERE (fdn_trimmed.xid, fdn_trimmed.id) < (excluded.xid, excluded.id))
@@ -241,6 +238,18 @@ func (c *Coordination) Trim(ctx context.Context, upTo Position, live time.Durati
 		return c.Trimmed(ctx)
 	}
 	return at, err
+}
+
+// ForgetReaders deletes the rows of readers not seen for gone: each
+// process reads under a name of its own, so the rows would pile up with
+// the restarts. One that comes back writes its row again, and finds the
+// log trimmed past where it read. Apart from Trim, which the pump waits
+// on, and which only reads the readers' rows.
+func (c *Coordination) ForgetReaders(ctx context.Context, gone time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	_, err := c.p.pool.Exec(ctx, `DELETE FROM fdn_readers WHERE seen < now() - $1::bigint * interval '1 millisecond'`, gone.Milliseconds())
+	return err
 }
 
 // Trimmed returns how far the inbox is trimmed: a reader that read less
