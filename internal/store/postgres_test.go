@@ -231,6 +231,53 @@ func TestInboxInCommitOrder(t *testing.T) {
 	}
 }
 
+// TestInboxNotHeldByAnotherDatabase: a transaction that runs long in
+// another database of the server (another application's) holds no entry
+// of the inbox back; one in the inbox's database does (it may append).
+func TestInboxNotHeldByAnotherDatabase(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn, other := srv.NewDatabase(t), srv.NewDatabase(t)
+	a := openReplica(t, conn, PostgresOptions{})
+	ctx := context.Background()
+	hold := func(conn string) pgx.Tx {
+		c, err := pgx.Connect(ctx, conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(ctx) })
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()`).Scan(new(uint64)); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	elsewhere := hold(other)
+	if err := a.Append(ctx, []rollout.Observation{inboxObs(1)}, true); err != nil {
+		t.Fatal(err)
+	}
+	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 1 || held {
+		t.Fatalf("with a transaction open in another database: %d entries, held %v (%v); want the one, not held", len(in), held, err)
+	}
+	here := hold(conn)
+	if err := a.Append(ctx, []rollout.Observation{inboxObs(2)}, true); err != nil {
+		t.Fatal(err)
+	}
+	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 1 || !held {
+		t.Fatalf("with a transaction open in the inbox's database: %d entries, held %v (%v); want the first alone, held", len(in), held, err)
+	}
+	for _, tx := range []pgx.Tx{here, elsewhere} {
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 2 || held {
+		t.Fatalf("once both ended: %d entries, held %v (%v); want both", len(in), held, err)
+	}
+}
+
 // TestTrimWaitsForReaders: the leader trims only what every live reader
 // read; a reader not seen within live holds nothing back, and finds the
 // inbox trimmed past it. A trim never moves the mark back.

@@ -136,8 +136,19 @@ func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entr
 	defer cancel()
 	// One snapshot for the horizon and the rows: a row of a transaction
 	// below the horizon is visible in it, and none can come after. A row
-	// of id 0 (ids start at 1) says that others are held behind it.
-	rows, err := c.p.pool.Query(ctx, `WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
+	// of id 0 (ids start at 1) says that others are held behind it. The
+	// horizon is the oldest transaction still running, but for those
+	// known to run in another database (a server's transaction ids are
+	// shared by its databases: another application's long transaction
+	// would hold the inbox back while it lasts). One whose database is not
+	// known (not yet in pg_stat_activity's copy, or hidden) holds it back.
+	rows, err := c.p.pool.Query(ctx, `WITH s AS (SELECT pg_current_snapshot() AS snap),
+		h AS (SELECT coalesce(
+			(SELECT min(x) FROM s, pg_snapshot_xip(s.snap) AS x WHERE NOT EXISTS (
+				SELECT 1 FROM pg_stat_activity a
+				WHERE a.backend_xid = (x::text::bigint % 4294967296)::text::xid
+					AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))),
+			(SELECT pg_snapshot_xmax(snap) FROM s)) AS xmin)
 		(SELECT id, xid, event, body FROM fdn_inbox, h WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid < h.xmin ORDER BY xid, id LIMIT $3)
 		UNION ALL
 		(SELECT 0, xid, false, NULL FROM fdn_inbox, h WHERE xid >= h.xmin LIMIT 1)`, from.Xid, from.ID, limit)
