@@ -1,11 +1,9 @@
 package replica_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 )
 
 // deadLeader takes the lease for a holder that never renews nor resigns,
@@ -64,24 +63,7 @@ func TestFollowerShowsWhileNoneLeads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ref := enginetest.Start(t, t.TempDir(), cfg, time.Now, false)
-	for _, o := range obs {
-		if err := ref.Submit(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want := map[string]rollout.Verdict{}
-	for _, v := range ref.Views() {
-		want[v.Hash] = v.Verdict
-	}
-	waitFor(t, "b to show what it acknowledged", func() bool {
-		for h, v := range want {
-			if verdict(b, h) != v {
-				return false
-			}
-		}
-		return true
-	})
+	waitFor(t, "b to show what it acknowledged", shows(b, decided(t, obs)))
 	if b.node.Leading() {
 		t.Fatal("b leads under a lease it does not hold")
 	}
@@ -154,7 +136,7 @@ func TestFollowerLoadsAgainWhenTrimmedPast(t *testing.T) {
 	conn := pgtest.Start(t).NewDatabase(t)
 	a := start(t, conn, "a")
 	waitFor(t, "a to lead", a.node.Leading)
-	var logged syncBuffer
+	var logged syncbuf.Buffer
 	b := startLogged(t, conn, "b", slog.New(slog.NewTextHandler(&logged, nil)))
 	waitFor(t, "b to catch up", b.node.CaughtUp)
 	obs := enginetest.ExampleObservations(time.Now().Add(-time.Hour).Truncate(time.Second))
@@ -201,22 +183,4 @@ func TestFollowerLoadsAgainWhenTrimmedPast(t *testing.T) {
 	if !strings.Contains(logged.String(), "trimmed past where this replica read") {
 		t.Fatalf("b did not say it loads again:\n%s", logged.String())
 	}
-}
-
-// syncBuffer is a log's output read while it is written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

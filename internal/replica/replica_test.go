@@ -88,6 +88,34 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// decided is the verdict of each rollout one engine decides from obs.
+func decided(t *testing.T, obs []rollout.Observation) map[string]rollout.Verdict {
+	t.Helper()
+	ref := enginetest.Start(t, t.TempDir(), cfg, time.Now, false)
+	for _, o := range obs {
+		if err := ref.Submit(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]rollout.Verdict{}
+	for _, v := range ref.Views() {
+		want[v.Hash] = v.Verdict
+	}
+	return want
+}
+
+// shows reports whether r shows each of want's verdicts.
+func shows(r *running, want map[string]rollout.Verdict) func() bool {
+	return func() bool {
+		for h, v := range want {
+			if verdict(r, h) != v {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func verdict(r *running, hash string) rollout.Verdict {
 	v, err := r.node.Reader().Lookup(engine.Query{Hash: hash})
 	if err != nil {
@@ -128,24 +156,8 @@ func TestReplicas(t *testing.T) {
 		}
 	}
 	// The same as one engine decides from all of them.
-	ref := enginetest.Start(t, t.TempDir(), cfg, time.Now, false)
-	for _, o := range obs {
-		if err := ref.Submit(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want := map[string]rollout.Verdict{}
-	for _, v := range ref.Views() {
-		want[v.Hash] = v.Verdict
-	}
-	waitFor(t, "b to show every verdict", func() bool {
-		for h, v := range want {
-			if verdict(b, h) != v {
-				return false
-			}
-		}
-		return true
-	})
+	want := decided(t, obs)
+	waitFor(t, "b to show every verdict", shows(b, want))
 	// A third replica starts warm from the views.
 	c := start(t, conn, "c")
 	waitFor(t, "c to catch up", c.node.CaughtUp)

@@ -160,7 +160,7 @@ func (n *shared) follow(ctx context.Context) {
 		switch {
 		case fctx.Err() != nil:
 		case err != nil:
-			n.failed(&n.followEp, time.Now(), err, "reading the inbox from PostgreSQL fails: this replica shows the rollouts as they were")
+			n.followFailed(err, "reading the inbox")
 			sleep(fctx, n.cfg.Poll)
 		case st.Kept():
 			n.followLog(fctx, st)
@@ -169,6 +169,11 @@ func (n *shared) follow(ctx context.Context) {
 		}
 		stopped()
 	}
+}
+
+// followFailed says, once an episode, that what a follower does fails.
+func (n *shared) followFailed(err error, what string) {
+	n.failed(&n.followEp, time.Now(), err, what+" from PostgreSQL fails: this replica shows the rollouts as they were")
 }
 
 // followViews keeps the reader's views those the store has: all of them
@@ -202,7 +207,7 @@ func (n *shared) followLog(ctx context.Context, st store.LogState) {
 	at := st.Trimmed
 	if err := n.co.Read(ctx, n.cfg.Identity, at); err != nil {
 		if ctx.Err() == nil {
-			n.failed(&n.followEp, time.Now(), err, "reading the inbox from PostgreSQL fails: this replica shows the rollouts as they were")
+			n.followFailed(err, "reading the inbox")
 			sleep(ctx, n.cfg.Poll)
 		}
 		return
@@ -210,7 +215,7 @@ func (n *shared) followLog(ctx context.Context, st store.LogState) {
 	e, err := n.newFollower()
 	if err != nil {
 		if ctx.Err() == nil {
-			n.failed(&n.followEp, time.Now(), err, "loading the rollouts from PostgreSQL fails: this replica shows them as they were")
+			n.followFailed(err, "loading the rollouts")
 			sleep(ctx, n.cfg.Poll)
 		}
 		return
@@ -236,7 +241,7 @@ func (n *shared) followLog(ctx context.Context, st store.LogState) {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
-			n.failed(&n.followEp, time.Now(), err, "reading the inbox from PostgreSQL fails: this replica shows the rollouts as they were")
+			n.followFailed(err, "reading the inbox")
 			n.caughtUp.Store(false)
 			w.wait(ctx)
 			continue
@@ -255,7 +260,7 @@ func (n *shared) followLog(ctx context.Context, st store.LogState) {
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				n.failed(&n.followEp, time.Now(), err, "applying the inbox fails: this replica shows the rollouts as they were")
+				n.followFailed(err, "applying the inbox")
 				n.caughtUp.Store(false)
 				w.wait(ctx)
 			}
