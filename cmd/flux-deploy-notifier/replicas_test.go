@@ -70,8 +70,11 @@ func startReplicas(t *testing.T, n int, extra ...string) *replicas {
 	return r
 }
 
-func (r *replicas) start() *child {
-	c := startChild(r.t, r.bin, r.args...)
+func (r *replicas) start() *child { return r.startBin(r.bin) }
+
+// startBin starts a replica of the binary bin (an earlier release's).
+func (r *replicas) startBin(bin string) *child {
+	c := startChild(r.t, bin, r.args...)
 	r.mu.Lock()
 	r.all = append(r.all, c)
 	r.mu.Unlock()
@@ -124,6 +127,16 @@ func role(url string) string {
 		return ""
 	}
 	return body.Role
+}
+
+// ready waits until c is ready, as a leader or a follower.
+func (r *replicas) ready(c *child) {
+	r.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); role(c.url) == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("the new replica is not ready:\n%s", tail(c.logs.String(), 20))
+		}
+	}
 }
 
 // leader waits for exactly one live replica to lead, and returns it.
@@ -219,8 +232,8 @@ func (r *replicas) converged(events []crashEvent, acked []bool) {
 				}
 			}
 			if db, co, err := store.OpenPostgres(context.Background(), r.conn, store.PostgresOptions{}); err == nil {
-				in, held, err := co.Tail(context.Background(), store.Position{}, 100)
-				r.t.Logf("inbox: %d entries, more held %v (%v)", len(in), held, err)
+				p, err := co.Tail(context.Background(), store.Position{}, 100)
+				r.t.Logf("inbox: %d entries, more held %v (%v)", len(p.Entries), p.Held, err)
 				db.Close()
 			}
 			r.t.Fatalf("%d acknowledged events not shown after 30 s", missing)
@@ -576,12 +589,7 @@ func TestRollingReplacement(t *testing.T) {
 	}()
 	<-started
 	for _, old := range r.every() {
-		fresh := r.start()
-		for deadline := time.Now().Add(20 * time.Second); role(fresh.url) == ""; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the new replica is not ready:\n%s", tail(fresh.logs.String(), 20))
-			}
-		}
+		r.ready(r.start())
 		r.out(old, true)
 		stop(t, old)
 	}

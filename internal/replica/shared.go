@@ -232,11 +232,7 @@ func (n *shared) followLog(ctx context.Context, st store.LogState) {
 	said := time.Now()
 	for ctx.Err() == nil {
 		w.listen(ctx)
-		entries, held, err := n.co.Tail(ctx, at, tailLimit)
-		var now store.LogState
-		if err == nil {
-			now, err = n.co.Log(ctx)
-		}
+		page, err := n.co.Tail(ctx, at, tailLimit)
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -245,18 +241,18 @@ func (n *shared) followLog(ctx context.Context, st store.LogState) {
 			n.caughtUp.Store(false)
 			w.wait(ctx)
 			continue
-		case at.Before(now.Trimmed):
+		case at.Before(page.Log.Trimmed):
 			n.log.Warn("the inbox was trimmed past where this replica read: loading the rollouts again")
 			return
-		case !now.Kept() || now.Epoch > st.Epoch+1:
+		case !page.Log.Kept() || page.Log.Epoch > st.Epoch+1:
 			// A term of a leader that may not keep the log, under way or
-			// between the two reads.
+			// between two reads.
 			return
 		}
-		st = now
-		taken, err := n.apply(ctx, e, entries, false)
+		st = page.Log
+		taken, err := n.apply(ctx, e, page.Entries, false)
 		if taken > 0 {
-			at = entries[taken-1].Pos
+			at = page.Entries[taken-1].Pos
 		}
 		if err != nil {
 			if ctx.Err() == nil {
@@ -273,9 +269,9 @@ func (n *shared) followLog(ctx context.Context, st store.LogState) {
 			}
 		}
 		switch {
-		case len(entries) == tailLimit:
+		case len(page.Entries) == tailLimit:
 			continue
-		case held:
+		case page.Held:
 			n.caughtUp.Store(true)
 			sleep(ctx, reread)
 			continue
@@ -390,17 +386,17 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 	for ctx.Err() == nil {
 		w.listen(ctx)
 		var (
-			entries []store.Entry
-			held    bool
-			err     error
+			page store.Page
+			err  error
 		)
 		if start {
 			at, err = n.co.Trimmed(ctx)
 			start = err != nil
 		}
 		if err == nil {
-			entries, held, err = n.co.Tail(ctx, at, tailLimit)
+			page, err = n.co.Tail(ctx, at, tailLimit)
 		}
+		entries := page.Entries
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -433,7 +429,7 @@ func (n *shared) pump(ctx context.Context, e *engine.Engine) {
 				continue // more may wait
 			}
 		}
-		if err == nil && held {
+		if err == nil && page.Held {
 			sleep(ctx, reread)
 			continue
 		}

@@ -79,7 +79,7 @@ func TestPostgresMigrates(t *testing.T) {
 	}
 	srv.Exec(t, conn, fmt.Sprintf(`INSERT INTO fdn_inbox (event, body) VALUES (true, '\x%02x%x')`, inboxVersion, body))
 	d := openReplica(t, conn, PostgresOptions{})
-	if in, _, err := d.Tail(context.Background(), Position{}, 10); err != nil || len(in) != 1 || in[0].Observations[0].Hash != inboxObs(1).Hash {
+	if in, _, err := tail(d.Tail(context.Background(), Position{}, 10)); err != nil || len(in) != 1 || in[0].Observations[0].Hash != inboxObs(1).Hash {
 		t.Fatalf("the inbox after the migration: %+v (%v), want the entry appended before it", in, err)
 	}
 	c, err := pgx.Connect(context.Background(), conn)
@@ -118,7 +118,7 @@ func TestInbox(t *testing.T) {
 	if err := d.Append(ctx, []rollout.Observation{inboxObs(9)}, true); err != nil {
 		t.Fatal(err)
 	}
-	in, held, err := d.Tail(ctx, Position{}, 100)
+	in, held, err := tail(d.Tail(ctx, Position{}, 100))
 	if err != nil || held || len(in) != 3 {
 		t.Fatalf("read %d entries, held %v (%v), want the 3 before the unreadable one", len(in), held, err)
 	}
@@ -131,14 +131,14 @@ func TestInbox(t *testing.T) {
 		t.Fatalf("trimmed to %+v (%v), want %+v", at, err, in[2].Pos)
 	}
 	var unreadable *UnreadableError
-	if _, _, err := d.Tail(ctx, Position{}, 100); !errors.As(err, &unreadable) || !unreadable.Newer {
+	if _, _, err := tail(d.Tail(ctx, Position{}, 100)); !errors.As(err, &unreadable) || !unreadable.Newer {
 		t.Fatalf("the unreadable entry first: %v", err)
 	}
 	if n, err := d.InboxDepth(ctx); err != nil || n != 2 {
 		t.Fatalf("depth %d (%v), want 2", n, err)
 	}
 	srv.Exec(t, conn, `DELETE FROM fdn_inbox WHERE body = '\x02'`)
-	if in, _, err = d.Tail(ctx, in[2].Pos, 100); err != nil || len(in) != 1 || in[0].Observations[0].Hash != inboxObs(9).Hash {
+	if in, _, err = tail(d.Tail(ctx, in[2].Pos, 100)); err != nil || len(in) != 1 || in[0].Observations[0].Hash != inboxObs(9).Hash {
 		t.Fatalf("after it: %+v (%v)", in, err)
 	}
 	// A burst's rows, all taken: Vacuum gives their pages back.
@@ -151,7 +151,7 @@ func TestInbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	all, _, err := d.Tail(ctx, Position{}, 100)
+	all, _, err := tail(d.Tail(ctx, Position{}, 100))
 	if err != nil || len(all) != 21 {
 		t.Fatalf("read %d entries (%v), want 21", len(all), err)
 	}
@@ -202,7 +202,7 @@ func TestInboxInCommitOrder(t *testing.T) {
 	if err := b.Append(ctx, []rollout.Observation{inboxObs(2)}, true); err != nil {
 		t.Fatal(err)
 	}
-	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 0 || !held {
+	if in, held, err := tail(a.Tail(ctx, Position{}, 100)); err != nil || len(in) != 0 || !held {
 		t.Fatalf("with an earlier append uncommitted: %d entries, held %v (%v); want none, held", len(in), held, err)
 	}
 	body, err := encodeInbox([]rollout.Observation{inboxObs(1)})
@@ -217,7 +217,7 @@ func TestInboxInCommitOrder(t *testing.T) {
 	}
 	var got [2][]string
 	for i, r := range []replicaHandle{a, b} {
-		in, held, err := r.Tail(ctx, Position{}, 100)
+		in, held, err := tail(r.Tail(ctx, Position{}, 100))
 		if err != nil || held {
 			t.Fatalf("reader %d: held %v (%v)", i, held, err)
 		}
@@ -258,14 +258,14 @@ func TestInboxNotHeldByAnotherDatabase(t *testing.T) {
 	if err := a.Append(ctx, []rollout.Observation{inboxObs(1)}, true); err != nil {
 		t.Fatal(err)
 	}
-	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 1 || held {
+	if in, held, err := tail(a.Tail(ctx, Position{}, 100)); err != nil || len(in) != 1 || held {
 		t.Fatalf("with a transaction open in another database: %d entries, held %v (%v); want the one, not held", len(in), held, err)
 	}
 	here := hold(conn)
 	if err := a.Append(ctx, []rollout.Observation{inboxObs(2)}, true); err != nil {
 		t.Fatal(err)
 	}
-	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 1 || !held {
+	if in, held, err := tail(a.Tail(ctx, Position{}, 100)); err != nil || len(in) != 1 || !held {
 		t.Fatalf("with a transaction open in the inbox's database: %d entries, held %v (%v); want the first alone, held", len(in), held, err)
 	}
 	for _, tx := range []pgx.Tx{here, elsewhere} {
@@ -273,7 +273,7 @@ func TestInboxNotHeldByAnotherDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if in, held, err := a.Tail(ctx, Position{}, 100); err != nil || len(in) != 2 || held {
+	if in, held, err := tail(a.Tail(ctx, Position{}, 100)); err != nil || len(in) != 2 || held {
 		t.Fatalf("once both ended: %d entries, held %v (%v); want both", len(in), held, err)
 	}
 }
@@ -291,7 +291,7 @@ func TestTrimWaitsForReaders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in, _, err := a.Tail(ctx, Position{}, 100)
+	in, _, err := tail(a.Tail(ctx, Position{}, 100))
 	if err != nil || len(in) != 3 {
 		t.Fatalf("%d entries (%v)", len(in), err)
 	}
@@ -310,10 +310,13 @@ func TestTrimWaitsForReaders(t *testing.T) {
 	if st, err := b.Log(ctx); err != nil || st.Trimmed != in[0].Pos {
 		t.Fatalf("b reads the log's state %+v (%v), want trimmed to %+v", st, err, in[0].Pos)
 	}
+	if p, err := b.Tail(ctx, in[0].Pos, 100); err != nil || p.Log.Trimmed != in[0].Pos || !p.Log.Kept() {
+		t.Fatalf("b reads the log's state with its entries: %+v (%v), want trimmed to %+v, kept", p.Log, err, in[0].Pos)
+	}
 	if at, err := a.Trim(ctx, in[2].Pos, time.Minute); err != nil || at != in[0].Pos {
 		t.Fatalf("trimmed to %+v (%v), want where b read, %+v", at, err, in[0].Pos)
 	}
-	if rest, _, err := b.Tail(ctx, in[0].Pos, 100); err != nil || len(rest) != 2 {
+	if rest, _, err := tail(b.Tail(ctx, in[0].Pos, 100)); err != nil || len(rest) != 2 {
 		t.Fatalf("b reads on: %d entries (%v), want 2", len(rest), err)
 	}
 	srv.Exec(t, conn, `UPDATE fdn_readers SET seen = now() - interval '1 hour'`)
@@ -414,3 +417,7 @@ func TestListenerHoldsNoSnapshot(t *testing.T) {
 		t.Fatalf("Wait after the notifications: %v, %v", ok, err)
 	}
 }
+
+// tail is Tail as most of these tests read it: the entries, and whether
+// more are held.
+func tail(p Page, err error) ([]Entry, bool, error) { return p.Entries, p.Held, err }

@@ -122,18 +122,30 @@ func (p Position) Before(q Position) bool {
 	return p.Xid < q.Xid || p.Xid == q.Xid && p.ID < q.ID
 }
 
-// Tail returns up to limit entries after from, in the inbox's order, and
-// whether more entries were committed after those that it could not
-// return yet. It returns only entries of transactions older than every
-// one still running: a transaction still running may commit an entry that
-// comes before the later ones, so a reader that took those would skip it.
-// held then says that such a transaction holds entries back: read again
-// soon, not at the next notification. An entry stays until Trim: a
-// leader that dies before its commit leaves it to the next, which applies
-// it again (applying is idempotent).
-func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entries []Entry, held bool, err error) {
+// Page is what a read of the inbox (Tail) returns.
+type Page struct {
+	// Entries are those after the position read from, in the inbox's
+	// order.
+	Entries []Entry
+	// Held says that entries were committed after these that could not
+	// be returned yet: read again soon, not at the next notification.
+	Held bool
+	// Log is the log's state, read after the entries: it covers them
+	// (LogState).
+	Log LogState
+}
+
+// Tail returns up to limit entries after from, in the inbox's order, with
+// the log's state, in one round trip. It returns only entries of
+// transactions older than every one still running: a transaction still
+// running may commit an entry that comes before the later ones, so a
+// reader that took those would skip it (Page.Held then says so). An entry
+// stays until Trim: a leader that dies before its commit leaves it to the
+// next, which applies it again (applying is idempotent).
+func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (Page, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
+	var b pgx.Batch
 	// One snapshot for the horizon and the rows: a row of a transaction
 	// below the horizon is visible in it, and none can come after. A row
 	// of id 0 (ids start at 1) says that others are held behind it. The
@@ -142,7 +154,7 @@ func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entr
 	// shared by its databases: another application's long transaction
 	// would hold the inbox back while it lasts). One whose database is not
 	// known (not yet in pg_stat_activity's copy, or hidden) holds it back.
-	rows, err := c.p.pool.Query(ctx, `WITH s AS (SELECT pg_current_snapshot() AS snap),
+	b.Queue(`WITH s AS (SELECT pg_current_snapshot() AS snap),
 		h AS (SELECT coalesce(
 			(SELECT min(x) FROM s, pg_snapshot_xip(s.snap) AS x WHERE NOT EXISTS (
 				SELECT 1 FROM pg_stat_activity a
@@ -152,9 +164,38 @@ func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entr
 		(SELECT id, xid, event, body FROM fdn_inbox, h WHERE (xid, id) > ($1::xid8, $2::bigint) AND xid < h.xmin ORDER BY xid, id LIMIT $3)
 		UNION ALL
 		(SELECT 0, xid, false, NULL FROM fdn_inbox, h WHERE xid >= h.xmin LIMIT 1)`, from.Xid, from.ID, limit)
-	if err != nil {
-		return nil, false, err
+	// The state in a statement after the rows' (Log).
+	b.Queue(logState)
+	br := c.p.pool.SendBatch(ctx, &b)
+	var (
+		p   Page
+		bad *UnreadableError
+	)
+	rows, err := br.Query()
+	if err == nil {
+		p.Entries, p.Held, bad, err = scanTail(rows)
 	}
+	if err == nil {
+		err = br.QueryRow().Scan(p.Log.fields()...)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return Page{}, err
+	case bad != nil && len(p.Entries) == 0:
+		return Page{}, bad
+	case bad != nil:
+		// The entries before it: the next read starts at it.
+		p.Held = false
+	}
+	return p, nil
+}
+
+// scanTail reads Tail's rows, up to the first entry this binary cannot
+// read, and closes them.
+func scanTail(rows pgx.Rows) (entries []Entry, held bool, bad *UnreadableError, err error) {
 	defer rows.Close()
 	for rows.Next() {
 		var (
@@ -162,7 +203,7 @@ func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entr
 			body []byte
 		)
 		if err := rows.Scan(&e.ID, &e.Pos.Xid, &e.Event, &body); err != nil {
-			return nil, false, err
+			return nil, false, nil, err
 		}
 		if e.ID == 0 {
 			held = true
@@ -170,17 +211,15 @@ func (c *Coordination) Tail(ctx context.Context, from Position, limit int) (entr
 		}
 		e.Pos.ID = e.ID
 		if len(body) == 0 || body[0] != inboxVersion {
-			entries, err = unreadable(entries, &UnreadableError{ID: e.ID, Newer: len(body) > 0 && body[0] > inboxVersion,
-				Err: errors.New("unknown encoding")})
-			return entries, false, err
+			return entries, held, &UnreadableError{ID: e.ID, Newer: len(body) > 0 && body[0] > inboxVersion,
+				Err: errors.New("unknown encoding")}, nil
 		}
 		if e.Observations, err = decodeInbox(body[1:]); err != nil {
-			entries, err = unreadable(entries, &UnreadableError{ID: e.ID, Err: err})
-			return entries, false, err
+			return entries, held, &UnreadableError{ID: e.ID, Err: err}, nil
 		}
 		entries = append(entries, e)
 	}
-	return entries, held, rows.Err()
+	return entries, held, nil, rows.Err()
 }
 
 // Read records that replica has read the inbox up to at: the leader
@@ -292,15 +331,6 @@ func (e *UnreadableError) Error() string {
 	return fmt.Sprintf("inbox entry %d cannot be read: %v", e.ID, e.Err)
 }
 
-// unreadable returns the entries before an unreadable one, or, when it is
-// the first, the error.
-func unreadable(before []Entry, err *UnreadableError) ([]Entry, error) {
-	if len(before) > 0 {
-		return before, nil
-	}
-	return nil, err
-}
-
 // inboxObservation is an observation as the inbox keeps it: JSON, and the
 // emitters' roles, which their JSON leaves out.
 type inboxObservation struct {
@@ -378,18 +408,26 @@ type LogState struct {
 // log for its readers.
 func (s LogState) Kept() bool { return s.Epoch == s.Keeper }
 
-// Log returns the inbox's state. Read after entries (Tail), it covers
-// them: the mark only grows, so a mark at or before where the reader
-// read, read after the entries, was so when they were read.
+// fields are where a row of logState is scanned to.
+func (s *LogState) fields() []any {
+	return []any{&s.Trimmed.Xid, &s.Trimmed.ID, &s.Epoch, &s.Keeper}
+}
+
+const logState = `SELECT
+	coalesce((SELECT xid FROM fdn_trimmed WHERE name = 'inbox'), '0'),
+	coalesce((SELECT id FROM fdn_trimmed WHERE name = 'inbox'), 0),
+	coalesce((SELECT epoch FROM fdn_leader WHERE name = 'leader'), 0),
+	coalesce((SELECT id FROM fdn_trimmed WHERE name = 'keeper'), 0)`
+
+// Log returns the inbox's state. Read after entries, it covers them: the
+// mark only grows, so a mark at or before where the reader read, read
+// after the entries, was so when they were read. Tail returns it with its
+// entries.
 func (c *Coordination) Log(ctx context.Context) (LogState, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	var s LogState
-	err := c.p.pool.QueryRow(ctx, `SELECT
-			coalesce((SELECT xid FROM fdn_trimmed WHERE name = 'inbox'), '0'),
-			coalesce((SELECT id FROM fdn_trimmed WHERE name = 'inbox'), 0),
-			coalesce((SELECT epoch FROM fdn_leader WHERE name = 'leader'), 0),
-			coalesce((SELECT id FROM fdn_trimmed WHERE name = 'keeper'), 0)`).Scan(&s.Trimmed.Xid, &s.Trimmed.ID, &s.Epoch, &s.Keeper)
+	err := c.p.pool.QueryRow(ctx, logState).Scan(s.fields()...)
 	return s, err
 }
 
