@@ -198,6 +198,7 @@ func (m *Model) applyReleases(puts map[EvidenceKey]*Evidence, releases []*Observ
 		h, ok := named[i], named[i].hash != ""
 		if !ok {
 			h, ok = cl.attribute(o)
+			ok = ok && !cl.namesAnother(o, h, late)
 		}
 		if f, floorSettled := cl.floors[o.Emitter]; !ok || floorSettled && h.at.Before(f.first) {
 			// No live revision's apply changed it, or the one that did
@@ -222,6 +223,25 @@ func (m *Model) applyReleases(puts map[EvidenceKey]*Evidence, releases []*Observ
 	m.install(late, dirty, visible)
 	maps.Copy(puts, late)
 	return ignored
+}
+
+// namesAnother reports whether o, a report naming a commit no live
+// rollout has (the chart of a commit whose layers have not reported it:
+// helm-controller released it first), would go by the holds (h) to the
+// rollout of another commit whose release succeeded already, in batch or
+// before: that rollout was released, with its own chart, and this report
+// is not of its deploy. Taken for it, a failure in the second of its
+// completion would fail it (Flux's times are whole seconds).
+func (c *cluster) namesAnother(o *Observation, h holdEntry, batch map[EvidenceKey]*Evidence) bool {
+	if o.Commit == "" || strings.HasPrefix(h.hash, o.Commit) {
+		return false
+	}
+	r := c.rollouts[h.hash]
+	ev := batch[EvidenceKey{r.key, r.seq, o.Emitter}]
+	if ev == nil {
+		ev = r.ev[o.Emitter]
+	}
+	return ev != nil && ev.Succeeded != nil
 }
 
 // holdNamed makes the layer's evidence on the rollout a release's report

@@ -39,7 +39,8 @@ import (
 // layers the layer depends on. Failures are classed as ingest classes
 // Flux's reasons. Options: now=SECONDS (600), layers=L+L (configured),
 // fresh (no revision R0 applied by infra, platform and apps before),
-// x3 (every observation delivered three times).
+// x3 (every observation delivered three times), batch (the line's
+// observations in one batch, each a submission of its own).
 //
 // "oci:NAME" is OCIRepository apps/NAME (a chart's source).
 // "hr:NAME - EVENT@SECOND" is an event of HelmRelease apps/NAME (ok is
@@ -126,7 +127,7 @@ func runRule(t *testing.T, line string) {
 		opts, input = o, rest
 	}
 	cfg := rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour, MailTo: []string{"ops@example.com"}, Verify: true, Publish: true}
-	now, repeat, fresh := 600, 1, false
+	now, repeat, fresh, batch := 600, 1, false, false
 	for _, o := range strings.Fields(opts) {
 		k, v, _ := strings.Cut(o, "=")
 		switch k {
@@ -140,21 +141,33 @@ func runRule(t *testing.T, line string) {
 			fresh = true
 		case "x3":
 			repeat = 3
+		case "batch":
+			batch = true
 		default:
 			t.Fatalf("unknown option %q", o)
 		}
 	}
-	var obs []rollout.Observation
+	// Each observation a batch of its own, or (batch) the line's all in
+	// one, as the engine gathers submissions that arrive together.
+	var batches [][]rollout.Observation
 	if !fresh {
 		for i, l := range []string{"infra", "platform", "apps"} {
-			obs = append(obs, parseObservation(t, fmt.Sprintf("%s R0 ok@%d", l, -600+10*i)))
+			batches = append(batches, []rollout.Observation{parseObservation(t, fmt.Sprintf("%s R0 ok@%d", l, -600+10*i))})
 		}
 	}
+	var together []rollout.Observation
 	for _, s := range strings.Split(input, ",") {
 		o := parseObservation(t, strings.TrimSpace(s))
 		for range repeat {
-			obs = append(obs, o)
+			if batch {
+				together = append(together, o)
+			} else {
+				batches = append(batches, []rollout.Observation{o})
+			}
 		}
+	}
+	if batch {
+		batches = append(batches, together)
 	}
 
 	m, err := rollout.NewModel(cfg)
@@ -166,12 +179,16 @@ func runRule(t *testing.T, line string) {
 	mailed := map[string]bool{}
 	var mails []rollout.Mail
 	published := map[string][]string{}
-	for _, o := range obs {
-		if err := m.Normalise(&o); err != nil {
-			t.Fatalf("%+v: %v", o, err)
+	for _, b := range batches {
+		groups := make([][]rollout.Observation, len(b))
+		for i := range b {
+			if err := m.Normalise(&b[i]); err != nil {
+				t.Fatalf("%+v: %v", b[i], err)
+			}
+			groups[i] = b[i : i+1]
 		}
 		c := &rollout.Change{}
-		m.Apply(c, [][]rollout.Observation{{o}}, nil, at)
+		m.Apply(c, groups, nil, at)
 		m.Verify()
 		for _, v := range c.Views {
 			views[v.Hash] = v
