@@ -32,14 +32,23 @@ type child struct {
 // as the tests want and a benchmark must not.
 func buildBinary(t testing.TB, verify bool) string {
 	t.Helper()
+	return goBuild(t, ".", ".", verify)
+}
+
+// goBuild builds the service's package pkg in dir (an earlier release's
+// tree: buildRelease) into a temporary file, with -tags fdn_verify when
+// verify.
+func goBuild(t testing.TB, dir, pkg string, verify bool, flags ...string) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "flux-deploy-notifier")
 	tags := ""
 	if verify {
 		tags = "fdn_verify"
 	}
-	out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	build := exec.Command("go", append(append([]string{"build"}, flags...), "-tags", tags, "-o", bin, pkg)...)
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build in %s: %v\n%s", dir, err, out)
 	}
 	return bin
 }

@@ -22,8 +22,8 @@ var releases = []string{
 
 // buildRelease builds the service of an earlier commit of this
 // repository, from git's copy of it (git archive into bin/releases: no
-// work tree is touched). It skips the test when a shallow clone does not have the
-// commit.
+// work tree is touched). It skips the test when a shallow clone does not
+// have the commit.
 func buildRelease(t *testing.T, commit string) string {
 	t.Helper()
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
@@ -59,13 +59,8 @@ func buildRelease(t *testing.T, commit string) string {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(t.TempDir(), "flux-deploy-notifier")
-	build := exec.Command("go", "build", "-buildvcs=false", "-tags", "fdn_verify", "-o", bin, "./cmd/flux-deploy-notifier")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build of %s: %v\n%s", commit, err, out)
-	}
-	return bin
+	// Not stamped with this repository's state, which holds the tree.
+	return goBuild(t, src, "./cmd/flux-deploy-notifier", true, "-buildvcs=false")
 }
 
 // TestRollingUpdate: replicas of an earlier release are replaced one by

@@ -228,8 +228,8 @@ func (m *Model) applyReleases(puts map[EvidenceKey]*Evidence, releases []*Observ
 // namesAnother reports whether o, a report naming a commit no live
 // rollout has (the chart of a commit whose layers have not reported it:
 // helm-controller released it first), would go by the holds (h) to the
-// rollout of another commit whose release succeeded already, in batch or
-// before: that rollout was released, with its own chart, and this report
+// rollout of another commit whose release was released already, in batch
+// or before: that rollout was released with its own chart, and this report
 // is not of its deploy. Taken for it, a failure in the second of its
 // completion would fail it (Flux's times are whole seconds).
 func (c *cluster) namesAnother(o *Observation, h holdEntry, batch map[EvidenceKey]*Evidence) bool {
@@ -241,7 +241,8 @@ func (c *cluster) namesAnother(o *Observation, h holdEntry, batch map[EvidenceKe
 	if ev == nil {
 		ev = r.ev[o.Emitter]
 	}
-	return ev != nil && ev.Succeeded != nil
+	_, ok := released(ev)
+	return ok
 }
 
 // holdNamed makes the layer's evidence on the rollout a release's report

@@ -305,14 +305,8 @@ func (c *Coordination) ForgetReaders(ctx context.Context, gone time.Duration) er
 // Trimmed returns how far the inbox is trimmed: a reader that read less
 // missed entries, and a leader's term takes the inbox from there.
 func (c *Coordination) Trimmed(ctx context.Context) (Position, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
-	defer cancel()
-	var at Position
-	err := c.p.pool.QueryRow(ctx, `SELECT xid, id FROM fdn_trimmed WHERE name = 'inbox'`).Scan(&at.Xid, &at.ID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Position{}, nil
-	}
-	return at, err
+	s, err := c.Log(ctx)
+	return s.Trimmed, err
 }
 
 // UnreadableError is an inbox entry this binary cannot read: written by a
