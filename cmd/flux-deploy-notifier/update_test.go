@@ -18,6 +18,7 @@ import (
 var releases = []string{
 	"8ec16460faeecfbb47d2fb27204f021bb8566677",
 	"90c51c09bf23be26567663394ec44a39e1a38a93",
+	"590ca9a8f756aa7af5e7c2dc100ac3fc5a01df7e",
 }
 
 // buildRelease builds the service of an earlier commit of this
