@@ -34,6 +34,7 @@ type serveConfig struct {
 	postgres       postgresConfig
 	verdictToken   string
 	trustHeader    string
+	debugListen    string // Go's profiles on loopback; empty: off
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -61,6 +62,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	pc.flags(f)
 	level := f.String("log-level", "FDN_LOG_LEVEL", "info", "debug, info, warn or error")
 	format := f.String("log-format", "FDN_LOG_FORMAT", "json", "json or text")
+	debug := f.String("debug-listen", "FDN_DEBUG_LISTEN", "", "loopback address serving the Go runtime's profiles (/debug/pprof/); off unless given")
 	if err := f.parse(args); err != nil {
 		return c, err
 	}
@@ -72,6 +74,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		mail:     mc,
 		channels: chc,
 		cluster:  cc, postgres: pc, verdictToken: *verdictToken, trustHeader: *trustHeader,
+		debugListen: *debug,
+	}
+	if err := debugListener(c.debugListen); err != nil {
+		return c, err
 	}
 	if err := c.cluster.validate(); err != nil {
 		return c, err

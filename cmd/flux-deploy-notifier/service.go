@@ -76,6 +76,7 @@ type service struct {
 	srv      *http.Server
 	ln       net.Listener
 	drain    context.CancelFunc
+	debug    func() // stops --debug-listen's server
 }
 
 func (s *service) loadTokens(context.Context) error {
@@ -250,6 +251,11 @@ func (s *service) listen(context.Context) error {
 	if s.ln, err = net.Listen("tcp", s.c.listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if s.c.debugListen != "" {
+		if s.debug, err = serveDebug(s.c.debugListen); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(s.stdout, "flux-deploy-notifier listening on http://%s\n", s.ln.Addr())
 	state := s.c.dataDir
 	if s.co != nil {
@@ -321,6 +327,9 @@ func (s *service) run(ctx context.Context) error {
 
 // close releases what the parts built hold, whether they ran or not.
 func (s *service) close() {
+	if s.debug != nil {
+		s.debug()
+	}
 	if s.drain != nil {
 		s.drain()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -258,4 +259,124 @@ func liveHeap(b *testing.B, releases int) {
 		b.StartTimer()
 	}
 	b.ReportMetric(perLayer, "live-B/layer")
+}
+
+// streamObservation is event i of the reference load stream
+// (../shared/tools/fdnload, docs/performance.md): each revision rolls
+// across width layers, three events a layer (Progressing naming objects
+// of other namespaces, the health check, ReconciliationSucceeded), a
+// thousand events a second of event time, stamped to the whole second as
+// Flux stamps them: many revisions share a second on one layer. Its
+// indexes start where fdnload's runs start, and so do its times (i is
+// taken modulo a million), so that a later run's revisions are stamped
+// among an earlier run's.
+func streamObservation(i, width int) rollout.Observation {
+	rev, k := i/(3*width), i%(3*width)
+	l, step := k/3, k%3
+	label := fmt.Sprintf("stream-%d", rev)
+	name := fmt.Sprintf("layer-%03d", l)
+	sec := (i % 1_000_000) / 1000
+	switch step {
+	case 0:
+		return ob(name, label, sec, rollout.SignalProgressing, "Progressing",
+			fmt.Sprintf("ConfigMap/team-%d/settings configured\nDeployment/team-%d/web configured", l, l))
+	case 1:
+		return ob(name, label, sec, rollout.SignalProgressing, "Progressing", fmt.Sprintf("Health check passed in %d.%03ds", i%7, i%1000))
+	}
+	return ob(name, label, sec, rollout.SignalSucceeded, "ReconciliationSucceeded",
+		fmt.Sprintf("Reconciliation finished in %d.%03ds, next run in 10m0s", i%5, i%1000))
+}
+
+// streamRange is events [from, from+n) of the reference stream.
+func streamRange(from, n, width int) []rollout.Observation {
+	out := make([]rollout.Observation, n)
+	for i := range out {
+		out[i] = streamObservation(from+i, width)
+	}
+	return out
+}
+
+// BenchmarkSubmitStream submits the reference stream from 32 goroutines,
+// as its ack-latency run does, at 20 and 1,000 layers a revision: on an
+// engine that saw only fdnload's warm-up (fresh), and on one that took a
+// burst before (burst: 60,000 events of its own, stamped over the same
+// minute). The cost of an event must depend on neither the width nor the
+// rollouts the burst left.
+func BenchmarkSubmitStream(b *testing.B) {
+	for _, burst := range []int{0, 60_000} {
+		for _, width := range []int{20, 1000} {
+			name := fmt.Sprintf("fresh/layers=%d", width)
+			if burst > 0 {
+				name = fmt.Sprintf("burst/layers=%d", width)
+			}
+			b.Run(name, func(b *testing.B) {
+				e := enginetest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0.Add(10*time.Minute)), true)
+				before := streamRange(0, 4000, width)
+				if burst > 0 {
+					before = append(before, streamRange(2_000_000, burst, width)...)
+				}
+				for i := 0; i < len(before); i += 500 {
+					if err := e.SubmitAll(context.Background(), before[i:min(i+500, len(before))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				obs := streamRange(3_000_000, b.N, width)
+				var next atomic.Int64
+				st := e.Stats()
+				obs0, commits0 := st.Observations.Load(), st.Commits.Load()
+				b.SetParallelism(16) // 32 submitters on 2 cores
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := e.Submit(context.Background(), obs[next.Add(1)-1]); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(st.Observations.Load()-obs0)/float64(max(1, st.Commits.Load()-commits0)), "obs/commit")
+			})
+		}
+	}
+}
+
+// TestStreamVerified runs what BenchmarkSubmitStream measures, smaller,
+// with every incremental evaluation checked against the reference after
+// every batch (enginetest.Start turns Verify on in tests): revisions
+// stamped among older ones, many to a second, their layers' reports
+// arriving out of order within a batch.
+func TestStreamVerified(t *testing.T) {
+	for _, width := range []int{20, 200} {
+		t.Run(fmt.Sprintf("layers=%d", width), func(t *testing.T) {
+			e := enginetest.Start(t, t.TempDir(), defaultConfig(), fixedClock(t0.Add(10*time.Minute)), true)
+			obs := append(streamRange(0, 2000, width), streamRange(2_000_000, 3000, width)...)
+			obs = append(obs, streamRange(3_000_000, 3000, width)...)
+			for i := 0; i < len(obs); i += 37 {
+				batch := slices.Clone(obs[i:min(i+37, len(obs))])
+				slices.Reverse(batch) // the reports of a batch in another order than Flux's
+				if err := e.SubmitAll(context.Background(), batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Each run's first revision, stamped the same second on each
+			// layer as the other two: ties ordered by hash, the burst's
+			// comes between the others and was replaced before it
+			// completed.
+			for _, want := range []struct {
+				from    int
+				verdict rollout.Verdict
+			}{{0, rollout.VerdictApplied}, {2_000_000, rollout.VerdictSuperseded}, {3_000_000, rollout.VerdictApplied}} {
+				rev := want.from / (3 * width)
+				v, err := e.Lookup(engine.Query{Hash: hashOf(fmt.Sprintf("stream-%d", rev))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v.Layers.Len() != width || v.Verdict != want.verdict {
+					t.Errorf("stream-%d: %s on %d layers, want %s on %d", rev, v.Verdict, v.Layers.Len(), want.verdict, width)
+				}
+			}
+		})
+	}
 }

@@ -80,7 +80,7 @@ func released(rev *Evidence) (time.Time, bool) {
 // layerSlot reads one expected layer of r; preds are the revisions r
 // replaced. A silent layer shows the revision it was at (wasAt), as far as
 // events tell.
-func (c *cluster) layerSlot(r *rolloutState, l Emitter, preds map[string]bool) slot {
+func (c *cluster) layerSlot(r *rolloutState, l Emitter, preds predSet) slot {
 	ev := r.ev[l]
 	was := ""
 	if ev == nil && !r.known {

@@ -204,7 +204,7 @@ func otherSource(a, b *rolloutState) bool {
 // wasAt is the revision a layer silent on r was at: the latest it reported
 // before r, or, when every revision it reported began after r, the latest
 // of the revisions r replaced that it carried; "" when none.
-func (c *cluster) wasAt(r *rolloutState, l Emitter, preds map[string]bool) string {
+func (c *cluster) wasAt(r *rolloutState, l Emitter, preds predSet) string {
 	at := c.latestBefore(l, r)
 	if at == nil {
 		at = c.carried(l, preds)
@@ -217,7 +217,7 @@ func (c *cluster) wasAt(r *rolloutState, l Emitter, preds map[string]bool) strin
 
 // carried is the latest of the revisions r replaced (preds) that layer l
 // reported, by when it first did; nil when none.
-func (c *cluster) carried(l Emitter, preds map[string]bool) *rolloutState {
+func (c *cluster) carried(l Emitter, preds predSet) *rolloutState {
 	var at *logEntry
 	for p := range preds {
 		if ev := c.rollouts[p].ev[l]; ev != nil {
@@ -234,16 +234,22 @@ func (c *cluster) carried(l Emitter, preds map[string]bool) *rolloutState {
 
 // familyChanged records what a change to r that its family reads may
 // change: the rollouts of the family judged on events alone that began
-// after from (every one, when from is zero). Each is read afresh, or, when
-// only the revision a silent layer was at may have moved (layer, not
-// zero: it reported r), its slot. On a source's newest commit there are
-// none, and nothing is looked at.
-func (d dirtySet) familyChanged(r *rolloutState, from logEntry, layer Emitter) {
+// after from (every one, when from is zero) and before until. Each is
+// read afresh, or, when only the revision a silent layer was at may have
+// moved (layer, not zero: it reported r), its slot. On a source's newest
+// commit there are none, and nothing is looked at. A change to one
+// layer's report concerns only the rollouts that began before that
+// layer's next report (until): for those after, the latest revision it
+// reported before them is that one or a later one (latestBefore).
+func (d dirtySet) familyChanged(r *rolloutState, from, until logEntry, layer Emitter) {
 	if d == nil {
 		return
 	}
 	f := r.fam
 	for _, m := range f.members[f.after(from):] {
+		if m.start().compare(until) >= 0 {
+			break
+		}
 		if m == r || m.known {
 			continue
 		}
@@ -255,6 +261,22 @@ func (d dirtySet) familyChanged(r *rolloutState, from logEntry, layer Emitter) {
 		case m.cache != nil && !otherSource(r, m) && m.cache.expects(layer):
 			d.slot(m, layer)
 		default:
+			d.full(m)
+		}
+	}
+}
+
+// familyBetween rebuilds the rollouts of r's family judged on events
+// alone that began after from and before until.
+func (d dirtySet) familyBetween(r *rolloutState, from, until logEntry) {
+	if d == nil {
+		return
+	}
+	for _, m := range r.fam.members[r.fam.after(from):] {
+		if m.start().compare(until) >= 0 {
+			break
+		}
+		if m != r && !m.known {
 			d.full(m)
 		}
 	}

@@ -16,8 +16,12 @@ import (
 // whose inputs changed, updating the tally with each; the next view copies
 // the chunks of layers those slots are in and takes the rest from the
 // tally, so its cost does not grow with the rollout's width. A change to
-// what a rollout expects (a new predecessor, a membership mark, an entry
-// that moved in a log) rebuilds it.
+// what a rollout expects (a revision that starts or stops being one it
+// replaced, a membership mark, its own entry that moved in a log) rebuilds
+// it. What a batch marks is bounded by what it changed too, not by how
+// many rollouts are live: a revision stamped among older ones (a late
+// report) marks the few that began about when it did, not every one after
+// it (familyChanged, successors, predMove).
 //
 // evaluate (verdict.go) stays the reference. With Config.Verify, used by
 // the tests, every live view is checked against it after every batch.
@@ -25,7 +29,7 @@ import (
 // evalCache is a rollout's last evaluation.
 type evalCache struct {
 	expected []Emitter // sorted
-	preds    map[string]bool
+	preds    predSet
 	deps     map[string][]string
 	slots    []slot // one per expected layer
 	silent   int    // expected layers without evidence: where cluster.silent lists the rollout
@@ -42,8 +46,18 @@ type evalCache struct {
 type dirtySet map[*rolloutState]*dirt
 
 type dirt struct {
-	full bool
-	ems  map[Emitter]struct{}
+	full  bool
+	ems   map[Emitter]struct{}
+	moves []predMove // in the order they happened
+}
+
+// predMove is a change of the revision a rollout replaced on one emitter
+// (a log's entry inserted or removed just before its own): its evaluation
+// absorbs it by counting, unless a revision stops or starts being one it
+// replaced, which may change what it expects.
+type predMove struct {
+	e        Emitter
+	from, to string // "": none
 }
 
 func (d dirtySet) get(r *rolloutState) *dirt {
@@ -74,7 +88,19 @@ func (d dirtySet) full(r *rolloutState) {
 		return
 	}
 	x := d.get(r)
-	x.full, x.ems = true, nil
+	x.full, x.ems, x.moves = true, nil, nil
+}
+
+// predMoved records that r's predecessor on e moved from one revision to
+// another, and that e's slot must be read again.
+func (d dirtySet) predMoved(r *rolloutState, e Emitter, from, to string) {
+	if d == nil || r == nil || from == to {
+		return
+	}
+	d.slot(r, e)
+	if x := d[r]; !x.full {
+		x.moves = append(x.moves, predMove{e, from, to})
+	}
 }
 
 func (d dirtySet) touch(r *rolloutState) {
@@ -107,12 +133,50 @@ func (d dirtySet) readers(c *cluster, r *rolloutState) {
 	}
 }
 
-// successors rebuilds the rollouts that read r as a predecessor, after a
-// change of r others can see (see set): their expected layers, and the
-// revisions their silent layers were at, come from it.
-func (d dirtySet) successors(r *rolloutState) {
+// visibleSet is, by rollout, what a batch changed of it that others can
+// see (see set): the emitters whose evidence did, and whether more did
+// (its start or its source moved, or a release's evidence changed).
+type visibleSet map[*rolloutState]*visibility
+
+type visibility struct {
+	ems []Emitter
+	all bool
+}
+
+func (v visibleSet) add(r *rolloutState, e Emitter, more bool) {
+	s := v[r]
+	if s == nil {
+		s = &visibility{}
+		v[r] = s
+	}
+	s.all = s.all || more || !e.IsLayer()
+	if !s.all {
+		s.ems = append(s.ems, e)
+	}
+}
+
+// successors records what the rollouts that read r as a predecessor may
+// read of a change to r: their expected layers, and the revisions their
+// silent layers were at, come from it. Of r they read only the layers it
+// reported (carried): a change to r's evidence on layer e is one to their
+// slot of e when they expect e without evidence on it, nothing when they
+// have some, and may make them expect e otherwise (or may have, when they
+// kept no evaluation to tell). Any other change (all) rebuilds them.
+func (d dirtySet) successors(r *rolloutState, s *visibility) {
 	for q := range r.next {
-		d.full(q)
+		if s.all {
+			d.full(q)
+			continue
+		}
+		for _, e := range s.ems {
+			switch {
+			case q.ev[e] != nil:
+			case q.cache != nil && q.cache.expects(e):
+				d.slot(q, e)
+			default:
+				d.full(q)
+			}
+		}
 	}
 }
 
@@ -128,7 +192,7 @@ func (d dirtySet) moved(c *cluster, r *rolloutState) {
 func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Time) *View {
 	k := r.cache
 	var changed []int
-	ok := k != nil && !d.full
+	ok := k != nil && !d.full && k.preds.move(d.moves)
 	if ok {
 		changed, ok = c.patchAll(r, k, d.ems)
 	}
@@ -149,6 +213,31 @@ func (c *cluster) evaluateIn(r *rolloutState, d *dirt, cfg *Config, now time.Tim
 	c.conclude(v, r, k.expected, k.sum.sums(c, r, k.slots, k.preds), now)
 	k.shown = v
 	return v
+}
+
+// move counts the predecessors' moves in, and reports false when a
+// revision starts or stops being one replaced: then the rollout's expected
+// layers may change, and it is read afresh (the set is left half-counted:
+// recache replaces it).
+func (p predSet) move(moves []predMove) bool {
+	for _, m := range moves {
+		if m.from != "" {
+			switch p[m.from] {
+			case 0:
+				return false
+			case 1:
+				delete(p, m.from)
+				return false
+			}
+			p[m.from]--
+		}
+		if m.to != "" {
+			if p[m.to]++; p[m.to] == 1 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // patchAll reads again the slots of the emitters in ems, and returns the
@@ -245,7 +334,7 @@ func (c *cluster) unsilence(r *rolloutState) {
 func (c *cluster) patch(r *rolloutState, k *evalCache, e Emitter) (int, bool) {
 	ev := r.ev[e]
 	if ev != nil {
-		if p := c.predecessor(r, e); p != "" && !k.preds[p] {
+		if p := c.predecessor(r, e); p != "" && !k.preds.has(p) {
 			return -1, false
 		}
 	}

@@ -159,23 +159,38 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		if !r.known {
 			dirty.full(r)
 		}
-		dirty.familyChanged(r, logEntry{}, Emitter{})
-	case merged || source != r.source || !first.IsZero() && !first.Equal(r.first):
-		// r joined its source's family, or its start or its source moved:
-		// what it expects, and what the rollouts after it read of it.
+		dirty.familyChanged(r, logEntry{}, endOfLogs(), Emitter{})
+	case merged && source == r.source && e.IsLayer() && onlyLayer(r, e):
+		// A new revision joined its source's family by its first layer:
+		// what it expects, and, of the rollouts after it, what they read
+		// of that layer. Its start, before every layer of it but e, tells
+		// them nothing more (latestBefore).
 		if !r.known {
 			dirty.full(r)
 		}
-		dirty.familyChanged(r, r.start(), Emitter{})
-	case old == nil && e.IsLayer():
-		// A layer's report on r: the rollouts after r it did not report
-		// expect it, at r if r is the latest it reported before them.
-		dirty.familyChanged(r, r.start(), e)
-	case e.IsLayer() && !old.First.Equal(ev.First):
-		// Its report moved in its log: for the rollouts that began since
-		// the earlier of its two places, it may be at r now, or no more.
-		dirty.familyChanged(r, logEntry{first: ev.First}, e)
+		dirty.familyChanged(r, r.start(), lg.next(logEntry{ev.First, hash}), e)
+	case merged || source != r.source:
+		// r joined its source's family, or its source moved: what it
+		// expects, and what the rollouts after it read of it.
+		if !r.known {
+			dirty.full(r)
+		}
+		dirty.familyChanged(r, r.start(), endOfLogs(), Emitter{})
+	default:
+		if !first.IsZero() && !first.Equal(r.first) {
+			// r's start moved earlier: what it expects, and what the
+			// rollouts that began since read of it. Those that began after
+			// its every entry read its entries, of which only e's may have
+			// moved (below), and not the start of a revision that precedes
+			// them wherever it reported (latestBefore).
+			if !r.known {
+				dirty.full(r)
+			}
+			dirty.familyBetween(r, r.start(), logEntry{r.last, r.key.Hash})
+		}
+		dirty.reportChanged(r, lg, old, ev)
 	}
+
 	var oldMember *Member
 	if old != nil {
 		oldMember = old.Member
@@ -192,17 +207,17 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 			// one it was applying before (see movedOn).
 			visible = old.Revision != ev.Revision || !old.reported() && ev.reported()
 			if visible {
-				c.dirtyAround(lg, e, logEntry{ev.First, hash}, dirty)
+				c.dirtyAround(lg, e, logEntry{ev.First, hash}, stays, dirty)
 			}
 			return visible
 		}
 		was := logEntry{old.First, hash}
 		pred := lg.before(was)
-		c.dirtyAround(lg, e, was, dirty)
+		c.dirtyAround(lg, e, was, removed, dirty)
 		c.removeEntry(lg, was)
 		x := logEntry{ev.First, hash}
 		c.insertEntry(lg, x)
-		c.dirtyAround(lg, e, x, dirty)
+		c.dirtyAround(lg, e, x, inserted, dirty)
 		if lg.before(x) != pred {
 			dirty.full(r) // it now follows another revision: what it replaced changed
 		}
@@ -210,7 +225,41 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	}
 	x := logEntry{ev.First, hash}
 	c.insertEntry(lg, x)
-	c.dirtyAround(lg, e, x, dirty)
+	c.dirtyAround(lg, e, x, inserted, dirty)
+	if !e.IsRelease() {
+		// r's first report on e: the revision before it there is one
+		// more it replaced (predecessor).
+		dirty.predMoved(r, e, "", lg.before(x))
+	}
+	return true
+}
+
+// reportChanged records what a change to a layer's report on r (old to
+// ev, in its log lg) changes for the rollouts of r's family that began
+// after it.
+func (d dirtySet) reportChanged(r *rolloutState, lg *emitterLog, old, ev *Evidence) {
+	e := lg.emitter
+	switch {
+	case !e.IsLayer():
+	case old == nil:
+		// A layer's report on r: the rollouts after r it did not report
+		// expect it, at r if r is the latest it reported before them, up
+		// to its next report, which is the latest before those after it.
+		d.familyChanged(r, r.start(), lg.next(logEntry{ev.First, r.key.Hash}), e)
+	case !old.First.Equal(ev.First):
+		// Its report moved in its log: for the rollouts that began since
+		// the earlier of its two places, it may be at r now, or no more.
+		d.familyChanged(r, logEntry{first: ev.First}, endOfLogs(), e)
+	}
+}
+
+// onlyLayer reports whether e is the one layer r has evidence on.
+func onlyLayer(r *rolloutState, e Emitter) bool {
+	for o := range r.ev {
+		if o.IsLayer() && o != e {
+			return false
+		}
+	}
 	return true
 }
 
@@ -301,23 +350,45 @@ func (c *cluster) removeEntry(lg *emitterLog, x logEntry) {
 	lg.revs = slices.Delete(lg.revs, i, i+1)
 }
 
-// dirtyAround records what inserting or removing x in e's log lg changes:
-// for the entries before it, back to the last one the emitter reported on,
-// the revision the layer moved to next (and whether it moved on); for the
-// one after it, its predecessor; and for every rollout silent on e that
-// began between x's neighbours, the revision e moved to next.
-func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, dirty dirtySet) {
+// entryChange is what happened to an entry of a log (dirtyAround).
+type entryChange int
+
+const (
+	inserted entryChange = iota
+	removed
+	stays // in place, its revision's spelling or its report changed
+)
+
+// dirtyAround records what inserting, removing or changing x in e's log
+// lg changes: for the entries before it, back to the last one the emitter
+// reported on, the revision the layer moved to next (and whether it moved
+// on); for the one after it, its predecessor; and for every rollout silent
+// on e that began between x's neighbours, the revision e moved to next.
+func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, how entryChange, dirty dirtySet) {
 	if dirty == nil {
 		return
 	}
 	// x is in lg: dirtyAround runs after an insertion, before a removal.
 	i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
-	if j := i + 1; j < len(lg.revs) {
-		dirty.full(c.rollouts[lg.revs[j].hash])
-	}
 	var lo logEntry
 	if i > 0 {
 		lo = lg.revs[i-1]
+	}
+	if j := i + 1; j < len(lg.revs) {
+		// The one after x replaced x, or replaced the one before x and
+		// no more: one of its predecessors moved, by one emitter.
+		next := c.rollouts[lg.revs[j].hash]
+		switch {
+		case e.IsRelease():
+			// No rollout replaces a revision on a release (predecessor).
+			dirty.full(next)
+		case how == inserted:
+			dirty.predMoved(next, e, lo.hash, x.hash)
+		case how == removed:
+			dirty.predMoved(next, e, x.hash, lo.hash)
+		default:
+			dirty.full(next)
+		}
 	}
 	for k := i - 1; k >= 0; k-- {
 		p := c.rollouts[lg.revs[k].hash]
@@ -422,6 +493,18 @@ func (lg *emitterLog) after(x logEntry) (logEntry, bool) {
 		return logEntry{}, false
 	}
 	return lg.revs[i], true
+}
+
+// endOfLogs is after every entry of every log.
+func endOfLogs() logEntry { return logEntry{first: time.Unix(1<<40, 0)} }
+
+// next is the entry just after x, x being in the log or not; endOfLogs
+// when there is none.
+func (lg *emitterLog) next(x logEntry) logEntry {
+	if s, ok := lg.after(x); ok {
+		return s
+	}
+	return endOfLogs()
 }
 
 // latest is the newest revision the emitter reported.

@@ -362,7 +362,7 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 	// Installed before evaluating, so the views (and the mails they make
 	// due) are computed from the state being committed.
 	dirty := dirtySet{}
-	visible := map[*rolloutState]bool{}
+	visible := visibleSet{}
 	m.install(c.Puts, dirty, visible)
 	ignored += m.applyReleases(c.Puts, releases, inBatch, settled, dirty, visible)
 	if len(c.Puts) == 0 {
@@ -370,8 +370,8 @@ func (m *Model) Apply(c *Change, batches [][]Observation, settled map[Key]bool, 
 	}
 	// Once every entry of the batch is in the logs: the rollouts that read
 	// a changed one as their predecessor.
-	for r := range visible {
-		dirty.successors(r)
+	for r, s := range visible {
+		dirty.successors(r, s)
 	}
 	m.recompute(c, dirty, now)
 	return len(c.Puts), ignored
@@ -412,11 +412,20 @@ func (m *Model) merge(puts map[EvidenceKey]*Evidence, o *Observation, inBatch ma
 }
 
 // install puts pending evidence in the index, recording what it changes.
-func (m *Model) install(puts map[EvidenceKey]*Evidence, dirty dirtySet, visible map[*rolloutState]bool) {
+func (m *Model) install(puts map[EvidenceKey]*Evidence, dirty dirtySet, visible visibleSet) {
 	for ek, ev := range puts {
 		cl := m.clusters[ek.Cluster]
+		r := cl.rollouts[ek.Hash]
+		var first time.Time
+		var source Ref
+		if r != nil {
+			first, source = r.first, r.source
+		}
 		if cl.set(ek.Hash, ek.Emitter, ev, dirty) {
-			visible[cl.rollouts[ek.Hash]] = true
+			r = cl.rollouts[ek.Hash]
+			// What the rollouts after it read of r beyond its evidence
+			// on this emitter: its start and its source.
+			visible.add(r, ek.Emitter, !first.IsZero() && !first.Equal(r.first) || source != r.source)
 		}
 	}
 }

@@ -176,7 +176,7 @@ func (c *cluster) sameSource(layer Emitter, r *rolloutState) bool {
 // layers' reports of it are installed: each belongs to the rollout whose
 // layer's apply last changed the release before it (hold). It adds what
 // it merges to puts and installs it; it returns how many it ignored.
-func (m *Model) applyReleases(puts map[EvidenceKey]*Evidence, releases []*Observation, inBatch map[Key]map[Emitter]bool, settled map[Key]bool, dirty dirtySet, visible map[*rolloutState]bool) (ignored int) {
+func (m *Model) applyReleases(puts map[EvidenceKey]*Evidence, releases []*Observation, inBatch map[Key]map[Emitter]bool, settled map[Key]bool, dirty dirtySet, visible visibleSet) (ignored int) {
 	if len(releases) == 0 {
 		return 0
 	}

@@ -268,7 +268,7 @@ func (t *tally) removeNext(e logEntry) {
 }
 
 // sums are what the view is concluded from, from the tally.
-func (t *tally) sums(c *cluster, r *rolloutState, slots []slot, preds map[string]bool) sums {
+func (t *tally) sums(c *cluster, r *rolloutState, slots []slot, preds predSet) sums {
 	for h, x := range t.nexts {
 		if x.stale {
 			// The slots holding the least moved on (a revision between
@@ -291,7 +291,7 @@ func (t *tally) sums(c *cluster, r *rolloutState, slots []slot, preds map[string
 // succeeded. Whether a next revision supersedes r is decided here, not in
 // the slot: it depends on that rollout's start and on r's predecessors,
 // which change without the layer's log changing.
-func (c *cluster) progress(r *rolloutState, slots []slot, preds map[string]bool, top pick, nexts map[string]*earliest) progress {
+func (c *cluster) progress(r *rolloutState, slots []slot, preds predSet, top pick, nexts map[string]*earliest) progress {
 	p := progress{completed: len(slots) > 0 && int(top.succeeded) == len(slots), working: top.working > 0}
 	if i := top.lastSuccess; i >= 0 {
 		p.completedAt = slots[i].succAt

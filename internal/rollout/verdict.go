@@ -169,12 +169,12 @@ const (
 // at an older revision must move, however many commits it missed and
 // whichever of them its events told. A layer at a revision the sources'
 // events say is of another source is not expected (it moved to that one).
-func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]bool) {
+func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, predSet) {
 	set := make(map[Emitter]bool, len(cfg.Layers)+len(r.ev))
 	for _, l := range cfg.Layers {
 		set[l] = true
 	}
-	preds := map[string]bool{}
+	preds := predSet{}
 	if r.clusterKnown() {
 		// The cluster said, while this revision was current, which layers
 		// must apply it: exactly those (and the configured ones). A layer
@@ -184,7 +184,7 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 				set[e] = true
 			}
 			if p := c.predecessor(r, e); p != "" {
-				preds[p] = true
+				preds[p]++
 			}
 		}
 		return sortedEmitters(set), preds
@@ -194,7 +194,7 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 			set[e] = true
 		}
 		if p := c.predecessor(r, e); p != "" {
-			preds[p] = true
+			preds[p]++
 		}
 	}
 	// Every layer of r's family was at an older revision (latestBefore), or
@@ -210,6 +210,15 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, map[string]
 	}
 	return sortedEmitters(set), preds
 }
+
+// predSet is the revisions a rollout replaced, each with how many of its
+// emitters reported it just before (predecessor): the evaluation reads
+// only which they are, and the count tells, as a log's entries come and
+// go around the rollout's, when one stops or starts being one
+// (incremental.go, predMove).
+type predSet map[string]int
+
+func (p predSet) has(hash string) bool { return p[hash] > 0 }
 
 // predecessor is the revision r replaced on emitter e: the one e reported
 // just before; none for a release, whose reports follow its layer's.
@@ -270,7 +279,7 @@ func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
 // finish completes a view from its header and the expected layers' slots,
 // folding every slot in order with the rule the engine's tally folds as a
 // tree (leaf and combine, tally.go): the reference.
-func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []slot, preds map[string]bool, deps map[string][]string, now time.Time) *View {
+func (c *cluster) finish(v *View, r *rolloutState, expected []Emitter, slots []slot, preds predSet, deps map[string][]string, now time.Time) *View {
 	ls := make([]LayerView, len(slots))
 	var failing []int
 	var behind []string
@@ -382,8 +391,8 @@ type progress struct {
 
 // newer reports whether the rollout of hash began after r (ties by hash)
 // and is not one r replaced.
-func (c *cluster) newer(hash string, r *rolloutState, preds map[string]bool) bool {
-	if preds[hash] {
+func (c *cluster) newer(hash string, r *rolloutState, preds predSet) bool {
+	if preds.has(hash) {
 		return false
 	}
 	sr := c.rollouts[hash]
