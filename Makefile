@@ -252,10 +252,21 @@ fuzz:
 # against a bare read-and-decode handler over loopback, each in its own
 # process, in the same run; and the PostgreSQL store against both (a
 # server started for the run: make postgres installs it).
-bench: testbin postgres
+# The reference load stream (fdnload, kept beside the project: its README
+# says what it sends) runs after the load generator's own runs, against the
+# real binary's serve, on bbolt and PostgreSQL (cmd/fdn-loadgen, -reference).
+# Without its source, make bench says so and runs the rest.
+FDNLOAD ?= ../shared/tools/fdnload
+bench: testbin postgres build
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
 	$(GO) build -o bin/fdn-loadgen ./cmd/fdn-loadgen
-	bin/fdn-loadgen
+	@if [ -f $(FDNLOAD)/main.go ]; then \
+		$(GO) build -C $(FDNLOAD) -o $(CURDIR)/bin/fdnload . && \
+		bin/fdn-loadgen -reference bin/fdnload -binary $(BIN); \
+	else \
+		echo "make bench: the reference stream is not at FDNLOAD=$(FDNLOAD): its runs are skipped"; \
+		bin/fdn-loadgen; \
+	fi
 
 # The fleet of design.md against the real binary, one simulated day at a
 # time: memory, data size, ingest, /verdict and /rollouts latency, and the

@@ -60,7 +60,7 @@ func (c config) arrivals() (total int, interval time.Duration) {
 	return int(float64(c.rate) * c.rateFor.Seconds()), time.Second / time.Duration(c.rate)
 }
 
-func run(args []string, out io.Writer) error {
+func run(args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("fdn-loadgen", flag.ContinueOnError)
 	var c config
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each saturation run lasts")
@@ -73,8 +73,14 @@ func run(args []string, out io.Writer) error {
 	conn := fs.String("conn", "", "internal: the replica's PostgreSQL database")
 	withPostgres := fs.Bool("postgres", true, "also measure the PostgreSQL store (a server of Debian's postgresql package, started for the run)")
 	onlyPostgres := fs.Bool("only-postgres", false, "measure the PostgreSQL store alone (against bbolt and the bare handler)")
+	reference := fs.String("reference", "", "also run the reference load stream: this fdnload binary, against -binary's serve")
+	binary := fs.String("binary", "bin/flux-deploy-notifier", "the service's binary, for -reference")
+	onlyReference := fs.Bool("only-reference", false, "run the reference stream alone")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *onlyReference {
+		return withReference(*reference, *binary, *withPostgres, out)
 	}
 	if c.rounds < 1 || c.concurrency < 2 || c.rate < 1 {
 		return errors.New("-rounds and -rate must be at least 1, -concurrency at least 2")
@@ -96,6 +102,15 @@ func run(args []string, out io.Writer) error {
 	n := int(max(c.duration.Seconds(), c.rateFor.Seconds()) * 40000)
 	if *onlyPostgres {
 		return postgresRuns(client, bare, token, n, c, out)
+	}
+	if *reference != "" {
+		// After this program's own runs, alone on the machine as they are.
+		defer func() {
+			if err == nil {
+				bare.stop()
+				err = withReference(*reference, *binary, *withPostgres, out)
+			}
+		}()
 	}
 	svc, err := spawn("service", *cpuProfile, "")
 	if err != nil {
