@@ -11,12 +11,12 @@ import (
 )
 
 // releases are the releases a rolling update may come from, by their
-// commits: 8ec1646, the last whose leader deletes what it takes at once
-// and whose followers read the views the leader writes, and 90c51c0, the
-// one before this. Add each release as it lands; drop one only with what
-// this release stops doing for it (the views' removal drops 8ec1646).
+// commits: 90c51c0, the first whose leader keeps the inbox for its
+// followers' engines, and 590ca9a, the one before this. Add each release
+// as it lands; drop one only with what this release stops doing for it
+// (8ec1646 went when this release's leader stopped writing the views its
+// followers read).
 var releases = []string{
-	"8ec16460faeecfbb47d2fb27204f021bb8566677",
 	"90c51c09bf23be26567663394ec44a39e1a38a93",
 	"590ca9a8f756aa7af5e7c2dc100ac3fc5a01df7e",
 }

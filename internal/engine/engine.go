@@ -102,7 +102,6 @@ type Engine struct {
 	rearm         chan struct{}             // tells Run an earlier deadline was armed
 	notify        func()                    // told when mails were enqueued
 	notifyPublish func([]rollout.Published) // told what was published
-	onShow        func(views []*rollout.View, removed []rollout.Key)
 	onVerdict     func(ch rollout.VerdictChange)
 
 	stats  Stats
@@ -193,12 +192,6 @@ func (e *Engine) told(c *rollout.Change) {
 		e.notifyPublish(c.Published)
 	}
 }
-
-// OnShow sets a function called, after each commit, with the views it
-// changed and the rollouts it removed (settled or collected), as readers
-// are shown them: a replica's leader shows them to the others. Call it
-// before Run.
-func (e *Engine) OnShow(f func(views []*rollout.View, removed []rollout.Key)) { e.onShow = f }
 
 // OnVerdict sets a function called, after the commit, for each rollout
 // whose verdict changed (metrics). Call it before Run.
@@ -530,9 +523,6 @@ func (e *Engine) write(c *rollout.Change) error {
 		}
 	}
 	e.snap.publish(c.Views, c.Forget, false)
-	if e.onShow != nil && (len(c.Views) > 0 || len(c.Forget) > 0) {
-		e.onShow(c.Views, c.Forget)
-	}
 	e.armDeadline()
 	e.told(c)
 	return nil

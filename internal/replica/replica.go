@@ -99,7 +99,6 @@ type Node struct {
 	followEp episode.Tracker
 	electEp  episode.Tracker
 	pumpEp   episode.Tracker
-	viewEp   episode.Tracker
 }
 
 // New returns a replica on db: one of several sharing co, PostgreSQL's
@@ -284,7 +283,7 @@ func (n *Node) AppendFailures() (int64, time.Time) {
 
 // Warning says, while the store fails this replica, since when and why.
 func (n *Node) Warning() string {
-	for _, ep := range []*episode.Tracker{&n.appendEp, &n.followEp, &n.electEp, &n.viewEp} {
+	for _, ep := range []*episode.Tracker{&n.appendEp, &n.followEp, &n.electEp} {
 		if since, _, why := ep.UnderWay(); !since.IsZero() {
 			return fmt.Sprintf("PostgreSQL fails since %s: %s", since.UTC().Format(time.RFC3339), why)
 		}

@@ -131,16 +131,15 @@ func (n *shared) submit(ctx context.Context, obs []rollout.Observation, event bo
 	return nil
 }
 
-// begin shows every replica the views of e, the engine of a term that
-// begins, and returns what takes the inbox into it and shows its commits'
-// views until the term ends.
+// begin returns what takes the inbox into e, the engine of a term that
+// begins, until the term ends. It writes no views: every follower of this
+// release and of the two before it applies the inbox to an engine of its
+// own (followLog). A leader of 8ec1646 and earlier wrote each commit's
+// views, as wide as their rollouts, for its followers to read
+// (followViews, still read under such a leader); a replica of those
+// releases is updated to one of 90c51c0 or later first.
 func (n *shared) begin(e *engine.Engine) ([]func(context.Context), error) {
-	if err := n.co.ReplaceViews(e.Views()); err != nil {
-		return nil, fmt.Errorf("show the rollouts to the replicas: %w", err)
-	}
-	w := &viewWriter{n: n, due: map[rollout.Key]*rollout.View{}, wake: make(chan struct{}, 1)}
-	e.OnShow(w.add)
-	return []func(context.Context){w.run, func(ctx context.Context) { n.pump(ctx, e) }}, nil
+	return []func(context.Context){func(ctx context.Context) { n.pump(ctx, e) }}, nil
 }
 
 // follow shows this replica the rollouts while it does not lead: from an
@@ -518,96 +517,4 @@ func (v *vacuum) taken(ctx context.Context, n *shared, entries int) {
 			n.log.Warn("vacuum", "tables", v.tables, "err", err)
 		}
 	})
-}
-
-// viewWriter shows the other replicas the views the leader's commits
-// changed: the latest of each rollout, written every flushEvery apart
-// from the commits. An acknowledgement then waits for its evidence alone,
-// not for views as wide as their rollouts, and a view that each batch of
-// a burst rewrites is written once. A view is written after the commit
-// that decided it, so no replica shows what is not stored; one not yet
-// written when a leader dies is written by the next, which writes every
-// view it loads (ReplaceViews).
-type viewWriter struct {
-	n    *shared
-	mu   sync.Mutex
-	due  map[rollout.Key]*rollout.View // nil: removed
-	wake chan struct{}
-}
-
-// flushEvery gathers the views changed meanwhile into one write: well
-// within the second in which an event shows on every replica.
-const flushEvery = 20 * time.Millisecond
-
-func (w *viewWriter) add(views []*rollout.View, removed []rollout.Key) {
-	w.mu.Lock()
-	for _, v := range views {
-		w.due[v.Key()] = v
-	}
-	for _, k := range removed {
-		w.due[k] = nil
-	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// run writes the due views until ctx ends, then once more: a term that
-// ends with its lease given up shows its last commits' views at once.
-func (w *viewWriter) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			w.flush()
-			w.n.viewEp.Ok() // a warning of this term's
-			return
-		case <-w.wake:
-		}
-		w.flush()
-		sleep(ctx, flushEvery)
-	}
-}
-
-func (w *viewWriter) flush() {
-	w.mu.Lock()
-	due := w.due
-	w.due = make(map[rollout.Key]*rollout.View, len(due))
-	w.mu.Unlock()
-	if len(due) == 0 {
-		return
-	}
-	var (
-		views   []*rollout.View
-		removed []rollout.Key
-	)
-	for k, v := range due {
-		if v == nil {
-			removed = append(removed, k)
-		} else {
-			views = append(views, v)
-		}
-	}
-	err := w.n.co.WriteViews(views, removed)
-	if err == nil {
-		w.n.succeeded(&w.n.viewEp, "showing the rollouts to the other replicas succeeds again")
-		return
-	}
-	if errors.Is(err, store.ErrFenced) {
-		return // the term is over: the next leader writes every view
-	}
-	w.n.failed(&w.n.viewEp, time.Now(), err, "showing the rollouts to the other replicas fails: they show them as they were")
-	// Retried with what changed meanwhile, the newer of each.
-	w.mu.Lock()
-	for k, v := range due {
-		if _, newer := w.due[k]; !newer {
-			w.due[k] = v
-		}
-	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
 }

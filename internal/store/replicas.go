@@ -473,15 +473,18 @@ func (t *pgTx) purgeViews() {
 }
 
 // WriteViews shows views to every replica in place of the ones before,
-// and removes the rollouts removed: the leader's, after the commits that
-// decided them (replica's view writer), each key once. Fenced as every
-// write; one statement each, however many.
+// and removes the rollouts removed, as a leader of 8ec1646 and earlier did
+// after its commits: this release's leaders write no views (replica's
+// begin), its followers read those such a leader writes (ViewsSince), and
+// the tests write them as that leader did. Fenced as every write; one
+// statement each, however many.
 func (c *Coordination) WriteViews(views []*rollout.View, removed []rollout.Key) error {
 	return c.writeViews(views, removed, false)
 }
 
 // ReplaceViews makes views the live ones, every other removed: what a new
-// leader's engine loaded. It is fenced as every write.
+// leader of 8ec1646 and earlier wrote of what its engine loaded
+// (WriteViews). It is fenced as every write.
 func (c *Coordination) ReplaceViews(views []*rollout.View) error {
 	return c.writeViews(views, nil, true)
 }
