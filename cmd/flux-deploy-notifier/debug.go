@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// debugListener checks --debug-listen: empty (off) or a loopback address.
+// checkDebugListen checks --debug-listen: empty (off) or a loopback address.
 // The Go runtime's profiles name the code's paths and may hold fragments
 // of what it handles; on loopback they are reached only from the machine
 // or the pod itself (kubectl port-forward), never from the network.
-func debugListener(addr string) error {
+func checkDebugListen(addr string) error {
 	if addr == "" {
 		return nil
 	}
@@ -29,11 +29,11 @@ func debugListener(addr string) error {
 
 // debugHandler serves net/http/pprof's handlers on a mux of its own: the
 // package's side effect registers them on http.DefaultServeMux, which
-// nothing here serves.
+// nothing here serves. Not its command line (pprof.Cmdline): a flag may
+// carry a secret (a --postgres connection string with its password).
 func debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

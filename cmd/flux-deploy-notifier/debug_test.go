@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 )
@@ -20,7 +21,7 @@ func TestDebugListenIsLoopbackOnly(t *testing.T) {
 		"example.com:80": false,
 		"127.0.0.1":      false, // no port
 	} {
-		if err := debugListener(addr); (err == nil) != ok {
+		if err := checkDebugListen(addr); (err == nil) != ok {
 			t.Errorf("--debug-listen %q: %v, want accepted %v", addr, err, ok)
 		}
 	}
@@ -40,5 +41,28 @@ func TestDebugHandlerServesProfiles(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile") {
 		t.Fatalf("%d %.200s", resp.StatusCode, body)
+	}
+}
+
+// TestDebugHandlerKeepsTheCommandLine: the command line may hold a
+// secret; the profiles' pages never show it.
+func TestDebugHandlerKeepsTheCommandLine(t *testing.T) {
+	srv := httptest.NewServer(debugHandler())
+	defer srv.Close()
+	for _, path := range []string{"/debug/pprof/cmdline", "/debug/pprof/"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, arg := range os.Args[1:] {
+			if strings.Contains(string(body), arg) {
+				t.Fatalf("%s shows the command line's %q", path, arg)
+			}
+		}
+		if path == "/debug/pprof/cmdline" && resp.StatusCode == http.StatusOK {
+			t.Fatalf("%s answered 200: %.200s", path, body)
+		}
 	}
 }

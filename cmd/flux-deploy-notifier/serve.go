@@ -76,7 +76,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		cluster:  cc, postgres: pc, verdictToken: *verdictToken, trustHeader: *trustHeader,
 		debugListen: *debug,
 	}
-	if err := debugListener(c.debugListen); err != nil {
+	if err := checkDebugListen(c.debugListen); err != nil {
 		return c, err
 	}
 	if err := c.cluster.validate(); err != nil {
