@@ -302,7 +302,7 @@ func run(args []string, out io.Writer) (err error) {
 		return err
 	}
 	svc = next
-	if err := awaitReady(client, svc.url, 2*time.Minute); err != nil {
+	if err := loadkit.AwaitReady(client, svc.url, 2*time.Minute); err != nil {
 		return err
 	}
 	ready := time.Since(t0)
@@ -367,43 +367,15 @@ func startService(c config, cg *memcg) (*service, error) {
 	if c.gogc != "" {
 		cmd.Env = append(cmd.Env, "GOGC="+c.gogc)
 	}
-	stdout, err := cmd.StdoutPipe()
+	var join func(pid int) error
+	if cg != nil {
+		join = cg.add
+	}
+	url, stop, err := loadkit.Start(cmd, 30*time.Second, join)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	if cg != nil {
-		if err := cg.add(cmd.Process.Pid); err != nil {
-			_ = cmd.Process.Kill()
-			return nil, err
-		}
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			// Only the PID this program started.
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		})
-	}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if _, url, ok := strings.Cut(sc.Text(), "listening on "); ok {
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
-			return &service{url: url, pid: cmd.Process.Pid, dataDir: data, stop: stop}, nil
-		}
-	}
-	stop()
-	return nil, errors.New("the service exited before it listened")
+	return &service{url: url, pid: cmd.Process.Pid, dataDir: data, stop: stop}, nil
 }
 
 // metric is the value of the gauge name (without labels) on the
@@ -485,20 +457,6 @@ func dirSize(dir string) (float64, error) {
 		return err
 	})
 	return float64(n) / (1 << 20), err
-}
-
-func awaitReady(client *http.Client, url string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if resp, err := client.Get(url + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("not ready within %s", within)
 }
 
 // fleet generates the events and remembers every revision it rolled out.

@@ -60,7 +60,7 @@ func (c config) arrivals() (total int, interval time.Duration) {
 	return int(float64(c.rate) * c.rateFor.Seconds()), time.Second / time.Duration(c.rate)
 }
 
-func run(args []string, out io.Writer) (err error) {
+func run(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("fdn-loadgen", flag.ContinueOnError)
 	var c config
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each saturation run lasts")
@@ -89,7 +89,17 @@ func run(args []string, out io.Writer) (err error) {
 	if *serve != "" {
 		return serveChild(*serve, *conn, token, *cpuProfile, out)
 	}
+	if err := ownRuns(c, token, *cpuProfile, *withPostgres, *onlyPostgres, out); err != nil || *reference == "" {
+		return err
+	}
+	// After this program's own runs, their servers stopped: alone on the
+	// machine as they were.
+	return withReference(*reference, *binary, *withPostgres, out)
+}
 
+// ownRuns are this program's own measurements, its stream against its
+// servers (the engine and webhook, the replica) and the bare handler.
+func ownRuns(c config, token []byte, cpuProfile string, withPostgres, onlyPostgres bool, out io.Writer) error {
 	// Each server runs in its own process, as the service does in a
 	// cluster: the load generator's goroutines do not share its scheduler.
 	bare, err := spawn("bare", "", "")
@@ -100,19 +110,10 @@ func run(args []string, out io.Writer) (err error) {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.concurrency * 2, MaxConnsPerHost: c.concurrency * 2}}
 	// Enough distinct events for the longest run at a generous rate.
 	n := int(max(c.duration.Seconds(), c.rateFor.Seconds()) * 40000)
-	if *onlyPostgres {
+	if onlyPostgres {
 		return postgresRuns(client, bare, token, n, c, out)
 	}
-	if *reference != "" {
-		// After this program's own runs, alone on the machine as they are.
-		defer func() {
-			if err == nil {
-				bare.stop()
-				err = withReference(*reference, *binary, *withPostgres, out)
-			}
-		}()
-	}
-	svc, err := spawn("service", *cpuProfile, "")
+	svc, err := spawn("service", cpuProfile, "")
 	if err != nil {
 		return err
 	}
@@ -172,7 +173,7 @@ func run(args []string, out io.Writer) (err error) {
 	}
 	fmt.Fprintf(out, "width: %.0f events/s at 50 layers a revision, %.0f at 1000 (%.2f of it), ack p99 %.2f ms at %d events/s with 1000 (%s)\n",
 		rates[0], rates[1], rates[1]/rates[0], ms(wideLat.p99), c.rate, wideLat.floors())
-	if !*withPostgres {
+	if !withPostgres {
 		return nil
 	}
 	return postgresRuns(client, bare, token, n, c, out)

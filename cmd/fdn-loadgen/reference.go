@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -12,9 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/loadkit"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 )
 
@@ -91,11 +89,16 @@ func referenceRun(fdnload, binary, conn string, width int, args []string) ([]str
 		// where mails would go.
 		serve = append(serve, "--postgres", conn, "--mail-dir", filepath.Join(dir, "mail"))
 	}
-	url, stop, err := startService(binary, serve)
+	svc := exec.Command(binary, serve...)
+	svc.Stderr = os.Stderr
+	url, stop, err := loadkit.Start(svc, 10*time.Second, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
+	if err := loadkit.AwaitReady(http.DefaultClient, url, time.Minute); err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(fdnload, append([]string{"-url", url + "/webhook", "-token-file", token, "-layers", fmt.Sprint(width)}, args...)...)
 	cmd.Stderr = os.Stderr
 	b, err := cmd.Output()
@@ -103,65 +106,4 @@ func referenceRun(fdnload, binary, conn string, width int, args []string) ([]str
 		return nil, fmt.Errorf("fdnload: %w", err)
 	}
 	return strings.Split(strings.TrimSpace(string(b)), "\n"), nil
-}
-
-// startService starts binary with args and waits until it is ready; stop
-// ends it (SIGTERM to the PID it started, then SIGKILL after 10 s).
-func startService(binary string, args []string) (url string, stop func(), err error) {
-	cmd := exec.Command(binary, args...)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if _, u, ok := strings.Cut(sc.Text(), "listening on "); ok {
-				found <- u
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	select {
-	case url = <-found:
-	case <-done:
-		return "", nil, errors.New("the service stopped before it listened")
-	case <-ctx.Done():
-		stop()
-		return "", nil, errors.New("the service did not listen within 60 s")
-	}
-	for {
-		if resp, err := http.Get(url + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return url, stop, nil
-			}
-		}
-		select {
-		case <-done:
-			return "", nil, errors.New("the service stopped before it was ready")
-		case <-ctx.Done():
-			stop()
-			return "", nil, errors.New("the service was not ready within 60 s")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }

@@ -49,22 +49,28 @@ func BenchmarkSubmitPublished(b *testing.B) {
 
 func submit(b *testing.B, cfg rollout.Config) {
 	e := enginetest.Start(b, b.TempDir(), cfg, fixedClock(t0), true)
-	obs := benchObservations(b.N)
-	var next atomic.Int64
-	b.SetParallelism(32) // notification-controller posts from many goroutines
 	b.ReportAllocs()
+	submitters(b, e, benchObservations(b.N), 32) // notification-controller posts from many goroutines
+}
+
+// submitters times obs submitted to e from parallelism goroutines a core,
+// and reports the observations a commit took meanwhile.
+func submitters(b *testing.B, e *enginetest.Engine, obs []rollout.Observation, parallelism int) {
+	var next atomic.Int64
+	st := e.Stats()
+	obs0, commits0 := st.Observations.Load(), st.Commits.Load()
+	b.SetParallelism(parallelism)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			o := obs[next.Add(1)-1]
-			if err := e.Submit(context.Background(), o); err != nil {
+			if err := e.Submit(context.Background(), obs[next.Add(1)-1]); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64(e.Stats().Observations.Load())/float64(max(1, e.Stats().Commits.Load())), "obs/commit")
+	b.ReportMetric(float64(st.Observations.Load()-obs0)/float64(max(1, st.Commits.Load()-commits0)), "obs/commit")
 }
 
 // widthObservations rolls revisions across width layers: each layer waits
@@ -89,20 +95,7 @@ func BenchmarkSubmitWidth(b *testing.B) {
 	for _, width := range []int{50, 1000} {
 		b.Run(fmt.Sprintf("layers=%d", width), func(b *testing.B) {
 			e := enginetest.Start(b, b.TempDir(), defaultConfig(), fixedClock(t0), true)
-			obs := widthObservations(b.N, width)
-			var next atomic.Int64
-			b.SetParallelism(16) // 32 submitters on 2 cores
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := e.Submit(context.Background(), obs[next.Add(1)-1]); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(e.Stats().Observations.Load())/float64(max(1, e.Stats().Commits.Load())), "obs/commit")
+			submitters(b, e, widthObservations(b.N, width), 16) // 32 submitters on 2 cores
 		})
 	}
 }
@@ -321,22 +314,8 @@ func BenchmarkSubmitStream(b *testing.B) {
 					}
 				}
 				obs := streamRange(3_000_000, b.N, width)
-				var next atomic.Int64
-				st := e.Stats()
-				obs0, commits0 := st.Observations.Load(), st.Commits.Load()
-				b.SetParallelism(16) // 32 submitters on 2 cores
 				b.ReportAllocs()
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					for pb.Next() {
-						if err := e.Submit(context.Background(), obs[next.Add(1)-1]); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-				b.StopTimer()
-				b.ReportMetric(float64(st.Observations.Load()-obs0)/float64(max(1, st.Commits.Load()-commits0)), "obs/commit")
+				submitters(b, e, obs, 16) // 32 submitters on 2 cores
 			})
 		}
 	}

@@ -6,12 +6,19 @@
 package loadkit
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/signature"
@@ -80,4 +87,61 @@ func LayerApplied(client *http.Client, base, hash, layer string) bool {
 		}
 	}
 	return false
+}
+
+// Start starts cmd, the service's serve listening on a port of its
+// choosing, and returns the URL it says it listens on, and stop: SIGTERM
+// to the process it started (the only one it ever signals), SIGKILL after
+// grace; stop may be called more than once, from any goroutine. started,
+// when not nil, runs once the process exists (a memory cgroup to join).
+func Start(cmd *exec.Cmd, grace time.Duration, started func(pid int) error) (url string, stop func(), err error) {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop = sync.OnceFunc(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	if started != nil {
+		if err := started(cmd.Process.Pid); err != nil {
+			_ = cmd.Process.Kill()
+			<-done
+			return "", nil, err
+		}
+	}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if _, url, ok := strings.Cut(sc.Text(), "listening on "); ok {
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			return url, stop, nil
+		}
+	}
+	stop()
+	return "", nil, errors.New("the service exited before it listened")
+}
+
+// AwaitReady waits until url's /readyz answers 200, for at most within.
+func AwaitReady(client *http.Client, url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if resp, err := client.Get(url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("not ready within %s", within)
 }

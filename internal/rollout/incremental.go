@@ -92,9 +92,10 @@ func (d dirtySet) full(r *rolloutState) {
 }
 
 // predMoved records that r's predecessor on e moved from one revision to
-// another, and that e's slot must be read again.
+// another, and that e's slot must be read again. A release has none
+// (predecessor).
 func (d dirtySet) predMoved(r *rolloutState, e Emitter, from, to string) {
-	if d == nil || r == nil || from == to {
+	if d == nil || r == nil || from == to || e.IsRelease() {
 		return
 	}
 	d.slot(r, e)
@@ -144,6 +145,9 @@ type visibility struct {
 }
 
 func (v visibleSet) add(r *rolloutState, e Emitter, more bool) {
+	if v == nil {
+		return
+	}
 	s := v[r]
 	if s == nil {
 		s = &visibility{}

@@ -106,13 +106,13 @@ func (c *cluster) rollout(hash string, seq uint64) *rolloutState {
 }
 
 // set installs ev as the evidence of (hash, e), keeping the logs and the
-// rollout's folds up to date, and records in dirty (when not nil) what the
-// change may affect (see dirtySet). It reports whether other rollouts may
-// see the change: the emitter is new to the rollout, or its first evidence
-// or revision spelling changed, or it reported for the first time. Other
-// changes (a layer progressing, failing, succeeding) concern this rollout
-// alone.
-func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (visible bool) {
+// rollout's folds up to date, and records in dirty and visible (when not
+// nil) what the change may affect (see dirtySet, visibleSet). Other
+// rollouts may see the change when the emitter is new to the rollout, its
+// first evidence or revision spelling changed, or it reported for the
+// first time. Other changes (a layer progressing, failing, succeeding)
+// concern this rollout alone.
+func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet, visible visibleSet) {
 	r := c.rollouts[hash]
 	lg := c.logs[e]
 	e = c.share(r, lg, e, ev)
@@ -130,13 +130,13 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		c.unhold(r, &lg.emitter, old)
 		c.hold(r, &lg.emitter, ev)
 	}
-	first := r.first
-	if r.first.IsZero() || ev.First.Before(r.first) {
-		if !r.first.IsZero() {
-			// Every silent layer's place moved, and so did r's in the
-			// eyes of every rollout that compares starts with it.
-			dirty.moved(c, r)
-		}
+	started := !r.first.IsZero() && ev.First.Before(r.first) // its start moved earlier
+	if started {
+		// Every silent layer's place moved, and so did r's in the eyes of
+		// every rollout that compares starts with it.
+		dirty.moved(c, r)
+	}
+	if r.first.IsZero() || started {
 		r.first = ev.First
 		r.fam.started(r)
 	}
@@ -150,42 +150,33 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	if r.folds.add(e, ev) {
 		dirty.readers(c, r) // it shows as superseded_by in their views
 	}
-	// What the newer rollouts of r's family expect, on events alone, reads
-	// r: its layers, its start and its source (family.go).
+	sourced := source != r.source // its source moved
+	// What r expects, on events alone, reads its family (family.go): read
+	// it afresh when it joined one, or its start or its source moved.
+	if (merged || sourced || started) && !r.known {
+		dirty.full(r)
+	}
+	// What the newer rollouts of r's family read of r: its layers, its
+	// start and its source.
 	switch {
 	case merged && !alone:
 		// Two families became one (rare: a revision that reached only
 		// some layers reported by another): each may now read the other.
-		if !r.known {
-			dirty.full(r)
-		}
 		dirty.familyChanged(r, logEntry{}, endOfLogs(), Emitter{})
-	case merged && source == r.source && e.IsLayer() && onlyLayer(r, e):
+	case merged && !sourced && e.IsLayer() && onlyLayer(r, e):
 		// A new revision joined its source's family by its first layer:
-		// what it expects, and, of the rollouts after it, what they read
-		// of that layer. Its start, before every layer of it but e, tells
-		// them nothing more (latestBefore).
-		if !r.known {
-			dirty.full(r)
-		}
-		dirty.familyChanged(r, r.start(), lg.next(logEntry{ev.First, hash}), e)
-	case merged || source != r.source:
-		// r joined its source's family, or its source moved: what it
-		// expects, and what the rollouts after it read of it.
-		if !r.known {
-			dirty.full(r)
-		}
+		// of the rollouts after it, what they read of that layer. Its
+		// start, before every layer of it but e, tells them nothing more
+		// (latestBefore).
+		dirty.reportChanged(r, lg, old, ev)
+	case merged || sourced:
 		dirty.familyChanged(r, r.start(), endOfLogs(), Emitter{})
 	default:
-		if !first.IsZero() && !first.Equal(r.first) {
-			// r's start moved earlier: what it expects, and what the
-			// rollouts that began since read of it. Those that began after
-			// its every entry read its entries, of which only e's may have
-			// moved (below), and not the start of a revision that precedes
-			// them wherever it reported (latestBefore).
-			if !r.known {
-				dirty.full(r)
-			}
+		if started {
+			// Those that began since its start: those that began after its
+			// every entry read its entries, of which only e's may have
+			// moved (reportChanged), and not the start of a revision that
+			// precedes them wherever it reported (latestBefore).
 			dirty.familyBetween(r, r.start(), logEntry{r.last, r.key.Hash})
 		}
 		dirty.reportChanged(r, lg, old, ev)
@@ -200,16 +191,19 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 	} else {
 		dirty.slot(r, e)
 	}
+	// The rollouts after r read more of it than its evidence on e when
+	// its start or its source moved (successors).
+	seen := func() { visible.add(r, e, started || sourced) }
 	if old != nil {
 		if old.First.Equal(ev.First) {
 			// A layer that was only told to apply this revision (a
 			// membership mark) now reports on it: it has moved on from the
 			// one it was applying before (see movedOn).
-			visible = old.Revision != ev.Revision || !old.reported() && ev.reported()
-			if visible {
+			if old.Revision != ev.Revision || !old.reported() && ev.reported() {
 				c.dirtyAround(lg, e, logEntry{ev.First, hash}, stays, dirty)
+				seen()
 			}
-			return visible
+			return
 		}
 		was := logEntry{old.First, hash}
 		pred := lg.before(was)
@@ -221,17 +215,16 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet) (vis
 		if lg.before(x) != pred {
 			dirty.full(r) // it now follows another revision: what it replaced changed
 		}
-		return true
+		seen()
+		return
 	}
 	x := logEntry{ev.First, hash}
 	c.insertEntry(lg, x)
 	c.dirtyAround(lg, e, x, inserted, dirty)
-	if !e.IsRelease() {
-		// r's first report on e: the revision before it there is one
-		// more it replaced (predecessor).
-		dirty.predMoved(r, e, "", lg.before(x))
-	}
-	return true
+	// r's first report on e: the revision before it there is one more it
+	// replaced (predecessor).
+	dirty.predMoved(r, e, "", lg.before(x))
+	seen()
 }
 
 // reportChanged records what a change to a layer's report on r (old to
@@ -379,14 +372,13 @@ func (c *cluster) dirtyAround(lg *emitterLog, e Emitter, x logEntry, how entryCh
 		// no more: one of its predecessors moved, by one emitter.
 		next := c.rollouts[lg.revs[j].hash]
 		switch {
-		case e.IsRelease():
-			// No rollout replaces a revision on a release (predecessor).
-			dirty.full(next)
-		case how == inserted:
+		case how == inserted && !e.IsRelease():
 			dirty.predMoved(next, e, lo.hash, x.hash)
-		case how == removed:
+		case how == removed && !e.IsRelease():
 			dirty.predMoved(next, e, x.hash, lo.hash)
 		default:
+			// A release's log (no rollout replaces a revision on a
+			// release: predecessor), or x changed in place.
 			dirty.full(next)
 		}
 	}

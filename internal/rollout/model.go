@@ -271,7 +271,7 @@ func (m *Model) Load(s Loader, now time.Time) (*Change, error) {
 		}
 		c := m.cluster(ek.Cluster)
 		c.rollout(ek.Hash, ek.Seq)
-		c.set(ek.Hash, ek.Emitter, ev, nil)
+		c.set(ek.Hash, ek.Emitter, ev, nil, nil)
 		m.nextSeq = max(m.nextSeq, ek.Seq+1)
 		return nil
 	}, func(key string) { m.mailed[key] = struct{}{} }, func(fk FloorKey, f Floor) error {
@@ -414,19 +414,7 @@ func (m *Model) merge(puts map[EvidenceKey]*Evidence, o *Observation, inBatch ma
 // install puts pending evidence in the index, recording what it changes.
 func (m *Model) install(puts map[EvidenceKey]*Evidence, dirty dirtySet, visible visibleSet) {
 	for ek, ev := range puts {
-		cl := m.clusters[ek.Cluster]
-		r := cl.rollouts[ek.Hash]
-		var first time.Time
-		var source Ref
-		if r != nil {
-			first, source = r.first, r.source
-		}
-		if cl.set(ek.Hash, ek.Emitter, ev, dirty) {
-			r = cl.rollouts[ek.Hash]
-			// What the rollouts after it read of r beyond its evidence
-			// on this emitter: its start and its source.
-			visible.add(r, ek.Emitter, !first.IsZero() && !first.Equal(r.first) || source != r.source)
-		}
+		m.clusters[ek.Cluster].set(ek.Hash, ek.Emitter, ev, dirty, visible)
 	}
 }
 
