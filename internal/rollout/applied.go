@@ -81,11 +81,17 @@ func released(rev *Evidence) (time.Time, bool) {
 // replaced. A silent layer shows the revision it was at (wasAt), as far as
 // events tell.
 func (c *cluster) layerSlot(r *rolloutState, l Emitter, preds predSet) slot {
-	ev := r.ev[l]
 	was := ""
-	if ev == nil && !r.known {
+	if r.ev[l] == nil && !r.known {
 		was = c.wasAt(r, l, preds)
 	}
+	return c.slotWas(r, l, was)
+}
+
+// slotWas is layerSlot once the revision a silent layer was at is known:
+// was (expected reads it, for every layer it expects).
+func (c *cluster) slotWas(r *rolloutState, l Emitter, was string) slot {
+	ev := r.ev[l]
 	s := slot{lv: layerView(l, ev, was), outcome: applied(r, ev)}
 	showReleases(&s.lv, r, ev)
 	s.working = s.lv.State == LayerProgressing && !c.movedOn(l, r)

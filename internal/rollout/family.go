@@ -1,6 +1,9 @@
 package rollout
 
-import "slices"
+import (
+	"maps"
+	"slices"
+)
 
 // Without cluster access, which layers a rollout expects is read from what
 // the layers reported before it (docs/verdicts.md, "Ordering revisions
@@ -22,6 +25,42 @@ import "slices"
 type family struct {
 	members []*rolloutState      // by start: the newest last
 	layers  map[Emitter]struct{} // the layers with evidence on a member
+	// sorted is layers in emitter order, made when first asked for (nil:
+	// not yet) and kept as layers join: a new revision's first
+	// evaluation walks its family's layers in order, which at 1,000
+	// layers was a fifth of it spent sorting them.
+	sorted []Emitter
+}
+
+// addLayer adds layer e, which has evidence on a member now.
+func (f *family) addLayer(e Emitter) {
+	if _, ok := f.layers[e]; ok {
+		return
+	}
+	f.layers[e] = struct{}{}
+	if f.sorted != nil {
+		i, _ := slices.BinarySearchFunc(f.sorted, e, compareEmitters)
+		f.sorted = slices.Insert(f.sorted, i, e)
+	}
+}
+
+// sortedLayers is the family's layers in emitter order.
+func (f *family) sortedLayers() []Emitter {
+	if f.sorted == nil && len(f.layers) > 0 {
+		f.sorted = make([]Emitter, 0, len(f.layers))
+		for l := range f.layers {
+			f.sorted = append(f.sorted, l)
+		}
+		slices.SortFunc(f.sorted, compareEmitters)
+	}
+	return f.sorted
+}
+
+// sameAs reports whether f and o have the same members, in order, and
+// layers, and f's sorted layers, when made, are o's (Verify's check).
+func (f *family) sameAs(o *family) bool {
+	return slices.Equal(f.members, o.members) && maps.Equal(f.layers, o.layers) &&
+		(f.sorted == nil || slices.Equal(f.sorted, o.sortedLayers()))
 }
 
 func newFamily(r *rolloutState) *family {
@@ -61,7 +100,7 @@ func join(a, b *rolloutState) bool {
 		slices.SortFunc(fa.members, byStart)
 	}
 	for l := range fb.layers {
-		fa.layers[l] = struct{}{}
+		fa.addLayer(l)
 	}
 	return true
 }
@@ -174,7 +213,7 @@ func (c *cluster) latestBefore(l Emitter, r *rolloutState) *rolloutState {
 		return nil
 	}
 	st := r.start()
-	i, _ := slices.BinarySearchFunc(lg.revs, st, logEntry.compare)
+	i, _ := lg.search(st)
 	for j := i - 1; j >= 0; j-- {
 		// Its entries before r's start are of older revisions: each began
 		// at or before l reported it.

@@ -284,10 +284,10 @@ func (c *cluster) patchAll(r *rolloutState, k *evalCache, ems map[Emitter]struct
 
 // recache reads r's expected layers and slots afresh.
 func (c *cluster) recache(r *rolloutState, cfg *Config) *evalCache {
-	expected, preds := c.expected(r, cfg)
+	expected, was, preds := c.expected(r, cfg)
 	k := &evalCache{expected: expected, preds: preds, deps: dependsOn(r), slots: make([]slot, len(expected))}
 	for i, l := range expected {
-		k.slots[i] = c.layerSlot(r, l, preds)
+		k.slots[i] = c.slotWas(r, l, was[i])
 	}
 	k.sum = newTally(k.slots, k.deps)
 	c.setCache(r, k)
@@ -413,7 +413,7 @@ func (m *Model) Verify() {
 				want, _ := json.Marshal(ref)
 				panic(fmt.Sprintf("rollout %s: the incremental view differs from the reference:\n%s\n%s", r.key, got, want))
 			}
-			if got, want := r.fam, familyOf(c.component(r)); !reflect.DeepEqual(got, want) {
+			if got, want := r.fam, familyOf(c.component(r)); !got.sameAs(want) {
 				panic(fmt.Sprintf("rollout %s: its family has %d rollouts and %d layers; its emitters connect %d and %d",
 					r.key, len(got.members), len(got.layers), len(want.members), len(want.layers)))
 			}

@@ -141,7 +141,7 @@ func (c *cluster) set(hash string, e Emitter, ev *Evidence, dirty dirtySet, visi
 		r.fam.started(r)
 	}
 	if old == nil && e.IsLayer() {
-		r.fam.layers[e] = struct{}{}
+		r.fam.addLayer(e)
 	}
 	if ev.Last.After(r.last) {
 		r.last = ev.Last
@@ -465,11 +465,22 @@ func (lg *emitterLog) prev(x logEntry) (logEntry, bool) {
 	if lg == nil {
 		return logEntry{}, false
 	}
-	i, _ := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	i, _ := lg.search(x)
 	if i == 0 {
 		return logEntry{}, false
 	}
 	return lg.revs[i-1], true
+}
+
+// search is where x is, or would go, in the log, as
+// slices.BinarySearchFunc says; at once when x is after every entry: a
+// new revision's place in every log, which its first evaluation asks of
+// each layer of its family (1,000 binary searches at 1,000 layers).
+func (lg *emitterLog) search(x logEntry) (int, bool) {
+	if n := len(lg.revs); n == 0 || lg.revs[n-1].compare(x) < 0 {
+		return n, false
+	}
+	return slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
 }
 
 // after returns the first revision the emitter reported after x.
@@ -477,7 +488,7 @@ func (lg *emitterLog) after(x logEntry) (logEntry, bool) {
 	if lg == nil {
 		return logEntry{}, false
 	}
-	i, found := slices.BinarySearchFunc(lg.revs, x, logEntry.compare)
+	i, found := lg.search(x)
 	if found {
 		i++
 	}

@@ -211,6 +211,49 @@ func BenchmarkApplyWidth(b *testing.B) {
 	}
 }
 
+// BenchmarkFirstEvaluation is a new revision's first event, after the
+// revision before it applied on every one of 20 and 1,000 layers: its
+// first evaluation reads every layer of its family (what each was at,
+// expected), the one cost of an event that grows with the width. Each
+// revision rolls out untimed before the next; the model starts afresh
+// every 50, so that its history stays what a live service holds.
+func BenchmarkFirstEvaluation(b *testing.B) {
+	for _, width := range []int{20, 1000} {
+		b.Run(fmt.Sprintf("layers=%d", width), func(b *testing.B) {
+			var m *Model
+			sec := 0
+			apply := func(o Observation) {
+				if err := m.Normalise(&o); err != nil {
+					b.Fatal(err)
+				}
+				m.Apply(&Change{}, [][]Observation{{o}}, nil, o.At)
+			}
+			roll := func(hash string) {
+				for l := range width {
+					apply(stepObs(fmt.Sprintf("l%04d", l), hash, sec, SignalSucceeded))
+					sec++
+				}
+			}
+			for i := range b.N {
+				if i%50 == 0 {
+					b.StopTimer()
+					var err error
+					if m, err = NewModel(Config{StuckAfter: time.Hour}); err != nil {
+						b.Fatal(err)
+					}
+					roll("r0")
+					b.StartTimer()
+				}
+				hash := fmt.Sprintf("r%d", i+1)
+				apply(stepObs("l0000", hash, sec, SignalProgressing))
+				b.StopTimer()
+				roll(hash)
+				b.StartTimer()
+			}
+		})
+	}
+}
+
 // TestStaleEarliestIsReadAgain: a revision learnt late between a's and c's
 // on the layer that moved to c first leaves c's earliest move unknown to
 // the tally; a's view must then read it again (110 s, after a's deadline)

@@ -160,25 +160,27 @@ const (
 	ExpectedFromCluster = "cluster"
 )
 
-// expected returns the layers a rollout must reach, sorted, and the
-// revisions it replaced. Without cluster access the layers are: the
-// configured ones, every layer that reported the revision, every layer
-// that carried a revision it replaced (the one each of its emitters
-// reported just before it), and every layer of its family (family.go)
-// whose last report before it is of an older revision: a layer that was
-// at an older revision must move, however many commits it missed and
-// whichever of them its events told. A layer at a revision the sources'
-// events say is of another source is not expected (it moved to that one).
-func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, predSet) {
-	set := make(map[Emitter]bool, len(cfg.Layers)+len(r.ev))
-	for _, l := range cfg.Layers {
-		set[l] = true
-	}
-	preds := predSet{}
-	if r.clusterKnown() {
+// expected returns the layers a rollout must reach, sorted, what each
+// was at when silent on it (wasAt; "" when it reported the rollout, or
+// the cluster said which layers it is for), and the revisions it
+// replaced. Without cluster access the layers are: the configured ones,
+// every layer that reported the revision, every layer that carried a
+// revision it replaced (the one each of its emitters reported just before
+// it), and every layer of its family (family.go) whose last report before
+// it is of an older revision: a layer that was at an older revision must
+// move, however many commits it missed and whichever of them its events
+// told. A layer at a revision the sources' events say is of another
+// source is not expected (it moved to that one).
+func (c *cluster) expected(r *rolloutState, cfg *Config) (layers []Emitter, was []string, preds predSet) {
+	preds = predSet{}
+	if r.known {
 		// The cluster said, while this revision was current, which layers
 		// must apply it: exactly those (and the configured ones). A layer
 		// suspended since, or on another source, is not expected.
+		set := make(map[Emitter]bool, len(cfg.Layers)+len(r.ev))
+		for _, l := range cfg.Layers {
+			set[l] = true
+		}
 		for e, ev := range r.ev {
 			if e.IsLayer() && ev.expectedByCluster() {
 				set[e] = true
@@ -187,28 +189,80 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) ([]Emitter, predSet) {
 				preds[p]++
 			}
 		}
-		return sortedEmitters(set), preds
+		layers = sortedEmitters(set)
+		return layers, make([]string, len(layers)), preds
 	}
+	var extra []Emitter // layers outside the family: configured, or not joined
 	for e := range r.ev {
-		if e.IsLayer() {
-			set[e] = true
+		if _, ok := r.fam.layers[e]; !ok && e.IsLayer() {
+			extra = append(extra, e)
 		}
 		if p := c.predecessor(r, e); p != "" {
 			preds[p]++
 		}
 	}
-	// Every layer of r's family was at an older revision (latestBefore), or
-	// carried one r replaced (its every report began after r's), unless
-	// the revision it was at is of another source.
-	for l := range r.fam.layers {
-		if set[l] {
-			continue
-		}
-		if cur := c.latestBefore(l, r); cur != nil && !otherSource(cur, r) || cur == nil && c.carried(l, preds) != nil {
-			set[l] = true
+	for _, l := range cfg.Layers {
+		if _, ok := r.fam.layers[l]; !ok {
+			extra = append(extra, l)
 		}
 	}
-	return sortedEmitters(set), preds
+	// Every layer of r's family that reported r, or was at an older
+	// revision (latestBefore), or carried one r replaced (its every
+	// report began after r's), unless the revision it was at is of
+	// another source; in order, as the family keeps its layers.
+	var configured map[Emitter]bool
+	if len(cfg.Layers) > 0 {
+		configured = make(map[Emitter]bool, len(cfg.Layers))
+		for _, l := range cfg.Layers {
+			configured[l] = true
+		}
+	}
+	fam := r.fam.sortedLayers()
+	layers, was = make([]Emitter, 0, len(fam)+len(extra)), make([]string, 0, len(fam)+len(extra))
+	for _, l := range fam {
+		if r.ev[l] != nil {
+			layers, was = append(layers, l), append(was, "")
+			continue
+		}
+		at := c.latestBefore(l, r)
+		expect := at != nil && !otherSource(at, r)
+		if at == nil {
+			at = c.carried(l, preds)
+			expect = at != nil
+		}
+		if expect || configured[l] {
+			rev := ""
+			if at != nil {
+				rev = at.ev[l].Revision
+			}
+			layers, was = append(layers, l), append(was, rev)
+		}
+	}
+	if len(extra) == 0 {
+		return layers, was, preds
+	}
+	for _, l := range extra {
+		at := ""
+		if r.ev[l] == nil {
+			at = c.wasAt(r, l, preds)
+		}
+		layers, was = append(layers, l), append(was, at)
+	}
+	// Few, and rare: sorted with the rest, duplicates (a layer configured
+	// twice) dropped.
+	idx := make([]int, len(layers))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return compareEmitters(layers[a], layers[b]) })
+	sl, sw := make([]Emitter, 0, len(layers)), make([]string, 0, len(layers))
+	for _, i := range idx {
+		if n := len(sl); n > 0 && sl[n-1] == layers[i] {
+			continue
+		}
+		sl, sw = append(sl, layers[i]), append(sw, was[i])
+	}
+	return sl, sw, preds
 }
 
 // predSet is the revisions a rollout replaced, each with how many of its
@@ -227,17 +281,6 @@ func (c *cluster) predecessor(r *rolloutState, e Emitter) string {
 		return ""
 	}
 	return c.logs[e].before(r.position(e))
-}
-
-// clusterKnown reports whether cluster state told which layers this
-// rollout's revision was for.
-func (r *rolloutState) clusterKnown() bool {
-	for e, ev := range r.ev {
-		if e.IsLayer() && ev.Member != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func sortedEmitters(set map[Emitter]bool) []Emitter {
@@ -268,10 +311,10 @@ func sortedEmitters(set map[Emitter]bool) []Emitter {
 // incrementally (incremental.go), patching the layers whose inputs changed,
 // and tests check the two agree after every batch.
 func (c *cluster) evaluate(r *rolloutState, cfg *Config, now time.Time) *View {
-	expected, preds := c.expected(r, cfg)
+	expected, was, preds := c.expected(r, cfg)
 	slots := make([]slot, len(expected))
 	for i, l := range expected {
-		slots[i] = c.layerSlot(r, l, preds)
+		slots[i] = c.slotWas(r, l, was[i])
 	}
 	return c.finish(header(r, cfg), r, expected, slots, preds, dependsOn(r), now)
 }
