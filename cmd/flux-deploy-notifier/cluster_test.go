@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
 )
 
 // TestServeReadsTheClusterWithLeastPrivilege: serve with a user bound to
@@ -166,3 +168,80 @@ func bind(t testing.TB, c *clustertest.Cluster, user string) {
 		}
 	}
 }
+
+// TestServeReadsRegisteredClusters: a hub reads, besides its own cluster,
+// a cluster registered as a Secret of its namespace ($POD_NAMESPACE) on a
+// second real kube-apiserver, as it reads its own: a rollout there is
+// answered from that cluster's state under the Secret's name, with no
+// webhook. A cluster whose kubeconfig does not parse, and one whose user
+// may read nothing, are each named on /readyz, which stays ready, without
+// the Secrets' contents. (Secrets added, rotated and removed:
+// internal/clusters' test.)
+func TestServeReadsRegisteredClusters(t *testing.T) {
+	hubCluster, remote := clustertest.Start(t), clustertest.Start(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	w := remote.NewWorld(t, "flux-system", now)
+	rev := "main@sha1:5b1f2a6c0f5e7d9a3b4c2d1e0f9a8b7c6d5e4f3a"
+	w.Source("fleet", rev)
+	for _, l := range []string{"infra", "apps"} {
+		w.Layer(clustertest.Layer{Name: l, Source: "fleet", Applied: rev, Attempted: rev,
+			Ready: w.Ready("True", "ReconciliationSucceeded", "Applied revision: "+rev, time.Minute)})
+	}
+	kubeconfig, err := os.ReadFile(remote.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCluster.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: fdn-hub}\n")
+	nobody, err := os.ReadFile(remote.KubeconfigFor(t, "nobody"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := dynamic.NewForConfigOrDie(hubCluster.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("fdn-hub")
+	for name, value := range map[string]string{
+		"prod-eu": string(kubeconfig),
+		"qa":      "clusters: [" + secretInKubeconfig,
+		"dev":     string(nobody),
+	} {
+		secret := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret",
+			"metadata":   map[string]any{"name": name, "namespace": "fdn-hub", "labels": map[string]any{clusters.ClusterLabel: name}},
+			"stringData": map[string]any{"value": value},
+		}}
+		if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url := startServe(t, map[string]string{"POD_NAMESPACE": "fdn-hub"}, "--insecure-no-auth", "--listen", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--kubeconfig", hubCluster.Kubeconfig, "--default-cluster", "hub")
+	verdict := func() (v struct {
+		Verdict      string `json:"verdict"`
+		Cluster      string `json:"cluster"`
+		ExpectedFrom string `json:"expected_from"`
+	}) {
+		resp, err := http.Get(url + "/verdict?cluster=prod-eu&rev=" + rev[len("main@sha1:"):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_ = json.NewDecoder(resp.Body).Decode(&v)
+		return v
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for v := verdict(); v.Verdict != "applied" || v.Cluster != "prod-eu" || v.ExpectedFrom != "cluster"; v = verdict() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the registered cluster's rollout: %+v, want applied on prod-eu, expected from the cluster", v)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	named := func(_ int, warnings []string) bool {
+		all := strings.Join(warnings, "\n")
+		return strings.Contains(all, "cluster qa (Secret fdn-hub/qa) is not read: the kubeconfig does not parse") &&
+			strings.Contains(all, "cluster dev (Secret fdn-hub/dev) is not read, tried again") && strings.Contains(all, "forbidden")
+	}
+	status, warnings := awaitReadyz(t, url, "qa and dev named", named)
+	if all := strings.Join(warnings, "\n"); status != 200 || strings.Contains(all, "prod-eu") || strings.Contains(all, secretInKubeconfig) {
+		t.Fatalf("readyz %d, warnings %s: want ready, prod-eu read, no Secret's contents", status, all)
+	}
+}
+
+const secretInKubeconfig = "s3cr3t-in-a-kubeconfig"

@@ -48,7 +48,8 @@ Usage:
   flux-deploy-notifier serve  [flags]   receive Flux events, serve /verdict
   flux-deploy-notifier sample [flags]   post a sample rollout to a running service
   flux-deploy-notifier wait   [flags]   wait for a commit's verdict: the pipeline gate
-  flux-deploy-notifier manifests [flags] print the Provider, Alert and Secret for notification-controller
+  flux-deploy-notifier manifests [flags] print the Provider, Alert and Secret for notification-controller;
+                                       with --reader, a hub's access to this cluster; --register, the hub's Secret for it
   flux-deploy-notifier migrate [flags]  copy a bbolt state into PostgreSQL, for several replicas
 
 Run "flux-deploy-notifier <command> -h" for the flags of a command.

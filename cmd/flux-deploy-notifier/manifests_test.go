@@ -15,11 +15,15 @@ import (
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
 )
 
 const manifestsDir = "../../manifests"
@@ -126,23 +130,34 @@ func TestManifestsNameTheReleaseNamespaces(t *testing.T) {
 	}
 }
 
-// TestManifestsGrantExactlyTheReaderRules: the ClusterRole is least privilege.
+// TestManifestsGrantExactlyTheReaderRules: the ClusterRole is least
+// privilege, and so is the Role on the service's namespace: what reading
+// the clusters registered as Secrets needs.
 func TestManifestsGrantExactlyTheReaderRules(t *testing.T) {
-	for _, u := range kustomize(t, manifestsDir) {
-		if u.GetKind() != "ClusterRole" {
+	objs := kustomize(t, manifestsDir)
+	for _, tc := range []struct {
+		kind, name string
+		want       []rbacv1.PolicyRule
+	}{
+		{"ClusterRole", "flux-deploy-notifier", cluster.Rules()},
+		{"Role", "flux-deploy-notifier-clusters", clusters.Rules()},
+	} {
+		i := slices.IndexFunc(objs, func(u *unstructured.Unstructured) bool { return u.GetKind() == tc.kind && u.GetName() == tc.name })
+		if i < 0 {
+			t.Errorf("no %s %s in manifests/", tc.kind, tc.name)
 			continue
 		}
-		var role rbacv1.ClusterRole
-		b, _ := yaml.Marshal(u.Object)
+		var role struct {
+			Rules []rbacv1.PolicyRule `json:"rules"`
+		}
+		b, _ := yaml.Marshal(objs[i].Object)
 		if err := yaml.Unmarshal(b, &role); err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(role.Rules, cluster.Rules()) {
-			t.Fatalf("ClusterRole rules %+v, want %+v", role.Rules, cluster.Rules())
+		if !reflect.DeepEqual(role.Rules, tc.want) {
+			t.Errorf("%s %s rules %+v, want %+v", tc.kind, tc.name, role.Rules, tc.want)
 		}
-		return
 	}
-	t.Fatal("no ClusterRole in manifests/")
 }
 
 // TestManifestsApplyToRealAPIServer applies manifests/, the tenant example
@@ -278,4 +293,79 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("alert %s: tested firing %v, tested quiet %v; want both", name, fires[name], quiet[name])
 		}
 	}
+}
+
+// TestManifestsRegisterAClusterWithAHub: what `manifests --reader` prints
+// applies to a real kube-apiserver, and grants its ServiceAccount the
+// reader's rules alone; `manifests --register`, given a token of it, prints
+// a Secret the hub's registry reads, whose kubeconfig reads the cluster
+// with exactly those rules (the service's own check of them passes).
+func TestManifestsRegisterAClusterWithAHub(t *testing.T) {
+	c := clustertest.Start(t)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"manifests", "--reader", "--namespace", "fdn-remote", "--cluster", "prod-eu",
+		"--url", "https://hub.example.com/webhook"}, func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	c.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: flux-system}\n")
+	c.ApplyYAML(t, out.String())
+	objs, err := clustertest.ParseYAML(out.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()+"/"+o.GetName()] = true
+	}
+	for _, want := range []string{"ServiceAccount/flux-deploy-notifier-reader", "ClusterRole/flux-deploy-notifier-reader",
+		"ClusterRoleBinding/flux-deploy-notifier-reader", "Secret/flux-deploy-notifier-reader", "Alert/flux-deploy-notifier"} {
+		if !kinds[want] {
+			t.Errorf("manifests --reader prints no %s: %v", want, kinds)
+		}
+	}
+
+	// kube-controller-manager, which fills the token Secret, does not run
+	// here: a token of the same ServiceAccount from the TokenRequest API.
+	dyn := dynamic.NewForConfigOrDie(c.Config)
+	tr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+		"metadata": map[string]any{"name": readerName}, // the ServiceAccount's
+		"spec":     map[string]any{"expirationSeconds": int64(3600)}}}
+	got, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}).Namespace("fdn-remote").
+		Create(context.Background(), tr, metav1.CreateOptions{}, "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _, _ := unstructured.NestedString(got.Object, "status", "token")
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"manifests", "--register", "prod-eu", "--environment", "prod", "--namespace", "fdn",
+		"--server", c.Config.Host, "--token-file", tokenFile, "--ca-file", filepath.Join(c.Dir, "apiserver-certs", "apiserver.crt")},
+		func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	objs, err = clustertest.ParseYAML(out.Bytes())
+	if err != nil || len(objs) != 1 || objs[0].GetKind() != "Secret" {
+		t.Fatalf("manifests --register: %v, %v", objs, err)
+	}
+	secret := objs[0]
+	if l := secret.GetLabels(); l[clusters.ClusterLabel] != "prod-eu" || l[clusters.EnvironmentLabel] != "prod" || secret.GetNamespace() != "fdn" {
+		t.Fatalf("the registering Secret: labels %v in %q", l, secret.GetNamespace())
+	}
+	value, _, _ := unstructured.NestedString(secret.Object, "stringData", "value")
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(value), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The service reads the cluster with it, the reader's rules checked
+	// at start (a missing one refuses it, TestServeReadsTheClusterWithLeastPrivilege),
+	// and the certificate authority checked: no insecure-skip-tls-verify.
+	if strings.Contains(value, "insecure") {
+		t.Fatalf("the kubeconfig skips TLS verification:\n%s", value)
+	}
+	startServe(t, nil, "--insecure-no-auth", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir(), "--kubeconfig", kubeconfig,
+		"--default-cluster", "prod-eu")
 }

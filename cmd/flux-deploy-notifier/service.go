@@ -7,17 +7,22 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/blind"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
@@ -73,10 +78,15 @@ type service struct {
 	channels []shownIn       // the forge, the chats, the webhook configured (channelTable)
 	reader   *cluster.Reader // nil: events only
 	watchdog *blind.Watchdog // with the reader
-	srv      *http.Server
-	ln       net.Listener
-	drain    context.CancelFunc
-	debug    func() // stops --debug-listen's server
+	// registered reads the clusters registered as Secrets; nil without the
+	// reader, or without permission to list them. remote is how each is
+	// read.
+	registered *clusters.Registry
+	remote     remoteReads
+	srv        *http.Server
+	ln         net.Listener
+	drain      context.CancelFunc
+	debug      func() // stops --debug-listen's server
 }
 
 func (s *service) loadTokens(context.Context) error {
@@ -164,8 +174,11 @@ func (s *service) watchCluster(ctx context.Context) error {
 			s.watchdog.StatusMoved()
 		}
 	}
-	var err error
-	if s.reader, err = s.c.cluster.reader(s.getenv, s.node, s.c.engine.DefaultCluster, statusMoved, s.log); err != nil || s.reader == nil {
+	var (
+		err error
+		cfg *rest.Config
+	)
+	if s.reader, cfg, err = s.c.cluster.reader(s.getenv, s.node, s.c.engine.DefaultCluster, statusMoved, s.log); err != nil || s.reader == nil {
 		return err
 	}
 	// A missing permission is reported now, not retried in the background.
@@ -174,10 +187,103 @@ func (s *service) watchCluster(ctx context.Context) error {
 	if err := s.reader.CheckAccess(accessCtx); err != nil {
 		return err
 	}
+	if s.registered, err = s.c.cluster.registry(ctx, cfg, s.getenv, s.c.engine.DefaultCluster, s.readRegistered, s.log); err != nil {
+		return err
+	}
 	// Blindness can only be told with cluster access: without it, silence
 	// and "no deploys" look the same.
 	s.watchdog, err = blind.New(*s.c.cluster.blindAfter, s.reader.Layers, s.db, s.c.mail.to, s.mailer.Wake, s.log, time.Now, s.reg)
 	return err
+}
+
+// readRegistered reads a registered cluster as the local one is read,
+// until ctx ends. A cluster it cannot read yet (unreachable, a permission
+// missing) is tried again, at most a minute apart, its failure logged once
+// until it changes and said meanwhile on /readyz (remoteReads).
+func (s *service) readRegistered(ctx context.Context, c clusters.Cluster) {
+	log := s.log.With("cluster", c.Name)
+	defer s.remote.set(c.Name, nil, "")
+	failing, backoff := "", time.Second
+	for ctx.Err() == nil {
+		r, err := cluster.NewForConfig(c.Config, s.node, s.c.cluster.readerConfig(c.Name), log, time.Now)
+		if err == nil {
+			accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = r.CheckAccess(accessCtx)
+			cancel()
+		}
+		if err == nil {
+			failing, backoff = "", time.Second
+			s.remote.set(c.Name, r, "")
+			if err = r.Run(ctx); err == nil {
+				return // ctx ended
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if msg := err.Error(); msg != failing {
+			log.Warn("a registered cluster is not read; trying again", "secret", c.Secret, "err", err)
+			failing = msg
+		}
+		s.remote.set(c.Name, nil, fmt.Sprintf("cluster %s (Secret %s) is not read, tried again: %s", c.Name, c.Secret, failing))
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// remoteReads is how each registered cluster is read: its reader, or why
+// it is not read.
+type remoteReads struct {
+	mu    sync.Mutex
+	reads map[string]remoteRead
+}
+
+type remoteRead struct {
+	reader  *cluster.Reader
+	failing string
+}
+
+// set records cluster name's reader or failure; neither: it is not read.
+func (m *remoteReads) set(name string, r *cluster.Reader, failing string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r == nil && failing == "" {
+		delete(m.reads, name)
+		return
+	}
+	if m.reads == nil {
+		m.reads = map[string]remoteRead{}
+	}
+	m.reads[name] = remoteRead{r, failing}
+}
+
+// warnings says, for each registered cluster, what keeps it from being
+// read, by name: its Secret's fault (reg), its reader's, or its API
+// server's failing requests.
+func (m *remoteReads) warnings(reg *clusters.Registry) []string {
+	var out []string
+	for _, st := range reg.States() {
+		if st.Err != "" {
+			out = append(out, fmt.Sprintf("cluster %s (Secret %s) is not read: %s", st.Name, st.Secret, st.Err))
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := slices.Sorted(maps.Keys(m.reads))
+	for _, name := range names {
+		switch rr := m.reads[name]; {
+		case rr.failing != "":
+			out = append(out, rr.failing)
+		case rr.reader != nil:
+			if w := rr.reader.Warning(); w != "" {
+				out = append(out, "cluster "+name+": "+w)
+			}
+		}
+	}
+	return out
 }
 
 // warnings are what people must know of, on /readyz, /rollouts and the
@@ -195,6 +301,9 @@ func (s *service) warnings() []string {
 		if msg := w(); msg != "" {
 			out = append(out, msg)
 		}
+	}
+	if s.registered != nil {
+		out = append(out, s.remote.warnings(s.registered)...)
 	}
 	return out
 }
@@ -287,9 +396,20 @@ func (s *service) run(ctx context.Context) error {
 		if s.reader == nil {
 			return
 		}
+		registeredDone := make(chan struct{})
+		go func() {
+			defer close(registeredDone)
+			if s.registered == nil {
+				return
+			}
+			if err := s.registered.Run(readerCtx); err != nil {
+				s.log.Error("registered clusters are not read", "err", err)
+			}
+		}()
 		if err := s.reader.Run(readerCtx); err != nil {
 			s.log.Error("cluster reader stopped; serving on events alone", "err", err)
 		}
+		<-registeredDone
 	}()
 	serveDone := make(chan error, 1)
 	go func() { serveDone <- s.srv.Serve(s.ln) }()
