@@ -176,9 +176,10 @@ func (r *Registry) reconcile(ctx context.Context, objs []any) {
 		}
 		found = append(found, r.read(u))
 	}
-	// By Secret: the first of two Secrets registering one name is read,
-	// whichever came first, so that the choice is the same on every
-	// replica and after every restart.
+	// By Secret: of two Secrets registering one name, the first by
+	// namespace and name is read (not the older: the choice must be the
+	// same on every replica and after every restart); one that cannot be
+	// read does not take the name.
 	slices.SortFunc(found, func(a, b wanted) int {
 		switch {
 		case a.c.Secret < b.c.Secret:

@@ -68,8 +68,13 @@ func kubeManifests(t *testing.T, image string, port int, token, verdictToken str
 	c.Image = image
 	c.Ports[0].HostIP, c.Ports[0].HostPort = "127.0.0.1", int32(port)
 	for i := range c.Env {
-		if c.Env[i].Name == "FDN_MAIL_TO" {
+		switch c.Env[i].Name {
+		case "FDN_MAIL_TO":
 			c.Env[i].Value = "ops@example.com" // what an operator fills in
+		case "POD_NAMESPACE":
+			// podman kube play's pods have no namespace for the downward
+			// API: the Deployment's, as Kubernetes would give it.
+			c.Env[i].ValueFrom, c.Env[i].Value = nil, deploy.Namespace
 		}
 	}
 	var out bytes.Buffer
