@@ -242,6 +242,22 @@ func TestServeReadsRegisteredClusters(t *testing.T) {
 	if all := strings.Join(warnings, "\n"); status != 200 || strings.Contains(all, "prod-eu") || strings.Contains(all, secretInKubeconfig) {
 		t.Fatalf("readyz %d, warnings %s: want ready, prod-eu read, no Secret's contents", status, all)
 	}
+	// Each cluster's state on /metrics: read, or not.
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`fdn_cluster_up{cluster="hub"} 1`, `fdn_cluster_up{cluster="prod-eu"} 1`,
+		`fdn_cluster_up{cluster="qa"} 0`, `fdn_cluster_up{cluster="dev"} 0`, `fdn_cluster_sync_seconds{cluster="prod-eu"} `} {
+		if !strings.Contains(string(b), "\n"+want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(string(b), `fdn_cluster_sync_seconds{cluster="dev"}`) {
+		t.Error("a cluster never read has a sync time")
+	}
 }
 
 const secretInKubeconfig = "s3cr3t-in-a-kubeconfig"

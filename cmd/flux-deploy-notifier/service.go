@@ -190,6 +190,7 @@ func (s *service) watchCluster(ctx context.Context) error {
 	if s.registered, err = s.c.cluster.registry(ctx, cfg, s.getenv, s.c.engine.DefaultCluster, s.readRegistered, s.log); err != nil {
 		return err
 	}
+	s.reg.MustRegister(newClusterMetrics(s))
 	// Blindness can only be told with cluster access: without it, silence
 	// and "no deploys" look the same.
 	s.watchdog, err = blind.New(*s.c.cluster.blindAfter, s.reader.Layers, s.db, s.c.mail.to, s.mailer.Wake, s.log, time.Now, s.reg)
@@ -260,6 +261,19 @@ func (m *remoteReads) set(name string, r *cluster.Reader, failing string) {
 	m.reads[name] = remoteRead{r, failing}
 }
 
+// readers are the registered clusters being read, by name.
+func (m *remoteReads) readers() map[string]*cluster.Reader {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]*cluster.Reader, len(m.reads))
+	for name, rr := range m.reads {
+		if rr.reader != nil {
+			out[name] = rr.reader
+		}
+	}
+	return out
+}
+
 // warnings says, for each registered cluster, what keeps it from being
 // read, by name: its Secret's fault (reg), its reader's, or its API
 // server's failing requests.
@@ -284,6 +298,57 @@ func (m *remoteReads) warnings(reg *clusters.Registry) []string {
 		}
 	}
 	return out
+}
+
+// clusterMetrics are each cluster's read state, at every scrape: the
+// service's own and those registered (fdn_cluster_up,
+// fdn_cluster_sync_seconds).
+type clusterMetrics struct {
+	s        *service
+	up, sync *prometheus.Desc
+}
+
+func newClusterMetrics(s *service) clusterMetrics {
+	return clusterMetrics{s: s,
+		up: prometheus.NewDesc("fdn_cluster_up",
+			"1 while the cluster is read (caches synced, its API server answering), 0 while not: a registered cluster whose Secret, access or API server fails", []string{"cluster"}, nil),
+		sync: prometheus.NewDesc("fdn_cluster_sync_seconds",
+			"how long the cluster's caches took to sync when its reader last started", []string{"cluster"}, nil),
+	}
+}
+
+func (m clusterMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.up
+	ch <- m.sync
+}
+
+func (m clusterMetrics) Collect(ch chan<- prometheus.Metric) {
+	s := m.s
+	read := func(name string, r *cluster.Reader) {
+		up := 0.0
+		if r != nil && r.Up() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.up, prometheus.GaugeValue, up, name)
+		if r == nil {
+			return
+		}
+		if d, ok := r.SyncedIn(); ok {
+			ch <- prometheus.MustNewConstMetric(m.sync, prometheus.GaugeValue, d.Seconds(), name)
+		}
+	}
+	read(s.c.engine.DefaultCluster, s.reader)
+	if s.registered == nil {
+		return
+	}
+	readers := s.remote.readers()
+	seen := map[string]bool{s.c.engine.DefaultCluster: true}
+	for _, st := range s.registered.States() {
+		if !seen[st.Name] {
+			seen[st.Name] = true
+			read(st.Name, readers[st.Name])
+		}
+	}
 }
 
 // warnings are what people must know of, on /readyz, /rollouts and the

@@ -57,6 +57,9 @@ type Reader struct {
 	log    *slog.Logger
 	now    func() time.Time
 	synced atomic.Bool
+	// syncedIn is how long its caches took to sync, in nanoseconds, once
+	// they have.
+	syncedIn atomic.Int64
 
 	// Set up before the informers start; then used by Run's loop alone.
 	layers   []cache.GenericLister
@@ -123,6 +126,15 @@ func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now
 // Synced reports whether the caches have synced (for /readyz).
 func (r *Reader) Synced() bool { return r.synced.Load() }
 
+// SyncedIn is how long its caches took to sync; false before they have.
+func (r *Reader) SyncedIn() (time.Duration, bool) {
+	return time.Duration(r.syncedIn.Load()), r.synced.Load()
+}
+
+// Up reports whether the cluster is read: caches synced, and requests to
+// its API server succeeding.
+func (r *Reader) Up() bool { return r.synced.Load() && r.Warning() == "" }
+
 // CheckAccess lists each kind once, so that a missing permission is
 // reported clearly at start instead of being retried in the background,
 // and notes which source kinds the cluster serves. Call it before Run.
@@ -179,6 +191,7 @@ func nsName(ns string) string {
 
 // Run watches until ctx ends.
 func (r *Reader) Run(ctx context.Context) error {
+	start := r.now()
 	namespaces := r.cfg.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
@@ -230,6 +243,7 @@ func (r *Reader) Run(ctx context.Context) error {
 		}
 		return errors.New("cluster caches did not sync in time")
 	}
+	r.syncedIn.Store(int64(r.now().Sub(start)))
 	r.synced.Store(true)
 	r.log.Info("cluster caches synced")
 	go func() {
