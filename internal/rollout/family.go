@@ -244,14 +244,27 @@ func otherSource(a, b *rolloutState) bool {
 // before r, or, when every revision it reported began after r, the latest
 // of the revisions r replaced that it carried; "" when none.
 func (c *cluster) wasAt(r *rolloutState, l Emitter, preds predSet) string {
-	at := c.latestBefore(l, r)
-	if at == nil {
-		at = c.carried(l, preds)
+	at, _ := c.lastAt(l, r, preds)
+	return at.revisionOn(l)
+}
+
+// lastAt is the rollout of the revision wasAt names (nil: none), and
+// whether it makes layer l expected by r: a revision of r's family older
+// than r and not of another source, or one r replaced that l carried.
+func (c *cluster) lastAt(l Emitter, r *rolloutState, preds predSet) (at *rolloutState, expect bool) {
+	if at = c.latestBefore(l, r); at != nil {
+		return at, !otherSource(at, r)
 	}
-	if at == nil {
+	at = c.carried(l, preds)
+	return at, at != nil
+}
+
+// revisionOn is the revision r's evidence on e names; "" for no rollout.
+func (r *rolloutState) revisionOn(e Emitter) string {
+	if r == nil {
 		return ""
 	}
-	return at.ev[l].Revision
+	return r.ev[e].Revision
 }
 
 // carried is the latest of the revisions r replaced (preds) that layer l

@@ -224,45 +224,24 @@ func (c *cluster) expected(r *rolloutState, cfg *Config) (layers []Emitter, was 
 			layers, was = append(layers, l), append(was, "")
 			continue
 		}
-		at := c.latestBefore(l, r)
-		expect := at != nil && !otherSource(at, r)
-		if at == nil {
-			at = c.carried(l, preds)
-			expect = at != nil
-		}
-		if expect || configured[l] {
-			rev := ""
-			if at != nil {
-				rev = at.ev[l].Revision
-			}
-			layers, was = append(layers, l), append(was, rev)
+		if at, expect := c.lastAt(l, r, preds); expect || configured[l] {
+			layers, was = append(layers, l), append(was, at.revisionOn(l))
 		}
 	}
-	if len(extra) == 0 {
-		return layers, was, preds
-	}
+	// The few outside the family, each in its place; a layer configured
+	// twice once.
 	for _, l := range extra {
+		i, found := slices.BinarySearchFunc(layers, l, compareEmitters)
+		if found {
+			continue
+		}
 		at := ""
 		if r.ev[l] == nil {
 			at = c.wasAt(r, l, preds)
 		}
-		layers, was = append(layers, l), append(was, at)
+		layers, was = slices.Insert(layers, i, l), slices.Insert(was, i, at)
 	}
-	// Few, and rare: sorted with the rest, duplicates (a layer configured
-	// twice) dropped.
-	idx := make([]int, len(layers))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return compareEmitters(layers[a], layers[b]) })
-	sl, sw := make([]Emitter, 0, len(layers)), make([]string, 0, len(layers))
-	for _, i := range idx {
-		if n := len(sl); n > 0 && sl[n-1] == layers[i] {
-			continue
-		}
-		sl, sw = append(sl, layers[i]), append(sw, was[i])
-	}
-	return sl, sw, preds
+	return layers, was, preds
 }
 
 // predSet is the revisions a rollout replaced, each with how many of its
