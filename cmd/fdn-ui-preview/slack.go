@@ -22,7 +22,7 @@ func slackPage(rs interface {
 	Get(rollout.Key) *rollout.View
 }, now time.Time) http.HandlerFunc {
 	links := channel.Links{
-		Commit: func(_ rollout.Ref, c string) string { return "https://github.com/acme/fleet/commit/" + c },
+		Commit: func(_ string, _ rollout.Ref, c string) string { return "https://github.com/acme/fleet/commit/" + c },
 		Page:   func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
 	}
 	page := template.Must(template.New("slack").Parse(slackHTML))

@@ -74,9 +74,9 @@ type channelRow struct {
 type channelEnv struct {
 	db    *store.DB
 	links channel.Links
-	// sourceURL is what a source names in the cluster (its repository),
+	// sourceURL is what a source names in its cluster (its repository),
 	// false without cluster access.
-	sourceURL func(kind, ns, name string) (string, bool)
+	sourceURL func(cluster, kind, ns, name string) (string, bool)
 	hc        *http.Client
 	log       *slog.Logger
 	now       func() time.Time
@@ -294,22 +294,22 @@ func webhookRow(f *flags, _ *forgeConfig, alertAfter *time.Duration) *channelRow
 // configured forge's repository of its source, else the repository its
 // source names in the cluster), and the rollout's page with
 // --external-url.
-func (c *serveConfig) links(sourceURL func(kind, ns, name string) (string, bool)) channel.Links {
+func (c *serveConfig) links(sourceURL func(cluster, kind, ns, name string) (string, bool)) channel.Links {
 	var l channel.Links
 	if ext := strings.TrimRight(*c.mail.externalURL, "/"); ext != "" {
 		l.Page = func(k rollout.Key) string { return ext + edge.RolloutPath(k) }
 	}
 	fc := c.channels.forge
-	l.Commit = func(src rollout.Ref, commit string) string {
+	l.Commit = func(cluster string, src rollout.Ref, commit string) string {
 		if fc.enabled() {
-			if r, err := fc.repos.Repo(src); err == nil && fc.repos.Host != "" {
+			if r, err := fc.repos.Repo(cluster, src); err == nil && fc.repos.Host != "" {
 				return "https://" + fc.repos.Host + "/" + r.String() + "/commit/" + commit
 			}
 		}
 		if src == (rollout.Ref{}) {
 			return ""
 		}
-		raw, ok := sourceURL(src.Kind, src.Namespace, src.Name)
+		raw, ok := sourceURL(cluster, src.Kind, src.Namespace, src.Name)
 		if !ok {
 			return ""
 		}

@@ -205,7 +205,7 @@ func TestChannelTable(t *testing.T) {
 			t.Fatalf("%s with %v: given %v, check %v", r.name, given[r.name], r.given(), err)
 		}
 		to, err := r.open(channelEnv{db: db, hc: http.DefaultClient, log: slog.New(slog.DiscardHandler), now: time.Now,
-			sourceURL: func(string, string, string) (string, bool) { return "", false }})
+			sourceURL: func(string, string, string, string) (string, bool) { return "", false }})
 		if err != nil || to == nil || to.Name() == "" {
 			t.Fatalf("%s: deliverer %v, %v", r.name, to, err)
 		}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/cloudevent"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/channel/cloudevent/cloudeventtest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
@@ -133,8 +137,8 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 				t.Errorf("the alert rules read %s, which /metrics lacks", name)
 			}
 		}
-		if !strings.Contains(string(b), "\nfdn_flux_events_silent 1\n") {
-			t.Errorf("blind, but /metrics lacks fdn_flux_events_silent 1")
+		if !strings.Contains(string(b), "\nfdn_flux_events_silent{cluster=\"default\"} 1\n") {
+			t.Errorf("blind, but /metrics lacks fdn_flux_events_silent{cluster=\"default\"} 1")
 		}
 		checkMetricsDocumented(t, string(b))
 	})
@@ -175,14 +179,17 @@ func bind(t testing.TB, c *clustertest.Cluster, user string) {
 // answered from that cluster's state under the Secret's name, with no
 // webhook. A cluster whose kubeconfig does not parse, and one whose user
 // may read nothing, are each named on /readyz, which stays ready, without
-// the Secrets' contents. (Secrets added, rotated and removed:
+// the Secrets' contents. Its verdict links the commit in the repository
+// its own source names (the hub's source of that name names another). Its
+// blindness is its own. (Secrets added, rotated and removed:
 // internal/clusters' test.)
 func TestServeReadsRegisteredClusters(t *testing.T) {
 	hubCluster, remote := clustertest.Start(t), clustertest.Start(t)
 	now := time.Now().UTC().Truncate(time.Second)
 	w := remote.NewWorld(t, "flux-system", now)
 	rev := "main@sha1:5b1f2a6c0f5e7d9a3b4c2d1e0f9a8b7c6d5e4f3a"
-	w.Source("fleet", rev)
+	w.SourceAt("fleet", rev, "https://github.com/acme/fleet-eu.git")
+	hubCluster.NewWorld(t, "flux-system", now).SourceAt("fleet", rev, "https://github.com/acme/hub.git")
 	for _, l := range []string{"infra", "apps"} {
 		w.Layer(clustertest.Layer{Name: l, Source: "fleet", Applied: rev, Attempted: rev,
 			Ready: w.Ready("True", "ReconciliationSucceeded", "Applied revision: "+rev, time.Minute)})
@@ -211,8 +218,11 @@ func TestServeReadsRegisteredClusters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	hook := cloudeventtest.New([]byte("hook-key"), time.Now)
+	defer hook.Close()
 	url := startServe(t, map[string]string{"POD_NAMESPACE": "fdn-hub"}, "--insecure-no-auth", "--listen", "127.0.0.1:0",
-		"--data-dir", t.TempDir(), "--kubeconfig", hubCluster.Kubeconfig, "--default-cluster", "hub")
+		"--data-dir", t.TempDir(), "--kubeconfig", hubCluster.Kubeconfig, "--default-cluster", "hub", "--blind-after", "5s",
+		"--webhook-url", hook.URL, "--webhook-secret-file", secretFiles(t)("hook", "hook-key"))
 	verdict := func() (v struct {
 		Verdict      string `json:"verdict"`
 		Cluster      string `json:"cluster"`
@@ -233,13 +243,31 @@ func TestServeReadsRegisteredClusters(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Its verdict links the commit where prod-eu's own source says.
+	commitURL := "https://github.com/acme/fleet-eu/commit/" + rev[len("main@sha1:"):]
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var got []string
+		for _, e := range hook.Events() {
+			var d cloudevent.Data
+			if err := e.DataAs(&d); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, d.Cluster+" "+d.Verdict+" "+d.CommitURL)
+		}
+		if slices.Contains(got, "prod-eu applied "+commitURL) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("verdicts delivered %q, want prod-eu's applied linking %s", got, commitURL)
+		}
+	}
 	named := func(_ int, warnings []string) bool {
 		all := strings.Join(warnings, "\n")
 		return strings.Contains(all, "cluster qa (Secret fdn-hub/qa) is not read: the kubeconfig does not parse") &&
 			strings.Contains(all, "cluster dev (Secret fdn-hub/dev) is not read, tried again") && strings.Contains(all, "forbidden")
 	}
 	status, warnings := awaitReadyz(t, url, "qa and dev named", named)
-	if all := strings.Join(warnings, "\n"); status != 200 || strings.Contains(all, "prod-eu") || strings.Contains(all, secretInKubeconfig) {
+	if all := strings.Join(warnings, "\n"); status != 200 || strings.Contains(all, "cluster prod-eu (Secret") || strings.Contains(all, secretInKubeconfig) {
 		t.Fatalf("readyz %d, warnings %s: want ready, prod-eu read, no Secret's contents", status, all)
 	}
 	// Each cluster's state on /metrics: read, or not.
@@ -258,6 +286,32 @@ func TestServeReadsRegisteredClusters(t *testing.T) {
 	if strings.Contains(string(b), `fdn_cluster_sync_seconds{cluster="dev"}`) {
 		t.Error("a cluster never read has a sync time")
 	}
+
+	// Blindness is each cluster's own: prod-eu's layers exist and no event
+	// came from its notification-controller, so it is named (not the
+	// hub's own cluster, which has no layers), its gauge labelled with it,
+	// the service still ready. One event naming it ends that.
+	blind := "cluster prod-eu: no event from notification-controller"
+	status, warnings = awaitReadyz(t, url, "prod-eu blind", func(_ int, w []string) bool { return strings.Contains(strings.Join(w, "\n"), blind) })
+	if all := strings.Join(warnings, "\n"); status != 200 || strings.Contains(all, "cluster hub:") {
+		t.Fatalf("readyz %d, warnings %s: want ready, the hub's own cluster not blind", status, all)
+	}
+	if v := metric(t, url, `fdn_flux_events_silent{cluster="prod-eu"}`); v != "1" {
+		t.Errorf(`fdn_flux_events_silent{cluster="prod-eu"} %q, want 1`, v)
+	}
+	if v := metric(t, url, `fdn_flux_events_silent{cluster="hub"}`); v != "0" {
+		t.Errorf(`fdn_flux_events_silent{cluster="hub"} %q, want 0`, v)
+	}
+	event, _ := json.Marshal(deployed("prod-eu", rev, now, "ReconciliationSucceeded")[0])
+	resp, err = http.Post(url+"/webhook", "application/json", bytes.NewReader(event))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("event from prod-eu: %d", resp.StatusCode)
+	}
+	awaitReadyz(t, url, "prod-eu heard from again", func(_ int, w []string) bool { return !strings.Contains(strings.Join(w, "\n"), blind) })
 }
 
 const secretInKubeconfig = "s3cr3t-in-a-kubeconfig"

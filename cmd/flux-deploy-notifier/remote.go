@@ -25,9 +25,19 @@ import (
 func (s *service) readRegistered(ctx context.Context, c clusters.Cluster) {
 	log := s.log.With("cluster", c.Name)
 	defer s.remote.set(c.Name, nil, "")
+	// Its pipe is watched while it is read: without its layers, its
+	// silence would look like no deploys.
+	watch := func(layers func() int) {
+		if err := s.watchdog.Watch(c.Name, layers); err != nil {
+			log.Error("the pipe from its notification-controller is not watched", "err", err)
+		}
+	}
+	defer s.watchdog.Forget(c.Name)
+	rc := s.c.cluster.readerConfig(c.Name)
+	rc.StatusMoved = func() { s.watchdog.StatusMoved(c.Name) }
 	failing, backoff := "", time.Second
 	for ctx.Err() == nil {
-		r, err := cluster.NewForConfig(c.Config, s.node, s.c.cluster.readerConfig(c.Name), log, time.Now)
+		r, err := cluster.NewForConfig(c.Config, s.node, rc, log, time.Now)
 		if err == nil {
 			accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err = r.CheckAccess(accessCtx)
@@ -36,10 +46,12 @@ func (s *service) readRegistered(ctx context.Context, c clusters.Cluster) {
 		if err == nil {
 			failing, backoff = "", time.Second
 			s.remote.set(c.Name, r, "")
+			watch(r.Layers)
 			if err = r.Run(ctx); err == nil {
 				return // ctx ended
 			}
 		}
+		watch(nil)
 		if ctx.Err() != nil {
 			return
 		}
@@ -80,6 +92,13 @@ func (m *remoteReads) set(name string, r *cluster.Reader, failing string) {
 		m.reads = map[string]remoteRead{}
 	}
 	m.reads[name] = remoteRead{r, failing}
+}
+
+// reader is registered cluster name's reader, nil while it is not read.
+func (m *remoteReads) reader(name string) *cluster.Reader {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reads[name].reader
 }
 
 // readers are the registered clusters being read, by name.

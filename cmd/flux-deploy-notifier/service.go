@@ -142,12 +142,18 @@ func (s *service) openMail(context.Context) error {
 }
 
 func (s *service) openChannels(context.Context) error {
-	// The reader is made after: the dispatchers ask it only once running.
-	sourceURL := func(kind, ns, name string) (string, bool) {
-		if s.reader == nil {
+	// The readers are made after: the dispatchers ask them only once
+	// running. A source is looked up in its rollout's cluster: the
+	// service's own, or a registered one while it is read.
+	sourceURL := func(cluster, kind, ns, name string) (string, bool) {
+		r := s.reader
+		if cluster != s.c.engine.DefaultCluster {
+			r = s.remote.reader(cluster)
+		}
+		if r == nil {
 			return "", false
 		}
-		return s.reader.SourceURL(kind, ns, name)
+		return r.SourceURL(kind, ns, name)
 	}
 	env := channelEnv{db: s.db, links: s.c.links(sourceURL), sourceURL: sourceURL,
 		hc: &http.Client{Timeout: 30 * time.Second}, log: s.log, now: time.Now}
@@ -168,7 +174,7 @@ func (s *service) wakeChannels(ps []rollout.Published) {
 func (s *service) watchCluster(ctx context.Context) error {
 	statusMoved := func() {
 		if s.watchdog != nil {
-			s.watchdog.StatusMoved()
+			s.watchdog.StatusMoved(s.c.engine.DefaultCluster)
 		}
 	}
 	var (
@@ -190,7 +196,7 @@ func (s *service) watchCluster(ctx context.Context) error {
 	s.reg.MustRegister(newClusterMetrics(s))
 	// Blindness can only be told with cluster access: without it, silence
 	// and "no deploys" look the same.
-	s.watchdog, err = blind.New(*s.c.cluster.blindAfter, s.reader.Layers, s.db, s.c.mail.to, s.mailer.Wake, s.log, time.Now, s.reg)
+	s.watchdog, err = blind.New(*s.c.cluster.blindAfter, s.c.engine.DefaultCluster, s.reader.Layers, s.db, s.c.mail.to, s.mailer.Wake, s.log, time.Now, s.reg)
 	return err
 }
 
@@ -202,13 +208,16 @@ func (s *service) warnings() []string {
 		sources = append(sources, c.d.Warning)
 	}
 	if s.reader != nil {
-		sources = append(sources, s.watchdog.Warning, s.reader.Warning)
+		sources = append(sources, s.reader.Warning)
 	}
 	out := []string{}
 	for _, w := range sources {
 		if msg := w(); msg != "" {
 			out = append(out, msg)
 		}
+	}
+	if s.watchdog != nil {
+		out = append(out, s.watchdog.Warnings()...)
 	}
 	if s.registered != nil {
 		out = append(out, s.remote.warnings(s.registered)...)
@@ -227,9 +236,9 @@ func (s *service) listen(context.Context) error {
 		// bbolt, the ones it ignores too), and on PostgreSQL those it takes
 		// from the inbox that other replicas accepted. A follower's must not:
 		// it would record the last event, a write only the leader may make.
-		hook.OnEvent(func() {
+		hook.OnEvent(func(cluster string) {
 			if s.node.Leading() {
-				s.watchdog.Event()
+				s.watchdog.Event(cluster)
 			}
 		})
 		s.node.OnEvent(s.watchdog.Event)

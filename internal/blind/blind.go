@@ -1,13 +1,16 @@
-// Package blind detects the service's own blindness: Flux layers exist
-// and reconcile, yet no event has come from notification-controller for
-// too long. Silence must never look like "no deploys": alerting built on
-// Flux was found silently inert for weeks, and this product must not be.
+// Package blind detects the service's own blindness, per cluster it reads:
+// Flux layers exist and reconcile there, yet no event has come from that
+// cluster's notification-controller for too long. Silence must never look
+// like "no deploys": alerting built on Flux was found silently inert for
+// weeks, and this product must not be.
 package blind
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,24 +21,54 @@ import (
 )
 
 // Store is the store: it enqueues the mail durably, and keeps the time of
-// the last event across restarts, so that a silence spanning a restart is
-// still one episode, with one mail.
+// each cluster's last event across restarts, so that a silence spanning a
+// restart is still one episode, with one mail. Cluster "" is the
+// service's own.
 type Store interface {
 	Enqueue(mails []rollout.Mail, at time.Time) error
-	LastEvent() (time.Time, error)
-	SetLastEvent(at time.Time) error
+	LastEvent(cluster string) (time.Time, error)
+	SetLastEvents(at map[string]time.Time) error
 }
 
-// Watchdog watches the pipe from notification-controller.
+// Watchdog watches the pipe from the notification-controller of every
+// cluster read: the service's own, and each registered one while it is
+// read (Watch, Forget). A cluster known by its events alone has no
+// watchdog: without its layers, silence and "no deploys" look the same.
 type Watchdog struct {
 	after  time.Duration
 	now    func() time.Time
-	layers func() int // layers the cluster reader sees
 	store  Store
 	to     []string
 	notify func()
 	log    *slog.Logger
+	local  string // the service's own cluster: events without metadata.cluster
 
+	// pipes by cluster name, replaced whole when one is added or removed
+	// (rarely): Event, per event received, reads it without a lock.
+	pipes atomic.Pointer[map[string]*pipe]
+	mu    sync.Mutex // serialises the replacements
+	// checkMu serialises Check, Begin, and an event's immediate record.
+	checkMu sync.Mutex
+
+	silent, since *prometheus.Desc
+}
+
+// pipe is one cluster's.
+type pipe struct {
+	name string
+	key  string // in the store and the mail's key: "" for the service's own
+	// layers counts the layers its reader sees; nil while its reader
+	// cannot read it: its silence then neither begins nor ends.
+	layers atomic.Pointer[func() int]
+	log    *slog.Logger // with the cluster
+	stored time.Time    // the last event recorded in the store; under checkMu
+	times  pipeTimes
+	// warning is the last Check's: "" when not silent.
+	warning atomic.Pointer[string]
+}
+
+// pipeTimes are what events and status changes move, without a lock.
+type pipeTimes struct {
 	started    atomic.Int64 // unix nanos of the start (or of Begin)
 	lastEvent  atomic.Int64 // unix nanos of the last event received
 	lastStatus atomic.Int64 // unix nanos of the last status change seen in the cluster
@@ -45,39 +78,102 @@ type Watchdog struct {
 	// before the next check would let a later episode reuse that key, and
 	// its mail be dropped as sent.
 	recordNext atomic.Bool
-
-	storedMu sync.Mutex
-	stored   time.Time // the last event recorded in the store
-
-	mu    sync.Mutex
-	since time.Time // start of the current silent episode; zero when not silent
-
-	silent prometheus.Gauge
+	// since is the start of the current silent episode (unix nanos); 0
+	// when not silent.
+	since atomic.Int64
 }
 
-// New returns a watchdog; layers reports how many Kustomizations the
-// cluster reader sees, store and to (may be empty) receive the one mail
-// per episode, notify wakes the mail dispatcher.
-func New(after time.Duration, layers func() int, store Store, to []string, notify func(), log *slog.Logger, now func() time.Time, reg prometheus.Registerer) (*Watchdog, error) {
-	stored, err := store.LastEvent()
-	if err != nil {
-		return nil, fmt.Errorf("read the time of the last Flux event: %w", err)
+// New returns a watchdog of the service's own cluster, named local,
+// whose reader sees layers; store and to (may be empty) receive the one
+// mail per episode, notify wakes the mail dispatcher.
+func New(after time.Duration, local string, layers func() int, store Store, to []string, notify func(), log *slog.Logger, now func() time.Time, reg prometheus.Registerer) (*Watchdog, error) {
+	w := &Watchdog{after: after, now: now, store: store, to: to, notify: notify, log: log, local: local,
+		silent: prometheus.NewDesc("fdn_flux_events_silent",
+			"1 while the cluster's layers exist but no event has come from its notification-controller for --blind-after.", []string{"cluster"}, nil),
+		since: prometheus.NewDesc("fdn_seconds_since_last_flux_event",
+			"Seconds since the last event from the cluster's notification-controller (since start when none came).", []string{"cluster"}, nil),
 	}
-	w := &Watchdog{after: after, now: now, layers: layers, store: store, to: to, notify: notify, log: log, stored: stored}
-	w.started.Store(now().UnixNano())
-	w.recordNext.Store(true)
-	w.silent = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "fdn_flux_events_silent",
-		Help: "1 while layers exist but no event has come from notification-controller for --blind-after.",
-	})
-	since := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "fdn_seconds_since_last_flux_event",
-		Help: "Seconds since the last event from notification-controller (since start when none came).",
-	}, func() float64 { return w.now().Sub(w.last()).Seconds() })
+	w.pipes.Store(&map[string]*pipe{})
+	if err := w.watch(local, "", layers); err != nil {
+		return nil, err
+	}
 	if reg != nil {
-		reg.MustRegister(w.silent, since)
+		reg.MustRegister(metrics{w})
 	}
 	return w, nil
+}
+
+// Watch watches a registered cluster's pipe while its reader sees layers,
+// or takes the reader that replaces the one before (a rotated kubeconfig):
+// a cluster already watched keeps its silence. layers nil: its reader
+// cannot read it now; a silence neither begins nor ends meanwhile, and is
+// not told (its reader's failure is).
+func (w *Watchdog) Watch(cluster string, layers func() int) error {
+	if cluster == w.local || cluster == "" {
+		return fmt.Errorf("cluster %q is the service's own", cluster)
+	}
+	return w.watch(cluster, cluster, layers)
+}
+
+func (w *Watchdog) watch(name, key string, layers func() int) error {
+	var lp *func() int
+	if layers != nil {
+		lp = &layers
+	}
+	if p := (*w.pipes.Load())[name]; p != nil {
+		p.layers.Store(lp)
+		return nil
+	}
+	stored, err := w.store.LastEvent(key)
+	if err != nil {
+		return fmt.Errorf("read the time of cluster %s's last Flux event: %w", name, err)
+	}
+	p := &pipe{name: name, key: key, log: w.log.With("cluster", name), stored: stored}
+	p.layers.Store(lp)
+	p.times.started.Store(w.now().UnixNano())
+	p.times.recordNext.Store(true)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := maps.Clone(*w.pipes.Load())
+	if _, ok := next[name]; !ok {
+		next[name] = p
+	}
+	w.pipes.Store(&next)
+	return nil
+}
+
+// Forget stops watching a registered cluster (its Secret removed).
+func (w *Watchdog) Forget(cluster string) {
+	if cluster == w.local || cluster == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := maps.Clone(*w.pipes.Load())
+	delete(next, cluster)
+	w.pipes.Store(&next)
+}
+
+// sorted are the pipes, the service's own first, then by name.
+func (w *Watchdog) sorted() []*pipe {
+	pipes := *w.pipes.Load()
+	out := make([]*pipe, 0, len(pipes))
+	for _, name := range slices.Sorted(maps.Keys(pipes)) {
+		if p := pipes[name]; p.key == "" {
+			out = append([]*pipe{p}, out...)
+		} else {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// pipe is cluster's, nil when it is not watched; "" is the service's own.
+func (w *Watchdog) pipe(cluster string) *pipe {
+	if cluster == "" {
+		cluster = w.local
+	}
+	return (*w.pipes.Load())[cluster]
 }
 
 // Begin starts watching afresh, as a restart does: a replica that begins
@@ -85,150 +181,199 @@ func New(after time.Duration, layers func() int, store Store, to []string, notif
 // silence counts from now (or an event since), the episode named by the
 // last event the store kept.
 func (w *Watchdog) Begin() {
-	stored, err := w.store.LastEvent()
-	if err != nil {
-		w.log.Error("read the time of the last Flux event", "err", err)
-	}
-	w.storedMu.Lock()
-	if err == nil {
-		w.stored = stored
-	}
-	w.storedMu.Unlock()
-	w.mu.Lock()
-	w.since = time.Time{}
-	w.mu.Unlock()
-	w.started.Store(w.now().UnixNano())
-	w.lastEvent.Store(0)
-	w.recordNext.Store(true)
-}
-
-// Event records an event received from notification-controller.
-func (w *Watchdog) Event() {
+	w.checkMu.Lock()
+	defer w.checkMu.Unlock()
 	now := w.now()
-	w.lastEvent.Store(now.UnixNano())
-	if w.recordNext.CompareAndSwap(true, false) && !w.record(now) {
-		w.recordNext.Store(true)
+	for _, p := range w.sorted() {
+		stored, err := w.store.LastEvent(p.key)
+		if err != nil {
+			p.log.Error("read the time of the last Flux event", "err", err)
+		} else {
+			p.stored = stored
+		}
+		p.times.since.Store(0)
+		p.warning.Store(nil)
+		p.times.started.Store(now.UnixNano())
+		p.times.lastEvent.Store(0)
+		p.times.recordNext.Store(true)
 	}
 }
 
-// record writes the time of the last event to the store, unless it is
+// Event records an event received from cluster's notification-controller
+// ("" the service's own). A cluster not watched is ignored.
+func (w *Watchdog) Event(cluster string) {
+	p := w.pipe(cluster)
+	if p == nil {
+		return
+	}
+	now := w.now()
+	p.times.lastEvent.Store(now.UnixNano())
+	if p.times.recordNext.CompareAndSwap(true, false) && !w.recordNow(p, now) {
+		p.times.recordNext.Store(true)
+	}
+}
+
+// recordNow writes p's last event to the store at once, unless it is
 // there already, and reports whether it is there.
-func (w *Watchdog) record(at time.Time) bool {
-	w.storedMu.Lock()
-	defer w.storedMu.Unlock()
-	if !at.After(w.stored) {
+func (w *Watchdog) recordNow(p *pipe, at time.Time) bool {
+	w.checkMu.Lock()
+	defer w.checkMu.Unlock()
+	if !at.After(p.stored) {
 		return true
 	}
-	if err := w.store.SetLastEvent(at); err != nil {
-		w.log.Error("record the time of the last Flux event", "err", err)
+	if err := w.store.SetLastEvents(map[string]time.Time{p.key: at}); err != nil {
+		p.log.Error("record the time of the last Flux event", "err", err)
 		return false
 	}
-	w.stored = at
+	p.stored = at
 	return true
 }
 
-// StatusMoved records a status change of a layer in the cluster.
-func (w *Watchdog) StatusMoved() { w.lastStatus.Store(w.now().UnixNano()) }
+// StatusMoved records a status change of a layer in cluster.
+func (w *Watchdog) StatusMoved(cluster string) {
+	if p := w.pipe(cluster); p != nil {
+		p.times.lastStatus.Store(w.now().UnixNano())
+	}
+}
 
-// last is when the silence counts from: the last event, or the start of
-// this process when none came since. A restart thus waits --blind-after
-// for notification-controller before it says anything.
-func (w *Watchdog) last() time.Time {
-	if n := w.lastEvent.Load(); n != 0 {
+// last is when p's silence counts from: its last event, or the start of
+// this process (or its watch) when none came since. A restart thus waits
+// --blind-after for notification-controller before it says anything.
+func (p *pipe) last() time.Time {
+	if n := p.times.lastEvent.Load(); n != 0 {
 		return time.Unix(0, n)
 	}
-	return time.Unix(0, w.started.Load())
+	return time.Unix(0, p.times.started.Load())
 }
 
 // lastKnown is the last event ever received, across restarts: it names the
-// episode (the mail's key) and is what the warning reports.
-func (w *Watchdog) lastKnown() time.Time {
-	if n := w.lastEvent.Load(); n != 0 {
+// episode (the mail's key) and is what the warning reports. Under checkMu.
+func (p *pipe) lastKnown() time.Time {
+	if n := p.times.lastEvent.Load(); n != 0 {
 		return time.Unix(0, n)
 	}
-	w.storedMu.Lock()
-	defer w.storedMu.Unlock()
-	if !w.stored.IsZero() {
-		return w.stored
+	if !p.stored.IsZero() {
+		return p.stored
 	}
-	return time.Unix(0, w.started.Load())
+	return time.Unix(0, p.times.started.Load())
 }
 
-// Warning describes the current silence, or "" when the pipe is healthy.
-func (w *Watchdog) Warning() string {
-	w.mu.Lock()
-	since := w.since
-	w.mu.Unlock()
-	if since.IsZero() {
-		return ""
+// layerCount is how many layers p's reader sees; false while it cannot
+// read the cluster.
+func (p *pipe) layerCount() (int, bool) {
+	if f := p.layers.Load(); f != nil {
+		return (*f)(), true
 	}
-	msg := fmt.Sprintf("no event from notification-controller since %s while %d layers exist", w.lastKnown().UTC().Format(time.RFC3339), w.layers())
-	if n := w.lastStatus.Load(); n != 0 && time.Unix(0, n).After(w.lastKnown()) {
+	return 0, false
+}
+
+// describe describes p's silence; under checkMu.
+func (p *pipe) describe(layers int) string {
+	msg := fmt.Sprintf("cluster %s: no event from notification-controller since %s while %d layers exist", p.name, p.lastKnown().UTC().Format(time.RFC3339), layers)
+	if n := p.times.lastStatus.Load(); n != 0 && time.Unix(0, n).After(p.lastKnown()) {
 		msg += fmt.Sprintf(", and their status last moved at %s", time.Unix(0, n).UTC().Format(time.RFC3339))
 	}
-	return msg + ": check the Provider, the Alert and this service's address; until then verdicts rely on cluster state alone"
+	return msg + ": check the Provider, the Alert and this service's address; until then its verdicts rely on cluster state alone"
 }
 
-// Check evaluates the pipe once: it starts an episode (one mail) when the
+// Warnings describe each silent cluster's silence, the service's own
+// first; none when every pipe is healthy. They are those of the last
+// Check.
+func (w *Watchdog) Warnings() []string {
+	var out []string
+	for _, p := range w.sorted() {
+		if s := p.warning.Load(); s != nil && *s != "" {
+			out = append(out, *s)
+		}
+	}
+	return out
+}
+
+// Check evaluates every pipe once: it starts an episode (one mail) when a
 // silence has lasted --blind-after, and ends it when an event comes. It
-// records the last event in the store when it moved.
+// records the last event of every cluster whose moved, in one write.
 func (w *Watchdog) Check() {
+	w.checkMu.Lock()
+	defer w.checkMu.Unlock()
 	now := w.now()
-	if n := w.lastEvent.Load(); n != 0 {
-		w.record(time.Unix(0, n))
+	pipes := w.sorted()
+	moved := map[string]time.Time{}
+	for _, p := range pipes {
+		if n := p.times.lastEvent.Load(); n != 0 && time.Unix(0, n).After(p.stored) {
+			moved[p.key] = time.Unix(0, n)
+		}
 	}
-	silent := w.layers() > 0 && now.Sub(w.last()) >= w.after
-	w.mu.Lock()
-	started := silent && w.since.IsZero()
-	ended := !silent && !w.since.IsZero()
-	switch {
-	case started:
-		w.since = now
-	case ended:
-		w.since = time.Time{}
-	}
-	w.mu.Unlock()
-	if silent {
-		w.silent.Set(1)
+	if err := w.store.SetLastEvents(moved); err != nil {
+		w.log.Error("record the time of the last Flux events", "err", err, "clusters", len(moved))
 	} else {
-		w.silent.Set(0)
+		for _, p := range pipes {
+			if at, ok := moved[p.key]; ok {
+				p.stored = at
+			}
+		}
 	}
-	switch {
-	case started:
-		w.log.Warn("no events from Flux", "since", w.lastKnown().UTC().Format(time.RFC3339), "layers", w.layers())
-		w.mail(now)
-	case ended:
-		w.log.Info("events from Flux again")
+	var (
+		mails  []rollout.Mail
+		mailed []*pipe
+	)
+	for _, p := range pipes {
+		layers, read := p.layerCount()
+		if !read {
+			p.warning.Store(nil) // its reader's failure is told instead
+			continue
+		}
+		silent := layers > 0 && now.Sub(p.last()) >= w.after
+		was := p.times.since.Load() != 0
+		switch {
+		case silent && !was:
+			p.times.since.Store(now.UnixNano())
+			p.log.Warn("no events from Flux", "since", p.lastKnown().UTC().Format(time.RFC3339), "layers", layers)
+			if m := w.mails(p, layers); len(m) > 0 {
+				mails, mailed = append(mails, m...), append(mailed, p)
+			}
+		case !silent && was:
+			p.times.since.Store(0)
+			p.log.Info("events from Flux again")
+		}
+		msg := ""
+		if silent {
+			msg = p.describe(layers)
+		}
+		p.warning.Store(&msg)
 	}
-}
-
-// mail enqueues one "no events from Flux" mail per recipient for the
-// episode; the key (the last event before it, kept in the store) keeps it
-// to one across restarts within the same silence.
-func (w *Watchdog) mail(now time.Time) {
-	if len(w.to) == 0 {
+	if len(mails) == 0 {
 		return
-	}
-	began := w.lastKnown().UTC().Truncate(time.Second)
-	var mails []rollout.Mail
-	for _, to := range w.to {
-		mails = append(mails, rollout.Mail{
-			Key:  rollout.MailKey{Kind: rollout.MailBlind, Episode: began, To: to}.String(),
-			Kind: rollout.MailBlind, To: to,
-			Blind: &rollout.Blind{Since: began, Layers: w.layers(), Warning: w.Warning()},
-		})
 	}
 	if err := w.store.Enqueue(mails, now); err != nil {
-		w.log.Error("enqueue the no-events mail", "err", err)
+		w.log.Error("enqueue the no-events mails", "err", err)
 		return
 	}
-	w.recordNext.Store(true)
+	for _, p := range mailed {
+		p.times.recordNext.Store(true)
+	}
 	if w.notify != nil {
 		w.notify()
 	}
 }
 
-// Run checks the pipe until ctx ends, often enough to notice a silence
+// mails are p's "no events from Flux" mails for the episode that begins,
+// one per recipient; the key (the cluster and its last event before it,
+// kept in the store) keeps it to one across restarts within the same
+// silence.
+func (w *Watchdog) mails(p *pipe, layers int) []rollout.Mail {
+	began := p.lastKnown().UTC().Truncate(time.Second)
+	var mails []rollout.Mail
+	for _, to := range w.to {
+		mails = append(mails, rollout.Mail{
+			Key:  rollout.MailKey{Kind: rollout.MailBlind, Episode: began, Cluster: p.key, To: to}.String(),
+			Kind: rollout.MailBlind, To: to,
+			Blind: &rollout.Blind{Cluster: p.key, Since: began, Layers: layers, Warning: p.describe(layers)},
+		})
+	}
+	return mails
+}
+
+// Run checks the pipes until ctx ends, often enough to notice a silence
 // within a tenth of --blind-after.
 func (w *Watchdog) Run(ctx context.Context) {
 	t := time.NewTicker(max(w.after/10, time.Second))
@@ -240,5 +385,25 @@ func (w *Watchdog) Run(ctx context.Context) {
 		case <-t.C:
 			w.Check()
 		}
+	}
+}
+
+// metrics are each watched cluster's pipe, at every scrape.
+type metrics struct{ w *Watchdog }
+
+func (m metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.w.silent
+	ch <- m.w.since
+}
+
+func (m metrics) Collect(ch chan<- prometheus.Metric) {
+	now := m.w.now()
+	for _, p := range m.w.sorted() {
+		silent := 0.0
+		if p.times.since.Load() != 0 {
+			silent = 1
+		}
+		ch <- prometheus.MustNewConstMetric(m.w.silent, prometheus.GaugeValue, silent, p.name)
+		ch <- prometheus.MustNewConstMetric(m.w.since, prometheus.GaugeValue, now.Sub(p.last()).Seconds(), p.name)
 	}
 }

@@ -31,6 +31,11 @@ func silenceMails(t *testing.T, db *store.DB) int {
 	return n
 }
 
+// warning is w's one warning, "" when it has none.
+func warning(w *blind.Watchdog) string {
+	return strings.Join(w.Warnings(), "\n")
+}
+
 func TestWatchdog(t *testing.T) {
 	db, err := store.Open(t.TempDir())
 	if err != nil {
@@ -41,7 +46,7 @@ func TestWatchdog(t *testing.T) {
 	layers := 3
 	woke := 0
 	reg := prometheus.NewRegistry()
-	w, err := blind.New(30*time.Minute, func() int { return layers }, db, []string{"ops@example.com"},
+	w, err := blind.New(30*time.Minute, "prod", func() int { return layers }, db, []string{"ops@example.com"},
 		func() { woke++ }, slog.New(slog.NewTextHandler(io.Discard, nil)), c.Now, reg)
 	if err != nil {
 		t.Fatal(err)
@@ -60,17 +65,17 @@ func TestWatchdog(t *testing.T) {
 		return -1
 	}
 
-	w.Event()
+	w.Event("")
 	c.Add(29 * time.Minute)
 	w.Check()
-	if w.Warning() != "" || gauge() != 0 || silenceMails(t, db) != 0 {
+	if warning(w) != "" || gauge() != 0 || silenceMails(t, db) != 0 {
 		t.Fatal("silent before --blind-after")
 	}
-	w.StatusMoved()
+	w.StatusMoved("prod")
 	c.Add(2 * time.Minute)
 	w.Check()
-	if !strings.Contains(w.Warning(), "no event from notification-controller") || !strings.Contains(w.Warning(), "status last moved") || gauge() != 1 {
-		t.Fatalf("warning %q, gauge %v", w.Warning(), gauge())
+	if !strings.Contains(warning(w), "cluster prod: no event from notification-controller") || !strings.Contains(warning(w), "status last moved") || gauge() != 1 {
+		t.Fatalf("warning %q, gauge %v", warning(w), gauge())
 	}
 	c.Add(time.Hour)
 	w.Check()
@@ -78,9 +83,9 @@ func TestWatchdog(t *testing.T) {
 		t.Fatalf("%d mails, %d wake-ups for one episode", n, woke)
 	}
 
-	w.Event() // the pipe works again
+	w.Event("") // the pipe works again
 	w.Check()
-	if w.Warning() != "" || gauge() != 0 {
+	if warning(w) != "" || gauge() != 0 {
 		t.Fatal("still silent after an event")
 	}
 	c.Add(31 * time.Minute)
@@ -90,10 +95,10 @@ func TestWatchdog(t *testing.T) {
 	}
 
 	layers = 0 // no layers: silence is just quiet
-	w.Event()
+	w.Event("")
 	c.Add(2 * time.Hour)
 	w.Check()
-	if w.Warning() != "" {
+	if warning(w) != "" {
 		t.Fatal("silent without layers")
 	}
 }
@@ -111,7 +116,7 @@ func TestSilenceAcrossRestarts(t *testing.T) {
 	defer db.Close()
 	c := enginetest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	start := func() *blind.Watchdog {
-		w, err := blind.New(30*time.Minute, func() int { return 3 }, db, []string{"ops@example.com"},
+		w, err := blind.New(30*time.Minute, "prod", func() int { return 3 }, db, []string{"ops@example.com"},
 			nil, slog.New(slog.NewTextHandler(io.Discard, nil)), c.Now, prometheus.NewRegistry())
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +125,7 @@ func TestSilenceAcrossRestarts(t *testing.T) {
 	}
 
 	w := start()
-	w.Event()
+	w.Event("")
 	lastEvent := c.Now()
 	c.Add(31 * time.Minute)
 	w.Check()
@@ -131,20 +136,20 @@ func TestSilenceAcrossRestarts(t *testing.T) {
 	c.Add(2 * time.Hour) // the service restarts while Flux stays silent
 	w = start()
 	w.Check()
-	if w.Warning() != "" {
+	if warning(w) != "" {
 		t.Fatal("silent at once after a restart: notification-controller had no time to deliver")
 	}
 	c.Add(31 * time.Minute)
 	w.Check()
-	if !strings.Contains(w.Warning(), "since "+lastEvent.Format(time.RFC3339)) {
-		t.Fatalf("warning %q does not give the last event before the restart", w.Warning())
+	if !strings.Contains(warning(w), "since "+lastEvent.Format(time.RFC3339)) {
+		t.Fatalf("warning %q does not give the last event before the restart", warning(w))
 	}
 	if n := silenceMails(t, db); n != 1 {
 		t.Fatalf("a silence spanning a restart made %d mails, want 1", n)
 	}
 
-	w.Event() // the pipe works again, and the process dies before any check
-	if got, err := db.LastEvent(); err != nil || !got.Equal(c.Now()) {
+	w.Event("") // the pipe works again, and the process dies before any check
+	if got, err := db.LastEvent(""); err != nil || !got.Equal(c.Now()) {
 		t.Fatalf("the event ending an episode was not recorded at once: %v, %v", got, err)
 	}
 	c.Add(time.Minute)
@@ -153,5 +158,128 @@ func TestSilenceAcrossRestarts(t *testing.T) {
 	w.Check()
 	if n := silenceMails(t, db); n != 2 {
 		t.Fatalf("a new episode after a crash made %d mails in all, want 2", n)
+	}
+}
+
+// TestEachClusterItsOwnPipe: a hub watches the pipe of every cluster it
+// reads. A registered cluster silent while the service's own talks is
+// named alone, mailed once under its own key (though its silence began
+// with the service's own), its gauge labelled with it; a cluster its
+// reader cannot read, or known by events alone, is never called blind;
+// one forgotten stops being watched; each cluster's last event is kept
+// apart across a restart.
+func TestEachClusterItsOwnPipe(t *testing.T) {
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	c := enginetest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	w, err := blind.New(30*time.Minute, "prod", func() int { return 3 }, db, []string{"ops@example.com"},
+		nil, slog.New(slog.NewTextHandler(io.Discard, nil)), c.Now, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Watch("prod", func() int { return 1 }); err == nil {
+		t.Fatal("the service's own cluster watched again as a registered one")
+	}
+	for _, name := range []string{"staging", "edge"} {
+		if err := w.Watch(name, func() int { return 5 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Watch("unread", nil); err != nil { // its reader fails
+		t.Fatal(err)
+	}
+	silent := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "fdn_flux_events_silent" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+
+	// Events from the service's own cluster (no metadata.cluster), from
+	// edge by name, and from a cluster known by events alone; staging and
+	// unread are silent.
+	for range 40 {
+		c.Add(time.Minute)
+		w.Event("")
+		w.Event("edge")
+		w.Event("events-only")
+		w.Check()
+	}
+	warnings := w.Warnings()
+	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "cluster staging: no event from notification-controller since 2026-11-30T12:00:00Z while 5 layers exist") {
+		t.Fatalf("warnings %q, want staging's alone", warnings)
+	}
+	if got := silent(); got["staging"] != 1 || got["prod"] != 0 || got["edge"] != 0 || got["unread"] != 0 || len(got) != 4 {
+		t.Fatalf("fdn_flux_events_silent %v", got)
+	}
+	qs, err := db.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 1 || qs[0].Mail.Blind == nil || qs[0].Mail.Blind.Cluster != "staging" {
+		t.Fatalf("mails %+v, want staging's one", qs)
+	}
+	if k, err := rollout.ParseMailKey(qs[0].Mail.Key); err != nil || k.Cluster != "staging" {
+		t.Fatalf("the mail's key %q names cluster %q (%v)", qs[0].Mail.Key, k.Cluster, err)
+	}
+
+	// The service's own falls silent too: its episode began when
+	// staging's did, and is mailed all the same.
+	c.Add(31 * time.Minute)
+	w.Check()
+	if n := silenceMails(t, db); n != 3 { // staging; prod and edge now
+		t.Fatalf("%d mails, want staging's, prod's and edge's", n)
+	}
+	if warnings := w.Warnings(); len(warnings) != 3 || !strings.HasPrefix(warnings[0], "cluster prod:") {
+		t.Fatalf("warnings %q: want the service's own first, then edge and staging", warnings)
+	}
+
+	// edge's reader fails (unreachable) and reads it again: meanwhile its
+	// silence is not told (its reader's failure is), nor said to end; once
+	// read again, it is the same episode, not mailed again.
+	if err := w.Watch("edge", nil); err != nil {
+		t.Fatal(err)
+	}
+	w.Check()
+	if warnings := w.Warnings(); len(warnings) != 2 || strings.Contains(strings.Join(warnings, "\n"), "cluster edge") {
+		t.Fatalf("warnings %q while edge is not read", warnings)
+	}
+	if err := w.Watch("edge", func() int { return 5 }); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(time.Minute)
+	w.Check()
+	if warnings := w.Warnings(); len(warnings) != 3 || silenceMails(t, db) != 3 {
+		t.Fatalf("warnings %q, %d mails once edge is read again", warnings, silenceMails(t, db))
+	}
+
+	// staging's Secret is removed: it is no longer watched.
+	w.Forget("staging")
+	w.Check()
+	if got := silent(); len(got) != 3 || got["staging"] != 0 {
+		t.Fatalf("a forgotten cluster still watched: %v", got)
+	}
+
+	// A restart: each cluster's last event was kept apart.
+	if got, err := db.LastEvent("edge"); err != nil || !got.Equal(time.Date(2026, 11, 30, 12, 40, 0, 0, time.UTC)) {
+		t.Fatalf("edge's last event %v (%v)", got, err)
+	}
+	if got, err := db.LastEvent("events-only"); err != nil || !got.IsZero() {
+		t.Fatalf("a cluster not watched recorded: %v (%v)", got, err)
 	}
 }

@@ -19,8 +19,9 @@ import (
 
 // Links are where a message links to; each returns "" when not known.
 type Links struct {
-	// Commit is the commit's page in its forge.
-	Commit func(source rollout.Ref, commit string) string
+	// Commit is the commit's page in its forge: that of the repository
+	// source names on cluster.
+	Commit func(cluster string, source rollout.Ref, commit string) string
 	// Page is the rollout's status page (with --external-url).
 	Page func(k rollout.Key) string
 }
@@ -57,7 +58,7 @@ func Of(p outbox.Publication, links Links) Message {
 		m.Commit = p.Revision
 	}
 	if p.Commit != "" && links.Commit != nil {
-		m.CommitURL = links.Commit(p.Source, p.Commit)
+		m.CommitURL = links.Commit(p.Key.Cluster, p.Source, p.Commit)
 	}
 	if links.Page != nil {
 		m.PageURL = links.Page(p.Key)

@@ -154,7 +154,7 @@ func (r *Renderer) data(m rollout.Mail) Data {
 	if s := m.Blind; s != nil || m.View == nil {
 		d := Data{Kind: string(m.Kind)}
 		if s != nil {
-			d.Since, d.Warning, d.LayerCount = s.Since.UTC().Format(time.RFC3339), s.Warning, s.Layers
+			d.Cluster, d.Since, d.Warning, d.LayerCount = s.Cluster, s.Since.UTC().Format(time.RFC3339), s.Warning, s.Layers
 		}
 		if r.externalURL != "" {
 			d.URL = r.externalURL + edge.UIRoot

@@ -75,7 +75,7 @@ type Node struct {
 	log       *slog.Logger
 	reader    *engine.Reader
 	normalise func(*rollout.Observation) error
-	onEvent   func()
+	onEvent   func(cluster string)
 	// newFollower makes the engine a replica that does not lead applies
 	// the inbox to: the leader's configuration, set by LeadEngine.
 	newFollower func() (*engine.Engine, error)
@@ -533,9 +533,10 @@ func (n *Node) LeadEngine(cfg rollout.Config, now func() time.Time, with func(e 
 }
 
 // OnEvent sets a function the leader calls for each entry of the inbox
-// that was an event from notification-controller (the blindness
-// watchdog's). Call it before Run.
-func (n *Node) OnEvent(f func()) { n.onEvent = f }
+// that was an event from notification-controller, with the cluster it
+// names ("" none: the service's own), the blindness watchdog's. Call it
+// before Run.
+func (n *Node) OnEvent(f func(cluster string)) { n.onEvent = f }
 
 // Events is the webhook's way in: its entries are events from
 // notification-controller.

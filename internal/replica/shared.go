@@ -466,8 +466,8 @@ func (n *shared) apply(ctx context.Context, e *engine.Engine, entries []store.En
 	for i, err := range e.SubmitEach(ctx, groups) {
 		switch {
 		case err == nil:
-			if lead && entries[i].Event && n.onEvent != nil {
-				n.onEvent()
+			if en := entries[i]; lead && en.Event && n.onEvent != nil && len(en.Observations) > 0 {
+				n.onEvent(en.Observations[0].Cluster)
 			}
 		case errors.Is(err, rollout.ErrInvalid):
 			if lead {

@@ -21,17 +21,20 @@ func TestMailKeys(t *testing.T) {
 		{MailKey{Rollout: r, Kind: MailPruneFailed, About: []string{"flux-system/apps", "ConfigMap/apps/old"}, To: "b@y"},
 			"prod\x00abc123\x00prune-failed\x00flux-system/apps\x00ConfigMap/apps/old\x00b@y"},
 		{MailKey{Kind: MailBlind, Episode: episode, To: "a@x"}, "\x00silence\x002026-11-30T12:00:00Z\x00a@x"},
+		// A registered cluster's episode: its own key, though its silence
+		// began when the service's own did.
+		{MailKey{Kind: MailBlind, Episode: episode, Cluster: "staging", To: "a@x"}, "\x00silence\x002026-11-30T12:00:00Z\x00a@x\x00staging"},
 	} {
 		got := c.key.String()
 		if got != c.want {
 			t.Errorf("%+v encodes as %q, want %q", c.key, got, c.want)
 		}
 		back, err := ParseMailKey(got)
-		if err != nil || back.String() != got || back.Rollout != c.key.Rollout || back.Kind != c.key.Kind || back.To != c.key.To || !back.Episode.Equal(c.key.Episode) {
+		if err != nil || back.String() != got || back.Rollout != c.key.Rollout || back.Kind != c.key.Kind || back.To != c.key.To || back.Cluster != c.key.Cluster || !back.Episode.Equal(c.key.Episode) {
 			t.Errorf("%q decodes as %+v, %v", got, back, err)
 		}
 	}
-	for _, bad := range []string{"", "prod", "\x00silence\x00yesterday\x00a@x", "prod\x00abc"} {
+	for _, bad := range []string{"", "prod", "\x00silence\x00yesterday\x00a@x", "prod\x00abc", "\x00silence\x002026-11-30T12:00:00Z\x00a@x\x00"} {
 		if _, err := ParseMailKey(bad); err == nil {
 			t.Errorf("%q decoded", bad)
 		}

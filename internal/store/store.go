@@ -253,12 +253,13 @@ func compact(path string) error {
 // the PostgreSQL database.
 func (d *DB) Size() int64 { return d.kv.size() }
 
-// LastEvent is the time of the last event from notification-controller
-// recorded by SetLastEvent; zero when none was.
-func (d *DB) LastEvent() (time.Time, error) {
+// LastEvent is the time of the last event from cluster's
+// notification-controller recorded by SetLastEvents; zero when none was.
+// Cluster "" is the service's own, under the key it always had.
+func (d *DB) LastEvent(cluster string) (time.Time, error) {
 	var at time.Time
 	err := d.kv.view(func(tx txn) error {
-		v := tx.Bucket(bucketMeta).Get(keyLastEvent)
+		v := tx.Bucket(bucketMeta).Get(lastEventKey(cluster))
 		if v == nil {
 			return nil
 		}
@@ -269,12 +270,31 @@ func (d *DB) LastEvent() (time.Time, error) {
 	return at, err
 }
 
-// SetLastEvent records the time of the last event from
-// notification-controller.
-func (d *DB) SetLastEvent(at time.Time) error {
+// SetLastEvents records the time of the last event from each cluster's
+// notification-controller, by cluster ("" the service's own), in one
+// transaction: a hub records its clusters' together.
+func (d *DB) SetLastEvents(at map[string]time.Time) error {
+	if len(at) == 0 {
+		return nil
+	}
 	return d.kv.update(func(tx txn) error {
-		return tx.Bucket(bucketMeta).Put(keyLastEvent, []byte(at.UTC().Format(time.RFC3339Nano)))
+		b := tx.Bucket(bucketMeta)
+		for cluster, t := range at {
+			if err := b.Put(lastEventKey(cluster), []byte(t.UTC().Format(time.RFC3339Nano))); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
+}
+
+// lastEventKey is where cluster's last event is kept: the service's own
+// ("") under keyLastEvent, as earlier releases read it.
+func lastEventKey(cluster string) []byte {
+	if cluster == "" {
+		return keyLastEvent
+	}
+	return []byte(string(keyLastEvent) + "/" + cluster)
 }
 
 // Close closes the store: bbolt's log is written to its file first, so

@@ -679,13 +679,13 @@ func testChannelOutboxes(t *testing.T, open Opener) {
 }
 
 // testForgeHeadsAndLastEvent: the forge's heads and the time of the last
-// event are kept across a reopen.
+// event of each cluster are kept across a reopen.
 func testForgeHeadsAndLastEvent(t *testing.T, open Opener) {
 	d := open(t)
 	if h, err := d.Head("prod", "GitRepository/flux-system/app"); err != nil || h != "" {
 		t.Fatalf("head before any: %q (%v)", h, err)
 	}
-	if last, err := d.LastEvent(); err != nil || !last.IsZero() {
+	if last, err := d.LastEvent(""); err != nil || !last.IsZero() {
 		t.Fatalf("last event before any: %v (%v)", last, err)
 	}
 	commit := strings.Repeat("e", 40)
@@ -693,7 +693,8 @@ func testForgeHeadsAndLastEvent(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	eventAt := at.Add(1234567 * time.Nanosecond)
-	if err := d.SetLastEvent(eventAt); err != nil {
+	stagingAt := eventAt.Add(time.Minute)
+	if err := d.SetLastEvents(map[string]time.Time{"": eventAt, "staging": stagingAt}); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
@@ -704,8 +705,14 @@ func testForgeHeadsAndLastEvent(t *testing.T, open Opener) {
 	if h, _ := d.Head("staging", "GitRepository/flux-system/app"); h != "" {
 		t.Fatalf("another cluster's head: %q", h)
 	}
-	if last, err := d.LastEvent(); err != nil || !last.Equal(eventAt) {
+	if last, err := d.LastEvent(""); err != nil || !last.Equal(eventAt) {
 		t.Fatalf("last event %v (%v), want %v", last, err, eventAt)
+	}
+	if last, err := d.LastEvent("staging"); err != nil || !last.Equal(stagingAt) {
+		t.Fatalf("staging's last event %v (%v), want %v", last, err, stagingAt)
+	}
+	if last, err := d.LastEvent("prod"); err != nil || !last.IsZero() {
+		t.Fatalf("a cluster never heard from: last event %v (%v)", last, err)
 	}
 }
 

@@ -41,17 +41,18 @@ type Handler struct {
 	latency prometheus.Histogram
 	bufs    sync.Pool
 	sigs    *signature.Verifier
-	onEvent func()
+	onEvent func(cluster string)
 }
 
-// OnEvent sets a function called for every event accepted: the silence
-// watchdog's proof that the pipe from notification-controller works.
-func (h *Handler) OnEvent(f func()) { h.onEvent = f }
+// OnEvent sets a function called for every event accepted, with the
+// cluster its metadata names ("" none): the silence watchdog's proof that
+// the pipe from that cluster's notification-controller works.
+func (h *Handler) OnEvent(f func(cluster string)) { h.onEvent = f }
 
-func (h *Handler) accepted(w http.ResponseWriter, kind, reason, result string) {
+func (h *Handler) accepted(w http.ResponseWriter, cluster, kind, reason, result string) {
 	h.count(kind, reason, result)
 	if h.onEvent != nil {
-		h.onEvent()
+		h.onEvent(cluster)
 	}
 	w.WriteHeader(http.StatusAccepted)
 }
@@ -142,7 +143,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	kind, reason := d.InvolvedObject.Kind, d.Reason
 	o, ok := ingest.Event(d)
 	if !ok {
-		h.accepted(w, kind, reason, resultIgnored)
+		h.accepted(w, d.Cluster, kind, reason, resultIgnored)
 		return
 	}
 	if err := h.sub.Submit(r.Context(), o); err != nil {
@@ -163,7 +164,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		edge.Refuse(w, http.StatusServiceUnavailable, "", "event not stored, retry")
 		return
 	}
-	h.accepted(w, kind, reason, resultStored)
+	h.accepted(w, d.Cluster, kind, reason, resultStored)
 }
 
 // isJSON reports whether a Content-Type is JSON's. Flux sends exactly

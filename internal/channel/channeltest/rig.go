@@ -26,7 +26,7 @@ const Hash = "0123456789abcdef0123456789abcdef01234567"
 // Links are the links of the messages the tests' deliverers make.
 func Links() channel.Links {
 	return channel.Links{
-		Commit: func(_ rollout.Ref, c string) string { return "https://github.com/acme/app/commit/" + c },
+		Commit: func(_ string, _ rollout.Ref, c string) string { return "https://github.com/acme/app/commit/" + c },
 		Page:   func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
 	}
 }

@@ -14,9 +14,10 @@ import (
 
 // Config is what the forge's deliverer needs besides the forge.
 type Config struct {
-	// Repo is the repository of a rollout's source (zero: none known),
-	// or why it has none: the rollout is not shown (Repos.Repo).
-	Repo func(source rollout.Ref) (Repo, error)
+	// Repo is the repository of a rollout's source on its cluster (zero:
+	// none known), or why it has none: the rollout is not shown
+	// (Repos.Repo).
+	Repo func(cluster string, source rollout.Ref) (Repo, error)
 	// LogURL is a rollout's status page, "" when the service does not
 	// know its own URL.
 	LogURL func(k rollout.Key) string
@@ -170,7 +171,7 @@ func (d *deliverer) update(p outbox.Publication) (u Update, why string) {
 		// started (fillShown).
 		return u, "the rollout is no longer known (collected)"
 	}
-	repo, err := d.cfg.Repo(p.Source)
+	repo, err := d.cfg.Repo(p.Key.Cluster, p.Source)
 	if err != nil {
 		return u, err.Error()
 	}

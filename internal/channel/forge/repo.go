@@ -19,21 +19,22 @@ type Repos struct {
 	Host string
 	// Map takes a source's namespace/name to its repository.
 	Map map[string]Repo
-	// URL returns the URL a source names, when the cluster is read.
-	URL func(kind, namespace, name string) (string, bool)
+	// URL returns the URL a source of a cluster names, when that cluster
+	// is read: sources of one name differ from cluster to cluster.
+	URL func(cluster, kind, namespace, name string) (string, bool)
 	// Default is the repository of rollouts whose source names none
 	// (events only, or no source known): nil, none.
 	Default *Repo
 }
 
-// Repo is the repository of the commits of src (zero: none known), or
-// why there is none.
-func (rs *Repos) Repo(src rollout.Ref) (Repo, error) {
+// Repo is the repository of the commits of src on cluster (zero: none
+// known), or why there is none.
+func (rs *Repos) Repo(cluster string, src rollout.Ref) (Repo, error) {
 	if r, ok := rs.Map[src.Namespace+"/"+src.Name]; ok && src != (rollout.Ref{}) {
 		return r, nil
 	}
 	if src != (rollout.Ref{}) && rs.URL != nil {
-		if raw, ok := rs.URL(src.Kind, src.Namespace, src.Name); ok && raw != "" {
+		if raw, ok := rs.URL(cluster, src.Kind, src.Namespace, src.Name); ok && raw != "" {
 			host, r, err := ParseRepoURL(raw)
 			switch {
 			case err != nil:

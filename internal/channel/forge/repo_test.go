@@ -46,9 +46,15 @@ func TestReposOfARollout(t *testing.T) {
 		"OCIRepository/apps/web":          "https://github.com/acme/web",
 	}
 	rs := &forge.Repos{
-		Host:    "github.com",
-		Map:     map[string]forge.Repo{"flux-system/mapped": {Owner: "acme", Name: "mapped"}, "flux-system/fleet": {Owner: "acme", Name: "fleet-mapped"}},
-		URL:     func(kind, ns, name string) (string, bool) { u, ok := urls[kind+"/"+ns+"/"+name]; return u, ok },
+		Host: "github.com",
+		Map:  map[string]forge.Repo{"flux-system/mapped": {Owner: "acme", Name: "mapped"}, "flux-system/fleet": {Owner: "acme", Name: "fleet-mapped"}},
+		URL: func(cluster, kind, ns, name string) (string, bool) {
+			if cluster == "staging" && name == "fleet" {
+				return "https://github.com/acme/fleet-staging", true
+			}
+			u, ok := urls[kind+"/"+ns+"/"+name]
+			return u, ok
+		},
 		Default: &def,
 	}
 	for source, want := range map[string]string{
@@ -63,7 +69,7 @@ func TestReposOfARollout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := rs.Repo(ref)
+		r, err := rs.Repo("prod", ref)
 		got := r.String()
 		if err != nil {
 			got = "error: " + err.Error()
@@ -72,8 +78,13 @@ func TestReposOfARollout(t *testing.T) {
 			t.Errorf("Repo(%q) = %q, want %q", source, got, want)
 		}
 	}
+	// A source of the same name on another cluster names its own.
+	delete(rs.Map, "flux-system/fleet")
+	if r, err := rs.Repo("staging", rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "fleet"}); err != nil || r.String() != "acme/fleet-staging" {
+		t.Errorf("staging's fleet: %v, %v, want the repository its own source names", r, err)
+	}
 	rs.Default = nil
-	if _, err := rs.Repo(rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "none"}); err == nil || !strings.Contains(err.Error(), "no default") {
+	if _, err := rs.Repo("prod", rollout.Ref{Kind: "GitRepository", Namespace: "flux-system", Name: "none"}); err == nil || !strings.Contains(err.Error(), "no default") {
 		t.Errorf("without a default: %v", err)
 	}
 }

@@ -126,10 +126,15 @@ func (w *World) CreateFleetLayer(l FleetLayer) error {
 
 // Source creates a GitRepository whose current artifact is revision.
 func (w *World) Source(name, revision string) {
+	w.SourceAt(name, revision, "https://example.com/fleet.git")
+}
+
+// SourceAt is Source of the repository at url.
+func (w *World) SourceAt(name, revision, url string) {
 	w.create(gitGVR, map[string]any{
 		"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"interval": "1m", "url": "https://example.com/fleet.git"},
+		"spec":     map[string]any{"interval": "1m", "url": url},
 	}, map[string]any{"artifact": map[string]any{
 		"revision": revision, "lastUpdateTime": w.now.Add(-10 * time.Minute).Format(time.RFC3339),
 		"path": "x", "url": "http://x", "digest": "sha256:" + strings.Repeat("0", 64),

@@ -81,7 +81,7 @@ func TokenFile(t testing.TB, token string) string {
 func (r *Rig) Restart(f forge.Forge) {
 	r.Forge = f
 	r.D = forge.NewDispatcher(r.DB.Channel("forge"), r.DB, f, forge.Config{
-		Repo:         func(rollout.Ref) (forge.Repo, error) { return r.Repo, nil },
+		Repo:         func(string, rollout.Ref) (forge.Repo, error) { return r.Repo, nil },
 		LogURL:       func(k rollout.Key) string { return "https://fdn.example.com/ui/" + k.Cluster + "/" + k.Hash },
 		AlertAfter:   5 * time.Minute,
 		Environments: r.Environments,
