@@ -15,7 +15,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
@@ -147,30 +146,7 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 // bind grants user exactly cluster.Rules.
 func bind(t testing.TB, c *clustertest.Cluster, user string) {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
-		ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: cluster.Rules(),
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}},
-	}
-	for res, obj := range map[string]any{"clusterroles": role, "clusterrolebindings": binding} {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gvr := schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: res}
-		if _, err := dc.Resource(gvr).Create(context.Background(), &unstructured.Unstructured{Object: m}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c.Grant(t, user, cluster.Rules(), rbacv1.Subject{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user})
 }
 
 // TestServeReadsRegisteredClusters: a hub reads, besides its own cluster,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
@@ -19,25 +20,39 @@ import (
 // /readyz and /metrics.
 
 // readRegistered reads a registered cluster as the local one is read,
-// until ctx ends. A cluster it cannot read yet (unreachable, a permission
-// missing) is tried again, at most a minute apart, its failure logged once
-// until it changes and said meanwhile on /readyz (remoteReads).
+// until ctx ends: on PostgreSQL while this replica holds its lease
+// (internal/share), alone on bbolt. Its pipe is watched all along, by
+// whichever replica leads.
 func (s *service) readRegistered(ctx context.Context, c clusters.Cluster) {
 	log := s.log.With("cluster", c.Name)
-	defer s.remote.set(c.Name, nil, "")
-	// Its pipe is watched while it is read: without its layers, its
-	// silence would look like no deploys.
-	watch := func(layers func() int) {
-		if err := s.watchdog.Watch(c.Name, layers); err != nil {
-			log.Error("the pipe from its notification-controller is not watched", "err", err)
-		}
+	if err := s.watchdog.Watch(c.Name, s.layersOf(c)); err != nil {
+		log.Error("the pipe from its notification-controller is not watched", "err", err)
 	}
 	defer s.watchdog.Forget(c.Name)
+	if s.sharer == nil {
+		s.readCluster(ctx, c, s.node, log)
+		return
+	}
+	for ctx.Err() == nil {
+		lease, leaseCtx, err := s.sharer.Hold(ctx, c.Name)
+		if err != nil {
+			return
+		}
+		s.readCluster(leaseCtx, c, s.node.Fenced(lease), log.With("epoch", lease.Epoch))
+	}
+}
+
+// readCluster reads c until ctx ends, its observations submitted to sub.
+// A cluster it cannot read yet (unreachable, a permission missing) is
+// tried again, at most a minute apart, its failure logged once until it
+// changes and said meanwhile on /readyz (remoteReads).
+func (s *service) readCluster(ctx context.Context, c clusters.Cluster, sub cluster.Submitter, log *slog.Logger) {
+	defer s.remote.set(c.Name, nil, "")
 	rc := s.c.cluster.readerConfig(c.Name)
 	rc.StatusMoved = func() { s.watchdog.StatusMoved(c.Name) }
 	failing, backoff := "", time.Second
 	for ctx.Err() == nil {
-		r, err := cluster.NewForConfig(c.Config, s.node, rc, log, time.Now)
+		r, err := cluster.NewForConfig(c.Config, sub, rc, log, time.Now)
 		if err == nil {
 			accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err = r.CheckAccess(accessCtx)
@@ -46,12 +61,10 @@ func (s *service) readRegistered(ctx context.Context, c clusters.Cluster) {
 		if err == nil {
 			failing, backoff = "", time.Second
 			s.remote.set(c.Name, r, "")
-			watch(r.Layers)
 			if err = r.Run(ctx); err == nil {
 				return // ctx ended
 			}
 		}
-		watch(nil)
 		if ctx.Err() != nil {
 			return
 		}
@@ -65,6 +78,29 @@ func (s *service) readRegistered(ctx context.Context, c clusters.Cluster) {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// layersOf counts c's layers for the blindness watchdog: its reader's,
+// when this replica reads it, else a census of its Kustomizations (another
+// replica holds its lease); false when neither can tell. Asked only of a
+// cluster silent for --blind-after, by the leader's watchdog alone.
+func (s *service) layersOf(c clusters.Cluster) func() (int, bool) {
+	var census *cluster.Census
+	return func() (int, bool) {
+		if r := s.remote.reader(c.Name); r != nil && r.Up() {
+			return r.Layers(), true
+		}
+		if census == nil {
+			var err error
+			if census, err = cluster.NewCensus(c.Config, s.c.cluster.readerConfig(c.Name)); err != nil {
+				return 0, false
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n, err := census.Layers(ctx)
+		return n, err == nil
 	}
 }
 
@@ -101,17 +137,11 @@ func (m *remoteReads) reader(name string) *cluster.Reader {
 	return m.reads[name].reader
 }
 
-// readers are the registered clusters being read, by name.
-func (m *remoteReads) readers() map[string]*cluster.Reader {
+// all are the registered clusters read here, or failing to be, by name.
+func (m *remoteReads) all() map[string]remoteRead {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make(map[string]*cluster.Reader, len(m.reads))
-	for name, rr := range m.reads {
-		if rr.reader != nil {
-			out[name] = rr.reader
-		}
-	}
-	return out
+	return maps.Clone(m.reads)
 }
 
 // warnings says, for each registered cluster, what keeps it from being
@@ -181,12 +211,17 @@ func (m clusterMetrics) Collect(ch chan<- prometheus.Metric) {
 	if s.registered == nil {
 		return
 	}
-	readers := s.remote.readers()
+	reads := s.remote.all()
 	seen := map[string]bool{s.c.engine.DefaultCluster: true}
 	for _, st := range s.registered.States() {
-		if !seen[st.Name] {
-			seen[st.Name] = true
-			read(st.Name, readers[st.Name])
+		if seen[st.Name] {
+			continue
+		}
+		seen[st.Name] = true
+		// On PostgreSQL a replica speaks of the clusters it holds the
+		// lease of (read, or failing); the others are another's.
+		if rr, ok := reads[st.Name]; ok || st.Err != "" || s.sharer == nil {
+			read(st.Name, rr.reader)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/server"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/share"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/webhook"
@@ -80,10 +82,14 @@ type service struct {
 	// read.
 	registered *clusters.Registry
 	remote     remoteReads
-	srv        *http.Server
-	ln         net.Listener
-	drain      context.CancelFunc
-	debug      func() // stops --debug-listen's server
+	// sharer shares the registered clusters out among the replicas on
+	// PostgreSQL; nil on bbolt, where this process reads them all.
+	sharer   *share.Sharer
+	identity string // this replica's, in the leases
+	srv      *http.Server
+	ln       net.Listener
+	drain    context.CancelFunc
+	debug    func() // stops --debug-listen's server
 }
 
 func (s *service) loadTokens(context.Context) error {
@@ -107,6 +113,7 @@ func (s *service) loadTokens(context.Context) error {
 
 func (s *service) openState(ctx context.Context) error {
 	identity := replica.Identity(s.getenv)
+	s.identity = identity
 	var err error
 	if s.c.postgres.enabled() {
 		if s.db, s.co, err = s.c.postgres.open(ctx, identity); err == nil {
@@ -192,6 +199,9 @@ func (s *service) watchCluster(ctx context.Context) error {
 	}
 	if s.registered, err = s.c.cluster.registry(ctx, cfg, s.getenv, s.c.engine.DefaultCluster, s.readRegistered, s.log); err != nil {
 		return err
+	}
+	if s.registered != nil && s.co != nil {
+		s.sharer = share.New(s.co, s.identity, *s.c.postgres.leaseTTL, *s.c.postgres.renew, s.log, time.Now)
 	}
 	s.reg.MustRegister(newClusterMetrics(s))
 	// Blindness can only be told with cluster access: without it, silence
@@ -319,9 +329,16 @@ func (s *service) run(ctx context.Context) error {
 			if s.registered == nil {
 				return
 			}
+			var sharing sync.WaitGroup
+			if s.sharer != nil {
+				// Stopping, it gives its leases up: the other replicas
+				// read its clusters at once.
+				sharing.Go(func() { s.sharer.Run(readerCtx) })
+			}
 			if err := s.registered.Run(readerCtx); err != nil {
 				s.log.Error("registered clusters are not read", "err", err)
 			}
+			sharing.Wait()
 		}()
 		if err := s.reader.Run(readerCtx); err != nil {
 			s.log.Error("cluster reader stopped; serving on events alone", "err", err)

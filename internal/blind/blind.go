@@ -57,9 +57,10 @@ type Watchdog struct {
 type pipe struct {
 	name string
 	key  string // in the store and the mail's key: "" for the service's own
-	// layers counts the layers its reader sees; nil while its reader
-	// cannot read it: its silence then neither begins nor ends.
-	layers atomic.Pointer[func() int]
+	// layers counts its layers, false when it cannot tell (its cluster
+	// cannot be read): a silence then neither begins nor ends. Asked only
+	// of a pipe silent for --blind-after.
+	layers atomic.Pointer[func() (int, bool)]
 	log    *slog.Logger // with the cluster
 	stored time.Time    // the last event recorded in the store; under checkMu
 	times  pipeTimes
@@ -94,7 +95,7 @@ func New(after time.Duration, local string, layers func() int, store Store, to [
 			"Seconds since the last event from the cluster's notification-controller (since start when none came).", []string{"cluster"}, nil),
 	}
 	w.pipes.Store(&map[string]*pipe{})
-	if err := w.watch(local, "", layers); err != nil {
+	if err := w.watch(local, "", func() (int, bool) { return layers(), true }); err != nil {
 		return nil, err
 	}
 	if reg != nil {
@@ -103,23 +104,20 @@ func New(after time.Duration, local string, layers func() int, store Store, to [
 	return w, nil
 }
 
-// Watch watches a registered cluster's pipe while its reader sees layers,
-// or takes the reader that replaces the one before (a rotated kubeconfig):
-// a cluster already watched keeps its silence. layers nil: its reader
-// cannot read it now; a silence neither begins nor ends meanwhile, and is
-// not told (its reader's failure is).
-func (w *Watchdog) Watch(cluster string, layers func() int) error {
+// Watch watches a registered cluster's pipe; layers counts its layers
+// (its reader's, or a census where another replica reads it), false while
+// it cannot tell: a silence neither begins nor ends meanwhile, and is not
+// told (the cluster's fault is). A cluster already watched keeps its
+// silence and takes the new layers.
+func (w *Watchdog) Watch(cluster string, layers func() (int, bool)) error {
 	if cluster == w.local || cluster == "" {
 		return fmt.Errorf("cluster %q is the service's own", cluster)
 	}
 	return w.watch(cluster, cluster, layers)
 }
 
-func (w *Watchdog) watch(name, key string, layers func() int) error {
-	var lp *func() int
-	if layers != nil {
-		lp = &layers
-	}
+func (w *Watchdog) watch(name, key string, layers func() (int, bool)) error {
+	lp := &layers
 	if p := (*w.pipes.Load())[name]; p != nil {
 		p.layers.Store(lp)
 		return nil
@@ -258,14 +256,9 @@ func (p *pipe) lastKnown() time.Time {
 	return time.Unix(0, p.times.started.Load())
 }
 
-// layerCount is how many layers p's reader sees; false while it cannot
-// read the cluster.
-func (p *pipe) layerCount() (int, bool) {
-	if f := p.layers.Load(); f != nil {
-		return (*f)(), true
-	}
-	return 0, false
-}
+// layerCount is how many layers p's cluster has; false while that cannot
+// be told.
+func (p *pipe) layerCount() (int, bool) { return (*p.layers.Load())() }
 
 // describe describes p's silence; under checkMu.
 func (p *pipe) describe(layers int) string {
@@ -317,12 +310,15 @@ func (w *Watchdog) Check() {
 		mailed []*pipe
 	)
 	for _, p := range pipes {
-		layers, read := p.layerCount()
-		if !read {
-			p.warning.Store(nil) // its reader's failure is told instead
-			continue
+		silent, layers := false, 0
+		if now.Sub(p.last()) >= w.after {
+			var read bool
+			if layers, read = p.layerCount(); !read {
+				p.warning.Store(nil) // the cluster's own fault is told instead
+				continue
+			}
+			silent = layers > 0
 		}
-		silent := layers > 0 && now.Sub(p.last()) >= w.after
 		was := p.times.since.Load() != 0
 		switch {
 		case silent && !was:

@@ -181,15 +181,15 @@ func TestEachClusterItsOwnPipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Watch("prod", func() int { return 1 }); err == nil {
+	if err := w.Watch("prod", func() (int, bool) { return 1, true }); err == nil {
 		t.Fatal("the service's own cluster watched again as a registered one")
 	}
 	for _, name := range []string{"staging", "edge"} {
-		if err := w.Watch(name, func() int { return 5 }); err != nil {
+		if err := w.Watch(name, func() (int, bool) { return 5, true }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := w.Watch("unread", nil); err != nil { // its reader fails
+	if err := w.Watch("unread", func() (int, bool) { return 0, false }); err != nil { // its reader fails
 		t.Fatal(err)
 	}
 	silent := func() map[string]float64 {
@@ -252,14 +252,14 @@ func TestEachClusterItsOwnPipe(t *testing.T) {
 	// edge's reader fails (unreachable) and reads it again: meanwhile its
 	// silence is not told (its reader's failure is), nor said to end; once
 	// read again, it is the same episode, not mailed again.
-	if err := w.Watch("edge", nil); err != nil {
+	if err := w.Watch("edge", func() (int, bool) { return 0, false }); err != nil {
 		t.Fatal(err)
 	}
 	w.Check()
 	if warnings := w.Warnings(); len(warnings) != 2 || strings.Contains(strings.Join(warnings, "\n"), "cluster edge") {
 		t.Fatalf("warnings %q while edge is not read", warnings)
 	}
-	if err := w.Watch("edge", func() int { return 5 }); err != nil {
+	if err := w.Watch("edge", func() (int, bool) { return 5, true }); err != nil {
 		t.Fatal(err)
 	}
 	c.Add(time.Minute)

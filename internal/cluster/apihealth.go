@@ -28,6 +28,8 @@ type apiHealth struct {
 func (h *apiHealth) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := h.next.RoundTrip(req)
 	switch {
+	case req.Context().Value(probeKey{}) != nil:
+		// The access check's, which tells its own findings.
 	case err != nil && req.Context().Err() != nil:
 		// Our own cancellation (the reader stopping): nothing to say.
 	case err != nil:
@@ -75,9 +77,13 @@ func NewForConfig(cfg *rest.Config, sub Submitter, c Config, log *slog.Logger, n
 	return r, nil
 }
 
-// Warning says, while requests to the API server fail, since when and
-// why; "" otherwise (and always for a reader made by New).
+// Warning says, while the reader's access is lost (the periodic check's
+// finding), why; else, while requests to the API server fail, since when
+// and why; "" otherwise.
 func (r *Reader) Warning() string {
+	if lost := r.lost.Load(); lost != nil && *lost != "" {
+		return *lost
+	}
 	if r.health == nil {
 		return ""
 	}

@@ -1,7 +1,6 @@
 package cluster_test
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -23,18 +22,7 @@ func TestAPIFailureWarns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.CheckAccess(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("reader: %v", err)
-		}
-	}()
+	runReader(t, r)
 	waitFor(t, "caches to sync", r.Synced)
 	if w := r.Warning(); w != "" {
 		t.Fatalf("warning while the apiserver runs: %q", w)

@@ -46,6 +46,10 @@ type Config struct {
 	// StatusMoved, when set, is called whenever a layer's status changes:
 	// the silence watchdog's sign that Flux is reconciling.
 	StatusMoved func()
+	// AccessEvery is how often the reader checks, while it runs, that it
+	// may still read what it reads (default 30 s: a permission withdrawn
+	// or a token expired is told within a minute).
+	AccessEvery time.Duration
 }
 
 // Reader watches Kustomizations, their sources and the HelmReleases they
@@ -78,6 +82,9 @@ type Reader struct {
 	// store succeeds again.
 	failing string
 	health  *apiHealth // NewForConfig's
+	// lost is why the last periodic check found access lost; "" or nil
+	// while it is not.
+	lost atomic.Pointer[string]
 
 	mu      sync.Mutex
 	deleted map[objectKey]*kustomizev1.Kustomization // Kustomizations deleted, until looked at
@@ -117,6 +124,9 @@ func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = 2 * time.Minute
 	}
+	if cfg.AccessEvery <= 0 {
+		cfg.AccessEvery = 30 * time.Second
+	}
 	return &Reader{dyn: dyn, sub: sub, cfg: cfg, log: log, now: now,
 		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*kustomizev1.Kustomization{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
@@ -139,9 +149,48 @@ func (r *Reader) Up() bool { return r.synced.Load() && r.Warning() == "" }
 // reported clearly at start instead of being retried in the background,
 // and notes which source kinds the cluster serves. Call it before Run.
 func (r *Reader) CheckAccess(ctx context.Context) error {
-	r.served = map[string]bool{}
+	a, err := r.probe(ctx)
+	if err != nil {
+		return err
+	}
 	for _, sk := range flux.SourceKinds() {
-		r.served[sk.Kind] = true
+		if !a.served[sk.Kind] {
+			r.log.Warn("source kind not served by this cluster", "resource", sk.Resource.Resource)
+		}
+	}
+	// HelmReleases are read when the cluster serves them and the role
+	// grants them; without, their events alone say how they went.
+	switch {
+	case a.releasesForbidden != "":
+		r.log.Warn("HelmReleases not read: grant get, list and watch on helmreleases (see manifests/) for their status to count", "namespace", a.releasesForbidden)
+	case !a.readReleases:
+		r.log.Info("HelmReleases not served by this cluster")
+	}
+	r.served, r.readReleases = a.served, a.readReleases
+	return nil
+}
+
+// access is what a probe of the cluster found the reader may read.
+type access struct {
+	served       map[string]bool // source kinds the cluster serves
+	readReleases bool            // HelmReleases served and readable
+	// releasesForbidden names where listing HelmReleases was forbidden.
+	releasesForbidden string
+}
+
+// probeKey marks the probe's requests, whose failures it reports itself
+// (apiHealth leaves them).
+type probeKey struct{}
+
+// probe lists one object of each kind the reader reads, in each of its
+// namespaces, and says what it may read: an error names a kind it must
+// read and may not (or a failing request). It changes nothing, so it may
+// run beside Run.
+func (r *Reader) probe(ctx context.Context) (access, error) {
+	ctx = context.WithValue(ctx, probeKey{}, true)
+	a := access{served: map[string]bool{}, readReleases: true}
+	for _, sk := range flux.SourceKinds() {
+		a.served[sk.Kind] = true
 	}
 	namespaces := r.cfg.Namespaces
 	if len(namespaces) == 0 {
@@ -154,32 +203,67 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 			_, err := r.dyn.Resource(g).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
 			switch {
 			case apierrors.IsForbidden(err):
-				return fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
+				return a, fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
+			case apierrors.IsUnauthorized(err):
+				return a, fmt.Errorf("cluster access: the API server refuses the credentials (401 Unauthorized: an expired or revoked token, or a certificate it does not trust): renew them: %w", err)
 			case apierrors.IsNotFound(err) && k.Role == flux.Source:
-				r.log.Warn("source kind not served by this cluster", "resource", g.Resource)
-				r.served[k.Kind] = false
+				a.served[k.Kind] = false
 			case err != nil:
-				return fmt.Errorf("cluster access: list %s in %s: %w", g.Resource, nsName(ns), err)
+				return a, fmt.Errorf("cluster access: list %s in %s: %w", g.Resource, nsName(ns), err)
 			}
 		}
 	}
-	// HelmReleases are read when the cluster serves them and the role
-	// grants them; without, their events alone say how they went.
-	r.readReleases = true
 	for _, ns := range namespaces {
 		_, err := r.dyn.Resource(flux.HelmReleases()).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
 		switch {
 		case apierrors.IsForbidden(err):
-			r.log.Warn("HelmReleases not read: grant get, list and watch on helmreleases (see manifests/) for their status to count", "namespace", nsName(ns))
-			r.readReleases = false
+			a.readReleases, a.releasesForbidden = false, nsName(ns)
 		case apierrors.IsNotFound(err):
-			r.log.Info("HelmReleases not served by this cluster")
-			r.readReleases = false
+			a.readReleases = false
 		case err != nil:
-			return fmt.Errorf("cluster access: list helmreleases in %s: %w", nsName(ns), err)
+			return a, fmt.Errorf("cluster access: list helmreleases in %s: %w", nsName(ns), err)
 		}
 	}
-	return nil
+	return a, nil
+}
+
+// recheck probes the cluster every AccessEvery until ctx ends: the API
+// server does not check a watch already open again, so a permission
+// withdrawn or a token that expired would otherwise go unnoticed until
+// the watch next ends. A lost permission (of what Run reads) or refused
+// credentials are the reader's Warning, logged once until they are back.
+func (r *Reader) recheck(ctx context.Context) {
+	t := time.NewTicker(r.cfg.AccessEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		probeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		a, err := r.probe(probeCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		lost := ""
+		switch {
+		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+			lost = err.Error()
+		case err == nil && r.readReleases && a.releasesForbidden != "":
+			lost = fmt.Sprintf("cluster access: list helmreleases in %s is forbidden: grant get, list and watch on it (see manifests/)", a.releasesForbidden)
+		case err != nil:
+			continue // not an access fault: apiHealth tells a failing API server
+		}
+		was := r.lost.Swap(&lost)
+		switch {
+		case lost != "" && (was == nil || *was == ""):
+			r.log.Warn("cluster access lost; the cluster is not seen to change", "err", lost)
+		case lost == "" && was != nil && *was != "":
+			r.log.Info("cluster access back")
+		}
+	}
 }
 
 func nsName(ns string) string {
@@ -250,6 +334,7 @@ func (r *Reader) Run(ctx context.Context) error {
 		<-ctx.Done()
 		r.queue.ShutDown()
 	}()
+	go r.recheck(ctx)
 	for r.next(ctx) {
 	}
 	return nil

@@ -6,14 +6,17 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
@@ -21,6 +24,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 )
 
 var hashOf = enginetest.Hash
@@ -82,6 +86,23 @@ func startReaderWith(t *testing.T, c *clustertest.Cluster, ns string, te cluster
 	t.Cleanup(stop)
 	waitFor(t, "caches to sync", r.Synced)
 	return r, stop
+}
+
+// runReader checks r's access and runs it until the test ends.
+func runReader(t *testing.T, r *cluster.Reader) {
+	t.Helper()
+	if err := r.CheckAccess(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("reader: %v", err)
+		}
+	})
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -554,3 +575,73 @@ func TestReaderReleaseFollowsItsSource(t *testing.T) {
 		t.Fatalf("R3's failure went to R2: %+v", v.Failures)
 	}
 }
+
+// TestReaderNoticesAccessLost: the API server does not check a watch
+// already open again, so the reader checks its access itself, every
+// AccessEvery. A permission withdrawn (the binding deleted) is its
+// Warning, the cluster not Up, logged once however many checks find it;
+// restored, the warning goes. Credentials refused (its ServiceAccount
+// deleted: the token is rejected) are named as such.
+func TestReaderNoticesAccessLost(t *testing.T) {
+	c := clustertest.Start(t)
+	token := c.ServiceAccountToken(t, "fdn", "reader")
+	reader := rbacv1.Subject{Kind: "ServiceAccount", Name: "reader", Namespace: "fdn"}
+	c.Grant(t, "fdn-reader", cluster.Rules(), reader)
+
+	// Count the access checks' lists (limit=1), to know several ran.
+	var probes atomic.Int64
+	cfg := c.ConfigWithToken(token)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Query().Get("limit") == "1" {
+				probes.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	var logs syncbuf.Buffer
+	r, err := cluster.NewForConfig(cfg, submitNothing{}, cluster.Config{Cluster: "prod", AccessEvery: 100 * time.Millisecond},
+		slog.New(slog.NewTextHandler(&logs, nil)), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runReader(t, r)
+	waitFor(t, "caches to sync", func() bool { return r.Up() })
+
+	c.Revoke(t, "fdn-reader")
+	waitFor(t, "the withdrawn permission named", func() bool {
+		return strings.Contains(r.Warning(), "is forbidden: grant get, list and watch") && !r.Up()
+	})
+	seen := probes.Load()
+	waitFor(t, "three more checks", func() bool { return probes.Load() > seen+3 })
+	if !strings.Contains(r.Warning(), "is forbidden") {
+		t.Fatalf("warning %q after more checks", r.Warning())
+	}
+	c.Grant(t, "fdn-reader", cluster.Rules(), reader)
+	waitFor(t, "access back", func() bool { return r.Warning() == "" && r.Up() })
+	if n := strings.Count(logs.String(), "cluster access lost"); n != 1 {
+		t.Fatalf("access lost logged %d times in one episode:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "cluster access back"); n != 1 {
+		t.Fatalf("access back logged %d times:\n%s", n, logs.String())
+	}
+
+	if err := dynamic.NewForConfigOrDie(c.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}).
+		Namespace("fdn").Delete(context.Background(), "reader", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refused credentials named", func() bool {
+		return strings.Contains(r.Warning(), "the API server refuses the credentials (401 Unauthorized") && !r.Up()
+	})
+	if strings.Contains(logs.String(), token) || strings.Contains(r.Warning(), token) {
+		t.Fatal("the token reached a log or a warning")
+	}
+}
+
+type submitNothing struct{}
+
+func (submitNothing) SubmitAll(context.Context, []rollout.Observation) error { return nil }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

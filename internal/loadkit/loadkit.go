@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -70,7 +71,17 @@ func Post(client *http.Client, url string, ev Event) (int, error) {
 // LayerApplied reports whether base's /verdict shows layer applied in the
 // rollout of hash; false when it cannot tell (no answer, no such layer).
 func LayerApplied(client *http.Client, base, hash, layer string) bool {
-	resp, err := client.Get(base + "/verdict?rev=" + hash)
+	return LayersApplied(client, base, "", hash, layer)
+}
+
+// LayersApplied reports whether /verdict at base shows every one of
+// layers applied in hash's rollout on cluster ("" the default one).
+func LayersApplied(client *http.Client, base, cluster, hash string, layers ...string) bool {
+	q := url.Values{"rev": {hash}}
+	if cluster != "" {
+		q.Set("cluster", cluster)
+	}
+	resp, err := client.Get(base + "/verdict?" + q.Encode())
 	if err != nil {
 		return false
 	}
@@ -81,12 +92,16 @@ func LayerApplied(client *http.Client, base, hash, layer string) bool {
 	if json.NewDecoder(resp.Body).Decode(&v) != nil {
 		return false
 	}
+	applied := map[string]bool{}
 	for _, l := range v.Layers {
-		if l.Name == layer {
-			return l.State == "applied"
+		applied[l.Name] = l.State == "applied"
+	}
+	for _, l := range layers {
+		if !applied[l] {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // Start starts cmd, the service's serve listening on a port of its

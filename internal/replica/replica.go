@@ -241,7 +241,26 @@ const pingTimeout = 500 * time.Millisecond
 // engine and returns once they are committed (nil: acknowledge them),
 // refused (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).
 func (n *Node) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
-	return n.way.submit(ctx, obs, false)
+	return n.way.submit(ctx, obs, false, nil)
+}
+
+// Fenced is SubmitAll for what a registered cluster's reader reads under
+// its lease l on the cluster: on PostgreSQL each append checks l, and
+// fails with store.ErrClusterFenced once another replica took the cluster
+// over; alone, on bbolt, it is SubmitAll.
+func (n *Node) Fenced(l store.ClusterLease) interface {
+	SubmitAll(ctx context.Context, obs []rollout.Observation) error
+} {
+	return fenced{n, l}
+}
+
+type fenced struct {
+	n *Node
+	l store.ClusterLease
+}
+
+func (f fenced) SubmitAll(ctx context.Context, obs []rollout.Observation) error {
+	return f.n.way.submit(ctx, obs, false, &f.l)
 }
 
 // Serving is closed once this replica can answer reads: at once on
@@ -550,5 +569,5 @@ type Submitter interface {
 type events struct{ n *Node }
 
 func (e events) Submit(ctx context.Context, o rollout.Observation) error {
-	return e.n.way.submit(ctx, []rollout.Observation{o}, true)
+	return e.n.way.submit(ctx, []rollout.Observation{o}, true, nil)
 }

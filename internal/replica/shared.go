@@ -111,15 +111,18 @@ func (n *shared) collectors() []prometheus.Collector {
 // submit appends observations that belong together to the inbox and
 // returns once they are committed (nil: acknowledge them), refused
 // (rollout.ErrInvalid) or not stored (engine.ErrStore: retry).
-func (n *shared) submit(ctx context.Context, obs []rollout.Observation, event bool) error {
+func (n *shared) submit(ctx context.Context, obs []rollout.Observation, event bool, fence *store.ClusterLease) error {
 	for i := range obs {
 		if err := n.normalise(&obs[i]); err != nil {
 			return err
 		}
 	}
-	if err := n.co.Append(ctx, obs, event); err != nil {
+	if err := n.co.Append(ctx, obs, event, fence); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, store.ErrClusterFenced) {
+			return err // not a failing store: the reader's lease is over
 		}
 		now := time.Now()
 		n.appends.Add(1)

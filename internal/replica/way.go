@@ -22,8 +22,10 @@ type way interface {
 	// Fence makes the store commit only within l's term (nil: none).
 	Fence(l *store.Lease)
 	// submit stores observations that belong together for the leader's
-	// engine: nil once they may be acknowledged.
-	submit(ctx context.Context, obs []rollout.Observation, event bool) error
+	// engine: nil once they may be acknowledged. A registered cluster's
+	// reader's are stored under its lease on the cluster (fence, nil for
+	// none), only while it holds it.
+	submit(ctx context.Context, obs []rollout.Observation, event bool, fence *store.ClusterLease) error
 	// follow shows this replica the rollouts while it does not lead, until
 	// ctx ends.
 	follow(ctx context.Context)
@@ -64,7 +66,7 @@ func (alone) begin(*engine.Engine) ([]func(context.Context), error) { return nil
 
 // submit commits the observations in the engine: its own answer is the
 // acknowledgement (engine.SubmitAll).
-func (a alone) submit(ctx context.Context, obs []rollout.Observation, _ bool) error {
+func (a alone) submit(ctx context.Context, obs []rollout.Observation, _ bool, _ *store.ClusterLease) error {
 	e, err := a.n.engine(ctx)
 	if err != nil {
 		return err

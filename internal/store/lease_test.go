@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +217,108 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("waited 10 s for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestClusterLeases: the replicas alive are those whose rows are
+// unexpired; a cluster's lease is held by one replica at a time, its epoch
+// growing at each takeover; renewals keep those still held and drop the
+// others; what a reader appends under a lease no longer held is refused
+// (ErrClusterFenced) while the rest of its group, events and other
+// clusters' entries, is appended; the leader's lease is not among them.
+func TestClusterLeases(t *testing.T) {
+	a, b := twoReplicas(t, PostgresOptions{})
+	ctx := context.Background()
+	if _, ok, err := a.Campaign(ctx, "a", time.Minute); err != nil || !ok {
+		t.Fatalf("the leader's lease: %v %v", ok, err)
+	}
+	if _, err := b.Share(ctx, "b", 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := a.Share(ctx, "a", time.Minute)
+	if err != nil || !slices.Equal(sh.Replicas, []string{"a", "b"}) || len(sh.Leases) != 0 {
+		t.Fatalf("shares %+v (%v), want replicas a and b, no lease", sh, err)
+	}
+	la, ok, err := a.TakeCluster(ctx, "prod-eu", "a", time.Minute)
+	if err != nil || !ok || la.Epoch != 1 {
+		t.Fatalf("a takes prod-eu: %+v %v %v", la, ok, err)
+	}
+	if _, ok, err := b.TakeCluster(ctx, "prod-eu", "b", time.Minute); err != nil || ok {
+		t.Fatalf("b took a held cluster: %v %v", ok, err)
+	}
+	lq, _, err := a.TakeCluster(ctx, "qa", "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held, err := a.RenewClusters(ctx, []ClusterLease{la, lq}, time.Minute); err != nil || len(held) != 2 {
+		t.Fatalf("renewed %v (%v), want both", held, err)
+	}
+	obs := []rollout.Observation{inboxObs(1)}
+	if err := a.Append(ctx, obs, false, &la); err != nil {
+		t.Fatalf("an append under a held lease: %v", err)
+	}
+
+	// a gives prod-eu up: b takes it in a new epoch, and a's appends
+	// under its old lease are refused, while the rest of a group goes in.
+	if err := a.ReleaseCluster(ctx, la); err != nil {
+		t.Fatal(err)
+	}
+	lb, ok, err := b.TakeCluster(ctx, "prod-eu", "b", time.Minute)
+	if err != nil || !ok || lb.Epoch != 2 {
+		t.Fatalf("b takes prod-eu given up: %+v %v %v, want epoch 2", lb, ok, err)
+	}
+	errs := make(chan error, 3)
+	for _, f := range []*ClusterLease{&la, &lq, nil} {
+		go func() { errs <- a.Append(ctx, obs, f == nil, f) }()
+	}
+	fenced := 0
+	for range 3 {
+		switch err := <-errs; {
+		case errors.Is(err, ErrClusterFenced):
+			fenced++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if fenced != 1 {
+		t.Fatalf("%d appends fenced, want the one under a's old lease on prod-eu", fenced)
+	}
+	if held, err := a.RenewClusters(ctx, []ClusterLease{la, lq}, time.Minute); err != nil || !slices.Equal(held, []ClusterLease{lq}) {
+		t.Fatalf("renewed %v (%v), want qa alone", held, err)
+	}
+	if err := b.Append(ctx, obs, false, &lb); err != nil {
+		t.Fatalf("b's append under its lease: %v", err)
+	}
+	in, _, err := tail(a.Tail(ctx, Position{}, 100))
+	if err != nil || len(in) != 4 {
+		t.Fatalf("%d entries in the inbox (%v), want 4: a's first, qa's, the event, b's", len(in), err)
+	}
+
+	// b's row expires: a sees a alone, and each lease as it stands.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sh, err = a.Share(ctx, "a", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(sh.Replicas, []string{"a"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b's row never expired: %+v", sh)
+		}
+		time.Sleep(20 * time.Millisecond) // the database's clock must pass the expiry
+	}
+	if got := sh.Leases["prod-eu"]; got.Lease != lb.Lease || !got.Live || len(sh.Leases) != 2 {
+		t.Fatalf("leases %+v, want prod-eu b's (epoch 2) and qa", sh.Leases)
+	}
+	if l, _, ok, err := b.Leader(ctx); err != nil || !ok || l.Holder != "a" {
+		t.Fatalf("the leader's lease %+v %v %v, untouched by the clusters'", l, ok, err)
+	}
+	if err := a.Unshare(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if sh, err := b.Share(ctx, "b", time.Minute); err != nil || !slices.Equal(sh.Replicas, []string{"b"}) {
+		t.Fatalf("after a left: %+v (%v), want b alone", sh.Replicas, err)
 	}
 }

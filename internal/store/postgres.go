@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -861,4 +862,149 @@ func (l *Listener) Close() {
 	l.stop()
 	<-l.done
 	l.conn.Close(context.Background())
+}
+
+// Registered clusters are shared out among the replicas (issue 53): each
+// is read by the one replica that holds its lease, a row of fdn_leader
+// named after it, whose epoch fences what its reader appends (Append).
+// Each replica says it is alive by a row of its own there too: the
+// replicas sharing the clusters are those whose rows have not expired.
+// Neither is read by the leader's queries, which name their row.
+
+// ClusterLease is a replica's term reading a registered cluster.
+type ClusterLease struct {
+	Cluster string
+	Lease
+}
+
+// ErrClusterFenced is returned by an append under a lease on a cluster
+// that is no longer held: it appended nothing.
+var ErrClusterFenced = errors.New("not this cluster's reader: its lease is another replica's or expired")
+
+func clusterLeaseName(cluster string) string { return "cluster/" + cluster }
+func memberName(replica string) string       { return "replica/" + replica }
+
+// Shares is what the replicas sharing the clusters see of one another: the
+// replicas alive, and each cluster's lease.
+type Shares struct {
+	Replicas []string                // alive (their rows unexpired), sorted
+	Leases   map[string]ClusterShare // by cluster; an expired lease too
+}
+
+// ClusterShare is a cluster's lease as the database has it.
+type ClusterShare struct {
+	Lease
+	Live bool // unexpired
+}
+
+// Share renews replica's own row for ttl, and returns the replicas alive
+// and every cluster's lease, in one round trip.
+func (c *Coordination) Share(ctx context.Context, replica string, ttl time.Duration) (Shares, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	// Rows of replicas gone for an hour are deleted: a Deployment's pods
+	// are named anew at every start.
+	rows, err := c.p.pool.Query(ctx, `WITH m AS (INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
+			VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
+			ON CONFLICT (name) DO UPDATE SET expires = excluded.expires, holder = excluded.holder),
+		gone AS (DELETE FROM fdn_leader WHERE name LIKE 'replica/%' AND name <> $1 AND expires < now() - interval '1 hour')
+		SELECT name, holder, epoch, expires > now() FROM fdn_leader
+		WHERE (name LIKE 'cluster/%' OR name LIKE 'replica/%') AND name <> $1
+		UNION ALL SELECT $1, $2, 1, true`, memberName(replica), replica, ttl.Milliseconds())
+	if err != nil {
+		return Shares{}, err
+	}
+	defer rows.Close()
+	sh := Shares{Leases: map[string]ClusterShare{}}
+	for rows.Next() {
+		var (
+			name string
+			cs   ClusterShare
+		)
+		if err := rows.Scan(&name, &cs.Holder, &cs.Epoch, &cs.Live); err != nil {
+			return Shares{}, err
+		}
+		if cluster, ok := strings.CutPrefix(name, "cluster/"); ok {
+			sh.Leases[cluster] = cs
+		} else if cs.Live {
+			sh.Replicas = append(sh.Replicas, cs.Holder)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return Shares{}, err
+	}
+	slices.Sort(sh.Replicas)
+	return sh, nil
+}
+
+// Unshare ends replica's row at once: it stops, and the others share the
+// clusters without it.
+func (c *Coordination) Unshare(ctx context.Context, replica string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	_, err := c.p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now() WHERE name = $1`, memberName(replica))
+	return err
+}
+
+// TakeCluster takes cluster's lease for holder for ttl when it is free
+// (never taken, expired or given up), a new epoch; ok false when another
+// replica holds it.
+func (c *Coordination) TakeCluster(ctx context.Context, cluster, holder string, ttl time.Duration) (l ClusterLease, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	l.Cluster, l.Holder = cluster, holder
+	err = c.p.pool.QueryRow(ctx, `INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
+			VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
+			ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, epoch = l.epoch + 1, expires = excluded.expires
+			WHERE l.expires <= now()
+			RETURNING epoch`, clusterLeaseName(cluster), holder, ttl.Milliseconds()).Scan(&l.Epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ClusterLease{}, false, nil
+	}
+	if err != nil {
+		return ClusterLease{}, false, err
+	}
+	return l, true, nil
+}
+
+// RenewClusters extends for ttl those of ls still held, in one statement,
+// and returns them; the others were lost.
+func (c *Coordination) RenewClusters(ctx context.Context, ls []ClusterLease, ttl time.Duration) ([]ClusterLease, error) {
+	if len(ls) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	names, holders, epochs := make([]string, len(ls)), make([]string, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		names[i], holders[i], epochs[i] = clusterLeaseName(l.Cluster), l.Holder, l.Epoch
+	}
+	rows, err := c.p.pool.Query(ctx, `UPDATE fdn_leader l SET expires = now() + $4 * interval '1 millisecond'
+		FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u (name, holder, epoch)
+		WHERE l.name = u.name AND l.holder = u.holder AND l.epoch = u.epoch AND l.expires > now()
+		RETURNING l.name`, names, holders, epochs, ttl.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var out []ClusterLease
+	for _, l := range ls {
+		if slices.Contains(renewed, clusterLeaseName(l.Cluster)) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// ReleaseCluster gives l up, so that another replica takes the cluster at
+// once. The row stays: its epoch must keep growing.
+func (c *Coordination) ReleaseCluster(ctx context.Context, l ClusterLease) error {
+	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
+	defer cancel()
+	_, err := c.p.pool.Exec(ctx, `UPDATE fdn_leader SET expires = now() WHERE name = $1 AND holder = $2 AND epoch = $3`,
+		clusterLeaseName(l.Cluster), l.Holder, l.Epoch)
+	return err
 }

@@ -110,12 +110,12 @@ func TestInbox(t *testing.T) {
 	d := openReplica(t, conn, PostgresOptions{})
 	ctx := context.Background()
 	for i := range 3 {
-		if err := d.Append(ctx, []rollout.Observation{inboxObs(i), inboxObs(i + 100)}, i%2 == 0); err != nil {
+		if err := d.Append(ctx, []rollout.Observation{inboxObs(i), inboxObs(i + 100)}, i%2 == 0, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	srv.Exec(t, conn, `INSERT INTO fdn_inbox (event, body) VALUES (true, '\x02')`)
-	if err := d.Append(ctx, []rollout.Observation{inboxObs(9)}, true); err != nil {
+	if err := d.Append(ctx, []rollout.Observation{inboxObs(9)}, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	in, held, err := tail(d.Tail(ctx, Position{}, 100))
@@ -147,7 +147,7 @@ func TestInbox(t *testing.T) {
 		for i := range batch {
 			batch[i] = inboxObs(i)
 		}
-		if err := d.Append(ctx, batch, true); err != nil {
+		if err := d.Append(ctx, batch, true, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -199,7 +199,7 @@ func TestInboxInCommitOrder(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SELECT nextval('fdn_inbox_id_seq'), pg_current_xact_id()`).Scan(&id, new(uint64)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Append(ctx, []rollout.Observation{inboxObs(2)}, true); err != nil {
+	if err := b.Append(ctx, []rollout.Observation{inboxObs(2)}, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	if in, held, err := tail(a.Tail(ctx, Position{}, 100)); err != nil || len(in) != 0 || !held {
@@ -255,14 +255,14 @@ func TestInboxNotHeldByAnotherDatabase(t *testing.T) {
 		return tx
 	}
 	elsewhere := hold(other)
-	if err := a.Append(ctx, []rollout.Observation{inboxObs(1)}, true); err != nil {
+	if err := a.Append(ctx, []rollout.Observation{inboxObs(1)}, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	if in, held, err := tail(a.Tail(ctx, Position{}, 100)); err != nil || len(in) != 1 || held {
 		t.Fatalf("with a transaction open in another database: %d entries, held %v (%v); want the one, not held", len(in), held, err)
 	}
 	here := hold(conn)
-	if err := a.Append(ctx, []rollout.Observation{inboxObs(2)}, true); err != nil {
+	if err := a.Append(ctx, []rollout.Observation{inboxObs(2)}, true, nil); err != nil {
 		t.Fatal(err)
 	}
 	if in, held, err := tail(a.Tail(ctx, Position{}, 100)); err != nil || len(in) != 1 || !held {
@@ -287,7 +287,7 @@ func TestTrimWaitsForReaders(t *testing.T) {
 	a, b := openReplica(t, conn, PostgresOptions{}), openReplica(t, conn, PostgresOptions{})
 	ctx := context.Background()
 	for i := range 3 {
-		if err := a.Append(ctx, []rollout.Observation{inboxObs(i)}, true); err != nil {
+		if err := a.Append(ctx, []rollout.Observation{inboxObs(i)}, true, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,13 +39,19 @@ type Entry struct {
 // it returns they are committed. Any replica appends, concurrently: the
 // appends under way in this process are written together, one statement
 // and one commit (group commit), so that a burst costs a flush of the
-// database's log, not one per event.
-func (c *Coordination) Append(ctx context.Context, obs []rollout.Observation, event bool) error {
+// database's log, not one per event. What a cluster's reader read is
+// appended under its lease on the cluster (fence, nil for none): checked
+// in the statement that appends, so that a replica whose lease ran out
+// appends nothing (ErrClusterFenced) once another took the cluster over.
+func (c *Coordination) Append(ctx context.Context, obs []rollout.Observation, event bool, fence *ClusterLease) error {
 	body, err := encodeInbox(obs)
 	if err != nil {
 		return err
 	}
 	req := &appendReq{body: append([]byte{inboxVersion}, body...), event: event, done: make(chan error, 1)}
+	if fence != nil {
+		req.fence = *fence
+	}
 	a := &c.p.appends
 	a.mu.Lock()
 	a.queue = append(a.queue, req)
@@ -72,6 +79,7 @@ type appender struct {
 type appendReq struct {
 	body  []byte
 	event bool
+	fence ClusterLease // zero: none
 	done  chan error
 }
 
@@ -89,15 +97,49 @@ func (a *appender) lead(p *pgBackend) {
 	a.queue = append([]*appendReq(nil), a.queue[n:]...)
 	a.mu.Unlock()
 	events, bodies := make([]bool, n), make([][]byte, n)
+	fenced := false
 	for i, r := range group {
 		events[i], bodies[i] = r.event, r.body
+		fenced = fenced || r.fence.Cluster != ""
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	_, err := p.pool.Exec(ctx, `WITH e AS (INSERT INTO fdn_inbox (event, body) SELECT * FROM unnest($1::boolean[], $2::bytea[]))
-		SELECT pg_notify('fdn_inbox', '')`, events, bodies)
+	var (
+		err     error
+		refused []int64 // the fenced ones not appended, by ordinal from 1
+	)
+	if !fenced {
+		_, err = p.pool.Exec(ctx, `WITH e AS (INSERT INTO fdn_inbox (event, body) SELECT * FROM unnest($1::boolean[], $2::bytea[]))
+			SELECT pg_notify('fdn_inbox', '')`, events, bodies)
+	} else {
+		names, holders, epochs := make([]string, n), make([]string, n), make([]int64, n)
+		for i, r := range group {
+			if r.fence.Cluster != "" {
+				names[i], holders[i], epochs[i] = clusterLeaseName(r.fence.Cluster), r.fence.Holder, r.fence.Epoch
+			}
+		}
+		// The lease rows are locked until the commit (FOR SHARE): a
+		// replica taking a cluster over waits for it, and once it has,
+		// this check fails for the lease it ended.
+		err = p.pool.QueryRow(ctx, `WITH u AS (SELECT * FROM unnest($1::boolean[], $2::bytea[], $3::text[], $4::text[], $5::bigint[])
+				WITH ORDINALITY AS u (event, body, name, holder, epoch, i)),
+			held AS (SELECT u.i FROM u JOIN fdn_leader l ON l.name = u.name
+				WHERE l.holder = u.holder AND l.epoch = u.epoch AND l.expires > now() FOR SHARE OF l),
+			ok AS (SELECT u.* FROM u WHERE u.name = '' OR u.i IN (SELECT i FROM held)),
+			e AS (INSERT INTO fdn_inbox (event, body) SELECT event, body FROM ok ORDER BY i)
+			SELECT r.refused FROM pg_notify('fdn_inbox', ''),
+				(SELECT coalesce(array_agg(u.i), '{}') AS refused FROM u WHERE u.name <> '' AND u.i NOT IN (SELECT i FROM held)) r`,
+			events, bodies, names, holders, epochs).Scan(&refused)
+	}
 	cancel()
-	for _, r := range group {
-		r.done <- err
+	for i, r := range group {
+		switch {
+		case err != nil:
+			r.done <- err
+		case slices.Contains(refused, int64(i+1)):
+			r.done <- ErrClusterFenced
+		default:
+			r.done <- nil
+		}
 	}
 	a.mu.Lock()
 	if len(a.queue) == 0 {

@@ -24,9 +24,11 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -251,6 +253,32 @@ func (c *Cluster) KubeconfigFor(t testing.TB, user string, groups ...string) str
 	return path
 }
 
+// ServiceAccountToken creates ServiceAccount name in namespace ns (and
+// the namespace) and returns a token of it from the TokenRequest API, valid
+// for an hour: unlike a certificate, it stops working when the
+// ServiceAccount is deleted (401), as a revoked or expired token does.
+func (c *Cluster) ServiceAccountToken(t testing.TB, ns, name string) string {
+	t.Helper()
+	c.ApplyYAML(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: %s}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: %s, namespace: %s}\n", ns, name, ns))
+	tr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+		"metadata": map[string]any{"name": name}, "spec": map[string]any{"expirationSeconds": int64(3600)}}}
+	got, err := dynamic.NewForConfigOrDie(c.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}).
+		Namespace(ns).Create(context.Background(), tr, metav1.CreateOptions{}, "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _, _ := unstructured.NestedString(got.Object, "status", "token")
+	if token == "" {
+		t.Fatalf("no token for ServiceAccount %s/%s", ns, name)
+	}
+	return token
+}
+
+// ConfigWithToken reaches the apiserver with a bearer token alone.
+func (c *Cluster) ConfigWithToken(token string) *rest.Config {
+	return &rest.Config{Host: c.Config.Host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: c.Config.Insecure, CAData: c.Config.CAData}}
+}
+
 // newPKI makes a client CA, an administrator certificate signed by it, and
 // the service-account signing key kube-apiserver requires.
 func newPKI(t testing.TB, dir string) pki {
@@ -330,3 +358,41 @@ current-context: test
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+var (
+	clusterRoles        = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
+	clusterRoleBindings = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}
+)
+
+// Grant grants subject exactly rules, cluster-wide: a ClusterRole named
+// name, and its ClusterRoleBinding of the same name.
+func (c *Cluster) Grant(t testing.TB, name string, rules []rbacv1.PolicyRule, subject rbacv1.Subject) {
+	t.Helper()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
+	if _, err := dynamic.NewForConfigOrDie(c.Config).Resource(clusterRoles).Get(context.Background(), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		c.create(t, clusterRoles, role)
+	}
+	c.create(t, clusterRoleBindings, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{subject}})
+}
+
+// Revoke deletes the ClusterRoleBinding Grant made: the ClusterRole stays,
+// for Grant to bind again.
+func (c *Cluster) Revoke(t testing.TB, name string) {
+	t.Helper()
+	if err := dynamic.NewForConfigOrDie(c.Config).Resource(clusterRoleBindings).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *Cluster) create(t testing.TB, gvr schema.GroupVersionResource, obj any) {
+	t.Helper()
+	m, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dynamic.NewForConfigOrDie(c.Config).Resource(gvr).Create(context.Background(), &unstructured.Unstructured{Object: m}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
