@@ -263,6 +263,24 @@ func TestServeReadsRegisteredClusters(t *testing.T) {
 		t.Error("a cluster never read has a sync time")
 	}
 
+	// The list page names each cluster and its state, no Secret's contents.
+	resp, err = http.Get(url + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`<a href="/ui/?cluster=hub">hub</a>`, `<a href="/ui/?cluster=prod-eu">prod-eu</a>`,
+		`class="badge cluster-read">read</span></td>
+<td>2</td>`, "Secret fdn-hub/prod-eu", "the kubeconfig does not parse", "Secret fdn-hub/dev"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the list page does not show %q", want)
+		}
+	}
+	if n := strings.Count(string(page), `class="badge cluster-not-read">not read</span>`); n != 2 || strings.Contains(string(page), secretInKubeconfig) {
+		t.Errorf("the list page shows %d clusters not read (want qa and dev), or a Secret's contents", n)
+	}
+
 	// Blindness is each cluster's own: prod-eu's layers exist and no event
 	// came from its notification-controller, so it is named (not the
 	// hub's own cluster, which has no layers), its gauge labelled with it,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -29,18 +28,11 @@ func post(client *http.Client, url string, token []byte, e crashEvent) int {
 
 func readyz(t *testing.T, url string) (int, []string) {
 	t.Helper()
-	resp, err := http.Get(url + "/readyz")
+	status, warnings, err := loadkit.Readyz(http.DefaultClient, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var body struct {
-		Warnings []string `json:"warnings"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, body.Warnings
+	return status, warnings
 }
 
 // awaitReadyz polls /readyz until ok accepts its answer, which it returns,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
 )
 
 // The clusters a hub reads besides its own (internal/clusters registers
@@ -224,4 +226,55 @@ func (m clusterMetrics) Collect(ch chan<- prometheus.Metric) {
 			read(st.Name, rr.reader)
 		}
 	}
+}
+
+// clusterStates are the clusters read, as the list page shows them: the
+// service's own first, then those registered, with what keeps each from
+// being read and its blindness.
+func (s *service) clusterStates() []ui.Cluster {
+	blind := map[string]string{}
+	for _, w := range s.watchdog.Warnings() {
+		if name, why, ok := strings.Cut(strings.TrimPrefix(w, "cluster "), ": "); ok {
+			blind[name] = why
+		}
+	}
+	read := func(c ui.Cluster, r *cluster.Reader) ui.Cluster {
+		c.Layers = r.Layers()
+		switch {
+		case r.Up():
+			c.State = "read"
+		case !r.Synced():
+			c.State, c.Detail = "failing", "its caches have not synced yet"
+		default:
+			c.State, c.Detail = "failing", r.Warning()
+		}
+		return c
+	}
+	out := []ui.Cluster{read(ui.Cluster{Name: s.c.engine.DefaultCluster, From: "its own"}, s.reader)}
+	if s.registered != nil {
+		reads := s.remote.all()
+		for _, st := range s.registered.States() {
+			c := ui.Cluster{Name: st.Name, Environment: st.Environment, From: "Secret " + st.Secret}
+			rr, ok := reads[st.Name]
+			switch {
+			case st.Err != "":
+				c.State, c.Detail = "not-read", st.Err
+			case ok && rr.reader != nil:
+				c = read(c, rr.reader)
+			case ok:
+				c.State, c.Detail = "not-read", rr.failing
+			case s.sharer != nil:
+				c.State = "elsewhere"
+			default:
+				c.State, c.Detail = "not-read", "its reader is starting"
+			}
+			out = append(out, c)
+		}
+	}
+	for i, c := range out {
+		if why := blind[c.Name]; why != "" {
+			out[i].Detail = strings.TrimPrefix(c.Detail+"; "+why, "; ")
+		}
+	}
+	return out
 }

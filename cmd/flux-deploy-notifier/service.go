@@ -267,6 +267,9 @@ func (s *service) listen(context.Context) error {
 	for _, c := range s.channels {
 		opts.Channels = append(opts.Channels, c.ui)
 	}
+	if s.reader != nil {
+		opts.Clusters = s.clusterStates
+	}
 	if s.co != nil {
 		// A session's key derives from the verdict token, the same on
 		// every replica; the form's limit is counted where all count.

@@ -54,8 +54,9 @@ type RunFunc func(ctx context.Context, c Cluster)
 
 // State is what a registered cluster's Secret gave.
 type State struct {
-	Name   string // the label's value
-	Secret string // namespace/name
+	Name        string // the label's value
+	Environment string // its environment label's value, "" for none
+	Secret      string // namespace/name
 	// Err says why the Secret is not read (its kubeconfig, or another
 	// Secret registering the same name); "" when its cluster is. It never
 	// quotes the Secret's contents.
@@ -198,7 +199,7 @@ func (r *Registry) reconcile(ctx context.Context, objs []any) {
 		if w.err == "" {
 			want[w.c.Name] = w
 		}
-		states = append(states, State{Name: w.c.Name, Secret: w.c.Secret, Err: w.err})
+		states = append(states, State{Name: w.c.Name, Environment: w.c.Environment, Secret: w.c.Secret, Err: w.err})
 	}
 	r.mu.Lock()
 	r.states = states

@@ -79,6 +79,7 @@ func TestFlux(t *testing.T) {
 		{"helm-uninstall", helmUninstallStalls},
 		{"forge", forgeDeployments},
 		{"oci", ociArtifacts},
+		{"hub", hubOfTwoClusters},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

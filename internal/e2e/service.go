@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -82,6 +83,11 @@ type Options struct {
 	// SlackURL, when set, shows the verdicts in the Slack stand-in there
 	// (slacktest), in SlackChannel, with the token in SlackTokenFile.
 	SlackURL, SlackChannel, SlackTokenFile string
+	// Cluster is the name its Alert gives the cluster and its
+	// --default-cluster; empty: Cluster.
+	Cluster string
+	// Args are more of serve's flags.
+	Args []string
 }
 
 // Registration is the name of the Secret, Provider and Alert of an
@@ -111,8 +117,9 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 	listen := "127.0.0.1:" + strconv.Itoa(c.FreePort(t))
 	name := opts.Registration() + "-" + namespace
 	mailTo := namespace + "@e2e.test"
+	cluster := cmp.Or(opts.Cluster, Cluster)
 	args := []string{"serve", "--listen", listen, "--data-dir", filepath.Join(dir, "data"),
-		"--hmac-token-file", tokenFile, "--default-cluster", Cluster,
+		"--hmac-token-file", tokenFile, "--default-cluster", cluster,
 		"--smtp-addr", smtpAddr, "--smtp-tls", "none", "--external-url", "http://" + listen,
 		"--log-format", "text", "--log-level", "debug",
 		// Settle rollouts within the scenarios, so that the verdicts and
@@ -142,13 +149,13 @@ func StartService(t testing.TB, c *clustertest.Cluster, bin, namespace, smtpAddr
 		args = append(args, "--kubeconfig", c.Kubeconfig, "--namespaces", strings.Join(append([]string{namespace}, opts.ReleaseNamespaces...), ","))
 	}
 	s := &Service{URL: "http://" + listen, MailTo: mailTo, bin: bin, name: name, c: c, t: t,
-		args: append(args, "--mail-to", mailTo)}
+		args: append(append(args, "--mail-to", mailTo), opts.Args...)}
 	alerted := opts.ReleaseNamespaces
 	if opts.SilentReleases {
 		alerted = nil
 	}
 	out, err := exec.Command(bin, "manifests", "--flux-namespace", namespace,
-		"--url", s.URL+"/webhook", "--cluster", Cluster, "--helmrelease-namespaces", strings.Join(alerted, ",")).Output()
+		"--url", s.URL+"/webhook", "--cluster", cluster, "--helmrelease-namespaces", strings.Join(alerted, ",")).Output()
 	if err != nil {
 		t.Fatalf("manifests: %v", err)
 	}
@@ -179,8 +186,15 @@ func (s *Service) Kill() { s.proc.Kill() }
 
 // Verdict is the service's answer for a commit, or nil when it has none
 // (unknown).
-func (s *Service) Verdict(hash string) (*rollout.View, error) {
-	resp, err := http.Get(s.URL + "/verdict?rev=" + url.QueryEscape(hash))
+func (s *Service) Verdict(hash string) (*rollout.View, error) { return s.VerdictOn("", hash) }
+
+// VerdictOn is Verdict on cluster ("" its default one).
+func (s *Service) VerdictOn(cluster, hash string) (*rollout.View, error) {
+	q := url.Values{"rev": {hash}}
+	if cluster != "" {
+		q.Set("cluster", cluster)
+	}
+	resp, err := http.Get(s.URL + "/verdict?" + q.Encode())
 	if err != nil {
 		return nil, err
 	}

@@ -104,6 +104,22 @@ func LayersApplied(client *http.Client, base, cluster, hash string, layers ...st
 	return true
 }
 
+// Readyz is the service's /readyz at base: its status and its warnings.
+func Readyz(client *http.Client, base string) (int, []string, error) {
+	resp, err := client.Get(base + "/readyz")
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Warnings []string `json:"warnings"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return 0, nil, fmt.Errorf("/readyz: %w", err)
+	}
+	return resp.StatusCode, body.Warnings, nil
+}
+
 // Start starts cmd, the service's serve listening on a port of its
 // choosing, and returns the URL it says it listens on, and stop: SIGTERM
 // to the process it started (the only one it ever signals), SIGKILL after

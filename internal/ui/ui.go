@@ -64,6 +64,22 @@ type Options struct {
 	// Attempts, when set, counts the login form's wrong tokens where
 	// every replica does; nil: in this process.
 	Attempts Attempts
+	// Clusters, when set, are the clusters the service reads and how
+	// each is read, shown on the list page.
+	Clusters func() []Cluster
+}
+
+// Cluster is a cluster the service reads, as the list page shows it.
+type Cluster struct {
+	Name        string
+	Environment string // "" for none
+	From        string // "its own" or the Secret registering it (namespace/name)
+	// State is "read", "failing" (read, its requests or access failing),
+	// "not-read", or "elsewhere" (read by another replica); Detail says
+	// why.
+	State  string
+	Detail string
+	Layers int // those read, when State is read or failing
 }
 
 // PageSize is how many rollouts a page of the list shows.
@@ -185,6 +201,7 @@ type listData struct {
 	Views    []*rollout.View
 	Next     string // the next page's URL, "" on the last
 	Verdicts []string
+	Clusters []Cluster
 }
 
 type listFilter struct {
@@ -228,7 +245,11 @@ func (s *server) list(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	s.render(w, r, http.StatusOK, "list", page{Title: "Rollouts", Data: listData{Filter: f, Views: pg.Views, Next: next, Verdicts: verdictNames()}})
+	d := listData{Filter: f, Views: pg.Views, Next: next, Verdicts: verdictNames()}
+	if s.opts.Clusters != nil {
+		d.Clusters = s.opts.Clusters()
+	}
+	s.render(w, r, http.StatusOK, "list", page{Title: "Rollouts", Data: d})
 }
 
 // page reads the page of rollouts the request's "after" cursor asks for,

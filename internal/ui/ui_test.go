@@ -480,3 +480,35 @@ func TestArtifactNamedByItsCommit(t *testing.T) {
 		t.Error("the rollout page does not show the artifact")
 	}
 }
+
+// TestListShowsTheClusters: with clusters given, the list page has a table
+// of them: each with its environment, its state as a word, its layers
+// while read, what registers it and why it is not read, its name a link
+// to its rollouts, and a cluster name escaped as any text is.
+func TestListShowsTheClusters(t *testing.T) {
+	clusters := []ui.Cluster{
+		{Name: "hub", From: "its own", State: "read", Layers: 12},
+		{Name: "prod-eu", Environment: "prod", From: "Secret fdn/prod-eu", State: "failing", Layers: 85, Detail: "reading the cluster fails since 2026-12-07T10:00:00Z"},
+		{Name: "qa", From: "Secret fdn/qa", State: "not-read", Detail: "the kubeconfig does not parse"},
+		{Name: "dev<b>", From: "Secret fdn/dev", State: "elsewhere"},
+	}
+	v := start(t, ui.Options{Clusters: func() []ui.Cluster { return clusters }})
+	_, body, _ := v.get(nil, "/ui/")
+	for _, want := range []string{
+		`<h2>Clusters</h2>`, `<a href="/ui/?cluster=hub">hub</a>`, `class="badge cluster-read">read</span>`, "<td>12</td>",
+		`<td>prod</td>`, `class="badge cluster-failing">failing</span>`, "<td>85</td>", "reading the cluster fails since",
+		`class="badge cluster-not-read">not read</span>`, "the kubeconfig does not parse", "Secret fdn/qa",
+		`class="badge cluster-elsewhere">read by another replica</span>`, "dev&lt;b&gt;",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the list does not show %q", want)
+		}
+	}
+	if strings.Contains(body, "dev<b>") {
+		t.Error("a cluster's name unescaped")
+	}
+	_, none, _ := start(t, ui.Options{}).get(nil, "/ui/")
+	if strings.Contains(none, "<h2>Clusters</h2>") {
+		t.Error("a clusters table without clusters given (events only)")
+	}
+}

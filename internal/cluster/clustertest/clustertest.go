@@ -386,13 +386,36 @@ func (c *Cluster) Revoke(t testing.TB, name string) {
 	}
 }
 
+var roleBindings = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}
+
+// GrantIn grants subject rules in namespace alone: a ClusterRole named
+// name, bound there by a RoleBinding of the same name.
+func (c *Cluster) GrantIn(t testing.TB, namespace, name string, rules []rbacv1.PolicyRule, subject rbacv1.Subject) {
+	t.Helper()
+	if _, err := dynamic.NewForConfigOrDie(c.Config).Resource(clusterRoles).Get(context.Background(), name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		c.create(t, clusterRoles, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules})
+	}
+	c.create(t, roleBindings, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{subject}})
+}
+
+// RevokeIn deletes the RoleBinding GrantIn made.
+func (c *Cluster) RevokeIn(t testing.TB, namespace, name string) {
+	t.Helper()
+	if err := dynamic.NewForConfigOrDie(c.Config).Resource(roleBindings).Namespace(namespace).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (c *Cluster) create(t testing.TB, gvr schema.GroupVersionResource, obj any) {
 	t.Helper()
 	m, err := kruntime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dynamic.NewForConfigOrDie(c.Config).Resource(gvr).Create(context.Background(), &unstructured.Unstructured{Object: m}, metav1.CreateOptions{}); err != nil {
+	u := &unstructured.Unstructured{Object: m}
+	if _, err := dynamic.NewForConfigOrDie(c.Config).Resource(gvr).Namespace(u.GetNamespace()).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
