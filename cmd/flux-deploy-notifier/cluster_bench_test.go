@@ -2,20 +2,31 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
 )
 
 // BenchmarkServeClusterFleet runs the real binary as the Deployment runs it
@@ -148,4 +159,185 @@ func fleetHeap(b *testing.B, url string) float64 {
 	}
 	b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
 	return 0
+}
+
+// BenchmarkServeRegisteredClusters sizes a hub that reads clusters
+// registered as Secrets: the real binary reads its own cluster and N
+// registered ones, each a Secret whose kubeconfig (a user bound to the
+// reader's rules alone) reaches the test kube-apiserver, which holds one
+// cluster's worth of Flux objects (a GitRepository and 85 Kustomizations,
+// each with 100 objects in its inventory): every registered cluster is
+// read by a reader and caches of its own, as N real clusters would be,
+// its rollouts under its own name. On PostgreSQL two replicas share the
+// clusters out, each engine holding every cluster's rollouts. It reports
+// the time until every cluster is read (fdn_cluster_up 1 for each), the
+// time a Secret added then takes to be read, /verdict's p99 over the
+// clusters' rollouts, and the memory then (of the larger replica):
+// resident set, its peak, the anonymous part and the Go heap, and the
+// anonymous part over the clusters it reads. FDN_BENCH_GOMEMLIMIT sets
+// the processes' GOMEMLIMIT, as a Deployment's limit would.
+func BenchmarkServeRegisteredClusters(b *testing.B) {
+	for _, c := range []struct{ clusters, replicas int }{{25, 1}, {100, 1}, {500, 1}, {1000, 2}} {
+		b.Run(fmt.Sprintf("clusters=%d/replicas=%d", c.clusters, c.replicas), func(b *testing.B) { benchRegistered(b, c.clusters, c.replicas) })
+	}
+}
+
+func benchRegistered(b *testing.B, n, replicas int) {
+	const perCluster = 85
+	c := clustertest.Start(b)
+	bind(b, c, "fdn-reader")
+	readerKubeconfig, err := os.ReadFile(c.KubeconfigFor(b, "fdn-reader"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := c.NewWorld(b, "fleet", time.Now().UTC().Truncate(time.Second))
+	sum := sha1.Sum([]byte("registered"))
+	rev := "main@sha1:" + hex.EncodeToString(sum[:])
+	w.Source("src", rev)
+	for l := range perCluster {
+		layer := clustertest.FleetLayer{Name: fmt.Sprintf("layer-%02d", l), Source: "src", Rev: rev, Objects: 100, History: 1}
+		if l > 0 {
+			layer.After = fmt.Sprintf("layer-%02d", l-1)
+		}
+		if err := w.CreateFleetLayer(layer); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.ApplyYAML(b, "apiVersion: v1\nkind: Namespace\nmetadata: {name: fdn-hub}\n")
+	secrets := dynamic.NewForConfigOrDie(c.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("fdn-hub")
+	register := func(name string) {
+		secret := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Secret",
+			"metadata":   map[string]any{"name": name, "namespace": "fdn-hub", "labels": map[string]any{clusters.ClusterLabel: name}},
+			"stringData": map[string]any{"value": string(readerKubeconfig)},
+		}}
+		if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range n {
+		register(fmt.Sprintf("c%04d", i))
+	}
+	bin := buildBinary(b, false)
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--insecure-no-auth", "--kubeconfig", c.Kubeconfig, "--namespaces", "fleet",
+		"--cluster-secrets-namespace", "fdn-hub", "--default-cluster", "hub", "--log-format", "text"}
+	if replicas > 1 {
+		args = append(args, "--postgres", pgtest.Start(b).NewDatabase(b), "--lease-duration", "10s", "--lease-renew", "2s",
+			"--mail-dir", b.TempDir())
+	}
+
+	for b.Loop() {
+		type hub struct {
+			url string
+			pid int
+		}
+		var hubs []hub
+		var stops []func()
+		var logs syncbuf.Buffer
+		b.Cleanup(func() {
+			if b.Failed() {
+				b.Log(tail(logs.String(), 20))
+			}
+		})
+		start := time.Now()
+		for range replicas {
+			cmd := exec.Command(bin, append(args, "--data-dir", b.TempDir())...)
+			if limit := os.Getenv("FDN_BENCH_GOMEMLIMIT"); limit != "" {
+				cmd.Env = append(os.Environ(), "GOMEMLIMIT="+limit)
+			}
+			cmd.Stderr = &logs
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			// Only the processes this benchmark started, by their PIDs.
+			stop := sync.OnceFunc(func() {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			})
+			b.Cleanup(stop)
+			stops = append(stops, stop)
+			hubs = append(hubs, hub{readListening(b, stdout), cmd.Process.Pid})
+		}
+		// Each replica reads its own cluster and its share of the others.
+		up := func() int {
+			total := 0
+			for _, h := range hubs {
+				total += fleetUp(b, h.url)
+			}
+			return total
+		}
+		deadline := time.Now().Add(10 * time.Minute)
+		for up() < n+replicas {
+			if time.Now().After(deadline) {
+				b.Fatalf("%d of %d clusters read in 10 minutes", up(), n+replicas)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		allRead := time.Since(start)
+		url := hubs[0].url
+		// Every cluster's rollout, judged from its state.
+		for i := range n {
+			for !fleetPoll(fmt.Sprintf("%s/verdict?cluster=c%04d&rev=%s", url, i, rev), `"verdict":"applied"`) {
+				if time.Now().After(deadline) {
+					b.Fatalf("c%04d's rollout not applied in 10 minutes", i)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		var rss, peak, anon, heap float64
+		for _, h := range hubs {
+			r, p, a := procstat.Memory(h.pid)
+			rss, peak, anon, heap = max(rss, r), max(peak, p), max(anon, a), max(heap, fleetHeap(b, h.url))
+		}
+		var lat []time.Duration
+		for i := range 2000 {
+			t0 := time.Now()
+			if !fleetPoll(fmt.Sprintf("%s/verdict?cluster=c%04d&rev=%s", url, i%n, rev), `"verdict":"applied"`) {
+				b.Fatal("a verdict not applied")
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		slices.Sort(lat)
+		added := time.Now()
+		register(fmt.Sprintf("late-%d", added.UnixNano()))
+		for up() < n+replicas+1 {
+			if time.Now().After(deadline) {
+				b.Fatal("the Secret added not read in 10 minutes")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		addedIn := time.Since(added)
+		for _, stop := range stops {
+			stop()
+		}
+		b.ReportMetric(allRead.Seconds(), "all-read-s")
+		b.ReportMetric(addedIn.Seconds(), "added-read-s")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "verdict-p99-ms")
+		b.ReportMetric(rss, "rss-MiB")
+		b.ReportMetric(peak, "peak-rss-MiB")
+		b.ReportMetric(anon, "anon-MiB")
+		b.ReportMetric(heap, "heap-MiB")
+		b.ReportMetric(anon/float64(n/replicas+1), "anon-MiB/cluster-read")
+	}
+}
+
+// fleetUp counts the clusters /metrics says are read.
+func fleetUp(b *testing.B, url string) int {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "fdn_cluster_up{") && strings.HasSuffix(line, " 1") {
+			n++
+		}
+	}
+	return n
 }

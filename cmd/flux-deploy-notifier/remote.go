@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
@@ -52,9 +53,15 @@ func (s *service) readCluster(ctx context.Context, c clusters.Cluster, sub clust
 	defer s.remote.set(c.Name, nil, "")
 	rc := s.c.cluster.readerConfig(c.Name)
 	rc.StatusMoved = func() { s.watchdog.StatusMoved(c.Name) }
+	// No gzip from a registered cluster's API server: each of its open
+	// watches would hold a decompressor (about 45 KB, seven a cluster),
+	// which a hub reading hundreds of clusters feels more than the bytes
+	// (docs/performance.md, "a hub's registered clusters").
+	cfg := rest.CopyConfig(c.Config)
+	cfg.DisableCompression = true
 	failing, backoff := "", time.Second
 	for ctx.Err() == nil {
-		r, err := cluster.NewForConfig(c.Config, sub, rc, log, time.Now)
+		r, err := cluster.NewForConfig(cfg, sub, rc, log, time.Now)
 		if err == nil {
 			accessCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			err = r.CheckAccess(accessCtx)
