@@ -91,14 +91,18 @@ func (s *service) readCluster(ctx context.Context, c clusters.Cluster, sub clust
 }
 
 // layersOf counts c's layers for the blindness watchdog: its reader's,
-// when this replica reads it, else a census of its Kustomizations (another
-// replica holds its lease); false when neither can tell. Asked only of a
-// cluster silent for --blind-after, by the leader's watchdog alone.
+// where this replica reads it (false while it fails: that fault is told
+// instead), else a census of its Kustomizations (another replica holds its
+// lease); false when that cannot tell either. Asked only of a cluster
+// silent for --blind-after, by the leader's watchdog alone.
 func (s *service) layersOf(c clusters.Cluster) func() (int, bool) {
 	var census *cluster.Census
 	return func() (int, bool) {
-		if r := s.remote.reader(c.Name); r != nil && r.Up() {
-			return r.Layers(), true
+		if rr, here := s.remote.get(c.Name); here || s.sharer == nil {
+			if rr.reader == nil || !rr.reader.Up() {
+				return 0, false
+			}
+			return rr.reader.Layers(), true
 		}
 		if census == nil {
 			var err error
@@ -141,9 +145,17 @@ func (m *remoteReads) set(name string, r *cluster.Reader, failing string) {
 
 // reader is registered cluster name's reader, nil while it is not read.
 func (m *remoteReads) reader(name string) *cluster.Reader {
+	rr, _ := m.get(name)
+	return rr.reader
+}
+
+// get is how registered cluster name is read here; false when it is not
+// (another replica reads it, or none).
+func (m *remoteReads) get(name string) (remoteRead, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.reads[name].reader
+	rr, ok := m.reads[name]
+	return rr, ok
 }
 
 // all are the registered clusters read here, or failing to be, by name.

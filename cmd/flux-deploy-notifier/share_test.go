@@ -79,7 +79,9 @@ func layersApplied(url, cluster, hash string, layers ...string) bool {
 
 // TestClustersSharedAmongReplicas: three replicas on PostgreSQL share
 // three registered clusters out, one each, each read by the replica that
-// holds its lease alone (fdn_cluster_up names it there only). The replica
+// holds its lease alone (fdn_cluster_up names it there only); the leader
+// tells each one's silence (no Alert sends their events), those it does
+// not read counted by a census of their layers. The replica
 // reading cluster a is killed (SIGKILL) mid-rollout: a's lease moves to
 // another replica within the lease's time, in a new epoch, and a's
 // rollout reaches its verdict from a's status, which changed while nobody
@@ -117,7 +119,7 @@ func TestClustersSharedAmongReplicas(t *testing.T) {
 		}
 	}
 	r := startReplicas(t, 0, "--lease-duration", "2s", "--lease-renew", "500ms", "--kubeconfig", hub.Kubeconfig,
-		"--cluster-secrets-namespace", "fdn-hub", "--default-cluster", "hub")
+		"--cluster-secrets-namespace", "fdn-hub", "--default-cluster", "hub", "--blind-after", "5s")
 	r.start()
 	r.leader(20 * time.Second) // the schema exists: the trigger goes in before the others start
 	r.pg.Exec(t, r.conn, `CREATE TABLE test_appends (id bigint, cluster text, appender text, holder text, epoch bigint);
@@ -170,6 +172,19 @@ func TestClustersSharedAmongReplicas(t *testing.T) {
 			}
 		}
 	}
+
+	// No Alert sends their events: the leader tells each cluster blind,
+	// counting the layers of those another replica reads by a census.
+	awaitReadyz(t, r.leader(20*time.Second).url, "every registered cluster blind", func(_ int, warnings []string) bool {
+		all := strings.Join(warnings, "\n")
+		for _, name := range names {
+			if !strings.Contains(all, "cluster "+name+": no event from notification-controller since") ||
+				!strings.Contains(all, "while 2 layers exist") {
+				return false
+			}
+		}
+		return true
+	})
 
 	// Mid-rollout: infra applies rev2 while a is read, then a's reader
 	// dies, then apps applies it while nobody reads a.

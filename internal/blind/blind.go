@@ -31,9 +31,9 @@ type Store interface {
 }
 
 // Watchdog watches the pipe from the notification-controller of every
-// cluster read: the service's own, and each registered one while it is
-// read (Watch, Forget). A cluster known by its events alone has no
-// watchdog: without its layers, silence and "no deploys" look the same.
+// cluster read: the service's own, and each registered one (Watch,
+// Forget), wherever it is read. A cluster known by its events alone has
+// no watchdog: without its layers, silence and "no deploys" look the same.
 type Watchdog struct {
 	after  time.Duration
 	now    func() time.Time

@@ -119,10 +119,11 @@ func (s *Sharer) poke() {
 func (s *Sharer) Run(ctx context.Context) {
 	t := time.NewTicker(s.renew)
 	defer t.Stop()
-	first := true
+	began := s.now()
 	for {
-		s.share(ctx, first)
-		first = false
+		// For a round's time it only says it is alive, so that replicas
+		// starting together see one another before they take.
+		s.share(ctx, s.now().Sub(began) < s.renew)
 		select {
 		case <-ctx.Done():
 			s.leave()
@@ -135,9 +136,8 @@ func (s *Sharer) Run(ctx context.Context) {
 
 // share is one round: say this replica is alive, renew what it holds,
 // give up what it holds beyond its share or no longer wants, and take free
-// clusters up to its share. The first round only says it is alive, so that
-// replicas starting together see one another before they take.
-func (s *Sharer) share(ctx context.Context, first bool) {
+// clusters up to its share (not while it is new).
+func (s *Sharer) share(ctx context.Context, joining bool) {
 	asked := s.now()
 	sh, err := s.co.Share(ctx, s.me, s.ttl)
 	if err != nil {
@@ -192,7 +192,7 @@ func (s *Sharer) share(ctx context.Context, first bool) {
 			s.log.Info("gave a registered cluster up to another replica", "cluster", name, "epoch", t.lease.Epoch)
 		}
 	}
-	if !first {
+	if !joining {
 		for _, name := range take {
 			l, ok, err := s.co.TakeCluster(ctx, name, s.me, s.ttl)
 			if err != nil || !ok {
