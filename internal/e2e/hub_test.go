@@ -33,8 +33,8 @@ import (
 // from its state alone, equals the verdict on one. Then cluster two's
 // faults are its own, each named on /readyz and the list page while one
 // goes on: its RoleBinding removed (forbidden, within a minute) and put
-// back, its API server stopped and started again, its Secret deleted and
-// added again; after each, two catches up with what it applied meanwhile.
+// back, its API server stopped for a minute and started again, its Secret
+// deleted and added again; after each, two catches up with what it applied meanwhile.
 // Two's silence is reported as its own blindness, mailed once.
 func hubOfTwoClusters(t *testing.T, w *world) {
 	two := clustertest.Start(t)
@@ -121,14 +121,23 @@ func hubOfTwoClusters(t *testing.T, w *world) {
 	w.awaitReadyz(t, "two's access back", func(warnings string) bool { return !strings.Contains(warnings, "cluster access") })
 	same(r4, rollout.VerdictApplied)
 
-	// Its API server down: named, one goes on; up again, two catches up.
+	// Its API server down for a minute: named all along, the hub ready,
+	// one goes on; up again, two catches up.
 	two.StopAPIServer()
-	w.awaitReadyz(t, "two unreachable", func(warnings string) bool {
+	stopped := time.Now()
+	unreachable := func(warnings string) bool {
 		return strings.Contains(warnings, "cluster two: reading the cluster fails since")
-	})
+	}
+	w.awaitReadyz(t, "two unreachable", unreachable)
 	w.expectClusters(t, "two", "failing")
 	r5 := w.repo.Publish(t, w.base("5"))
 	w.svc.AwaitVerdictOn(t, "one", r5, rollout.VerdictApplied)
+	for time.Since(stopped) < time.Minute {
+		if warnings := strings.Join(w.svc.warnings(t), "\n"); !unreachable(warnings) {
+			t.Fatalf("%s after two's API server stopped, /readyz no longer names it: %s", time.Since(stopped), warnings)
+		}
+		time.Sleep(time.Second) // polling the minute out
+	}
 	two.StartAPIServer(t)
 	if c2 := w2.repo.Publish(t, w.base("5")); c2 != r5 {
 		t.Fatalf("cluster two's commit %s differs from one's %s", c2.Hash, r5.Hash)
