@@ -132,7 +132,14 @@ func StartFlux(t testing.TB, c *clustertest.Cluster) *Flux {
 		health[name] = h
 		args = append(args, "--health-addr="+h, "--metrics-addr="+loopback(),
 			"--enable-leader-election=false", "--log-encoding=console")
-		f.Processes[name] = clustertest.StartProcess(t, c.Dir, name, filepath.Join(bin, binary), env, args...)
+		// A temporary directory of its own: a kustomize-controller that
+		// starts clears what it finds in its own, and another cluster's
+		// controllers started later must not clear this one's builds.
+		tmp := filepath.Join(c.Dir, "tmp-"+name)
+		if err := os.MkdirAll(tmp, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		f.Processes[name] = clustertest.StartProcess(t, c.Dir, name, filepath.Join(bin, binary), append(env, "TMPDIR="+tmp), args...)
 	}
 
 	events := loopback()
