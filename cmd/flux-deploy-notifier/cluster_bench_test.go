@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
@@ -17,13 +16,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/procstat"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store/pgtest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/syncbuf"
@@ -204,17 +197,7 @@ func benchRegistered(b *testing.B, n, replicas int) {
 		}
 	}
 	c.ApplyYAML(b, "apiVersion: v1\nkind: Namespace\nmetadata: {name: fdn-hub}\n")
-	secrets := dynamic.NewForConfigOrDie(c.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("fdn-hub")
-	register := func(name string) {
-		secret := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Secret",
-			"metadata":   map[string]any{"name": name, "namespace": "fdn-hub", "labels": map[string]any{clusters.ClusterLabel: name}},
-			"stringData": map[string]any{"value": string(readerKubeconfig)},
-		}}
-		if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	register := func(name string) { registerCluster(b, c, "fdn-hub", name, string(readerKubeconfig)) }
 	for i := range n {
 		register(fmt.Sprintf("c%04d", i))
 	}

@@ -143,6 +143,21 @@ func TestServeReadsTheClusterWithLeastPrivilege(t *testing.T) {
 	})
 }
 
+// registerCluster registers cluster name with a hub on c: a Secret in
+// namespace labelled with it, kubeconfig its value.
+func registerCluster(t testing.TB, c *clustertest.Cluster, namespace, name, kubeconfig string) {
+	t.Helper()
+	secret := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata":   map[string]any{"name": name, "namespace": namespace, "labels": map[string]any{clusters.ClusterLabel: name}},
+		"stringData": map[string]any{"value": kubeconfig},
+	}}
+	secrets := dynamic.NewForConfigOrDie(c.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace(namespace)
+	if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // bind grants user exactly cluster.Rules.
 func bind(t testing.TB, c *clustertest.Cluster, user string) {
 	t.Helper()
@@ -179,20 +194,12 @@ func TestServeReadsRegisteredClusters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secrets := dynamic.NewForConfigOrDie(hubCluster.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("fdn-hub")
 	for name, value := range map[string]string{
 		"prod-eu": string(kubeconfig),
 		"qa":      "clusters: [" + secretInKubeconfig,
 		"dev":     string(nobody),
 	} {
-		secret := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Secret",
-			"metadata":   map[string]any{"name": name, "namespace": "fdn-hub", "labels": map[string]any{clusters.ClusterLabel: name}},
-			"stringData": map[string]any{"value": value},
-		}}
-		if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		registerCluster(t, hubCluster, "fdn-hub", name, value)
 	}
 	hook := cloudeventtest.New([]byte("hook-key"), time.Now)
 	defer hook.Close()

@@ -10,13 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/loadkit"
 )
 
@@ -106,17 +101,9 @@ func TestClustersSharedAmongReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	hub.ApplyYAML(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: fdn-hub}\n")
-	secrets := dynamic.NewForConfigOrDie(hub.Config).Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("fdn-hub")
 	names := []string{"a", "b", "c"} // three names for one API server: each its own rollouts
 	for _, name := range names {
-		secret := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "v1", "kind": "Secret",
-			"metadata":   map[string]any{"name": name, "namespace": "fdn-hub", "labels": map[string]any{clusters.ClusterLabel: name}},
-			"stringData": map[string]any{"value": string(kubeconfig)},
-		}}
-		if _, err := secrets.Create(context.Background(), secret, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		registerCluster(t, hub, "fdn-hub", name, string(kubeconfig))
 	}
 	r := startReplicas(t, 0, "--lease-duration", "2s", "--lease-renew", "500ms", "--kubeconfig", hub.Kubeconfig,
 		"--cluster-secrets-namespace", "fdn-hub", "--default-cluster", "hub", "--blind-after", "5s")
