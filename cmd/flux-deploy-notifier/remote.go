@@ -251,12 +251,6 @@ func (m clusterMetrics) Collect(ch chan<- prometheus.Metric) {
 // service's own first, then those registered, with what keeps each from
 // being read and its blindness.
 func (s *service) clusterStates() []ui.Cluster {
-	blind := map[string]string{}
-	for _, w := range s.watchdog.Warnings() {
-		if name, why, ok := strings.Cut(strings.TrimPrefix(w, "cluster "), ": "); ok {
-			blind[name] = why
-		}
-	}
 	read := func(c ui.Cluster, r *cluster.Reader) ui.Cluster {
 		c.Layers = r.Layers()
 		switch {
@@ -291,8 +285,8 @@ func (s *service) clusterStates() []ui.Cluster {
 		}
 	}
 	for i, c := range out {
-		if why := blind[c.Name]; why != "" {
-			out[i].Detail = strings.TrimPrefix(c.Detail+"; "+why, "; ")
+		if blind := s.watchdog.WarningOf(c.Name); blind != "" {
+			out[i].Detail = strings.TrimPrefix(c.Detail+"; "+blind, "; ")
 		}
 	}
 	return out

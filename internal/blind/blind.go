@@ -6,6 +6,7 @@
 package blind
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -43,14 +44,35 @@ type Watchdog struct {
 	log    *slog.Logger
 	local  string // the service's own cluster: events without metadata.cluster
 
-	// pipes by cluster name, replaced whole when one is added or removed
-	// (rarely): Event, per event received, reads it without a lock.
-	pipes atomic.Pointer[map[string]*pipe]
+	// pipes, replaced whole when one is added or removed (rarely):
+	// Event, per event received, reads them without a lock.
+	pipes atomic.Pointer[pipeSet]
 	mu    sync.Mutex // serialises the replacements
 	// checkMu serialises Check, Begin, and an event's immediate record.
 	checkMu sync.Mutex
 
 	silent, since *prometheus.Desc
+}
+
+// pipeSet is the pipes, by cluster name and in the order they are told
+// (the service's own first, then by name).
+type pipeSet struct {
+	byName map[string]*pipe
+	sorted []*pipe
+}
+
+// with returns the set with p in place of the pipe of its name, or
+// without the pipe of name when p is nil.
+func (ps *pipeSet) with(name string, p *pipe) *pipeSet {
+	next := &pipeSet{byName: maps.Clone(ps.byName)}
+	if p == nil {
+		delete(next.byName, name)
+	} else {
+		next.byName[name] = p
+	}
+	// A registered cluster's key is its name; the service's own is "".
+	next.sorted = slices.SortedFunc(maps.Values(next.byName), func(a, b *pipe) int { return cmp.Compare(a.key, b.key) })
+	return next
 }
 
 // pipe is one cluster's.
@@ -94,7 +116,7 @@ func New(after time.Duration, local string, layers func() int, store Store, to [
 		since: prometheus.NewDesc("fdn_seconds_since_last_flux_event",
 			"Seconds since the last event from the cluster's notification-controller (since start when none came).", []string{"cluster"}, nil),
 	}
-	w.pipes.Store(&map[string]*pipe{})
+	w.pipes.Store(&pipeSet{byName: map[string]*pipe{}})
 	if err := w.watch(local, "", func() (int, bool) { return layers(), true }); err != nil {
 		return nil, err
 	}
@@ -118,7 +140,7 @@ func (w *Watchdog) Watch(cluster string, layers func() (int, bool)) error {
 
 func (w *Watchdog) watch(name, key string, layers func() (int, bool)) error {
 	lp := &layers
-	if p := (*w.pipes.Load())[name]; p != nil {
+	if p := w.pipes.Load().byName[name]; p != nil {
 		p.layers.Store(lp)
 		return nil
 	}
@@ -132,11 +154,9 @@ func (w *Watchdog) watch(name, key string, layers func() (int, bool)) error {
 	p.times.recordNext.Store(true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	next := maps.Clone(*w.pipes.Load())
-	if _, ok := next[name]; !ok {
-		next[name] = p
+	if ps := w.pipes.Load(); ps.byName[name] == nil {
+		w.pipes.Store(ps.with(name, p))
 	}
-	w.pipes.Store(&next)
 	return nil
 }
 
@@ -147,31 +167,18 @@ func (w *Watchdog) Forget(cluster string) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	next := maps.Clone(*w.pipes.Load())
-	delete(next, cluster)
-	w.pipes.Store(&next)
+	w.pipes.Store(w.pipes.Load().with(cluster, nil))
 }
 
 // sorted are the pipes, the service's own first, then by name.
-func (w *Watchdog) sorted() []*pipe {
-	pipes := *w.pipes.Load()
-	out := make([]*pipe, 0, len(pipes))
-	for _, name := range slices.Sorted(maps.Keys(pipes)) {
-		if p := pipes[name]; p.key == "" {
-			out = append([]*pipe{p}, out...)
-		} else {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (w *Watchdog) sorted() []*pipe { return w.pipes.Load().sorted }
 
 // pipe is cluster's, nil when it is not watched; "" is the service's own.
 func (w *Watchdog) pipe(cluster string) *pipe {
 	if cluster == "" {
 		cluster = w.local
 	}
-	return (*w.pipes.Load())[cluster]
+	return w.pipes.Load().byName[cluster]
 }
 
 // Begin starts watching afresh, as a restart does: a replica that begins
@@ -282,14 +289,40 @@ func (w *Watchdog) Warnings() []string {
 	return out
 }
 
+// WarningOf is cluster's warning of the last Check ("" the service's
+// own): "" when its pipe is healthy or not watched.
+func (w *Watchdog) WarningOf(cluster string) string {
+	if p := w.pipe(cluster); p != nil {
+		if s := p.warning.Load(); s != nil {
+			return *s
+		}
+	}
+	return ""
+}
+
 // Check evaluates every pipe once: it starts an episode (one mail) when a
 // silence has lasted --blind-after, and ends it when an event comes. It
 // records the last event of every cluster whose moved, in one write.
 func (w *Watchdog) Check() {
-	w.checkMu.Lock()
-	defer w.checkMu.Unlock()
 	now := w.now()
 	pipes := w.sorted()
+	// The layers of the pipes silent for --blind-after are counted first,
+	// outside the lock: a census asks a cluster's API server, and an event
+	// recorded at once (recordNow) must not wait for it. A pipe's silence
+	// can only end meanwhile, never begin.
+	type count struct {
+		layers    int
+		quiet, ok bool
+	}
+	counts := make([]count, len(pipes))
+	for i, p := range pipes {
+		if now.Sub(p.last()) >= w.after {
+			counts[i].quiet = true
+			counts[i].layers, counts[i].ok = p.layerCount()
+		}
+	}
+	w.checkMu.Lock()
+	defer w.checkMu.Unlock()
 	moved := map[string]time.Time{}
 	for _, p := range pipes {
 		if n := p.times.lastEvent.Load(); n != 0 && time.Unix(0, n).After(p.stored) {
@@ -309,16 +342,13 @@ func (w *Watchdog) Check() {
 		mails  []rollout.Mail
 		mailed []*pipe
 	)
-	for _, p := range pipes {
-		silent, layers := false, 0
-		if now.Sub(p.last()) >= w.after {
-			var read bool
-			if layers, read = p.layerCount(); !read {
-				p.warning.Store(nil) // the cluster's own fault is told instead
-				continue
-			}
-			silent = layers > 0
+	for i, p := range pipes {
+		c := counts[i]
+		if c.quiet = c.quiet && now.Sub(p.last()) >= w.after; c.quiet && !c.ok {
+			p.warning.Store(nil) // the cluster's own fault is told instead
+			continue
 		}
+		silent, layers := c.quiet && c.layers > 0, c.layers
 		was := p.times.since.Load() != 0
 		switch {
 		case silent && !was:
@@ -363,7 +393,7 @@ func (w *Watchdog) mails(p *pipe, layers int) []rollout.Mail {
 		mails = append(mails, rollout.Mail{
 			Key:  rollout.MailKey{Kind: rollout.MailBlind, Episode: began, Cluster: p.key, To: to}.String(),
 			Kind: rollout.MailBlind, To: to,
-			Blind: &rollout.Blind{Cluster: p.key, Since: began, Layers: layers, Warning: p.describe(layers)},
+			Blind: &rollout.Blind{Since: began, Layers: layers, Warning: p.describe(layers)},
 		})
 	}
 	return mails

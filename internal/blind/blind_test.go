@@ -224,6 +224,9 @@ func TestEachClusterItsOwnPipe(t *testing.T) {
 	if len(warnings) != 1 || !strings.HasPrefix(warnings[0], "cluster staging: no event from notification-controller since 2026-11-30T12:00:00Z while 5 layers exist") {
 		t.Fatalf("warnings %q, want staging's alone", warnings)
 	}
+	if w.WarningOf("staging") != warnings[0] || w.WarningOf("edge") != "" || w.WarningOf("") != "" || w.WarningOf("events-only") != "" {
+		t.Fatalf("warnings by cluster: staging %q, edge %q, the service's own %q", w.WarningOf("staging"), w.WarningOf("edge"), w.WarningOf(""))
+	}
 	if got := silent(); got["staging"] != 1 || got["prod"] != 0 || got["edge"] != 0 || got["unread"] != 0 || len(got) != 4 {
 		t.Fatalf("fdn_flux_events_silent %v", got)
 	}
@@ -231,7 +234,7 @@ func TestEachClusterItsOwnPipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(qs) != 1 || qs[0].Mail.Blind == nil || qs[0].Mail.Blind.Cluster != "staging" {
+	if len(qs) != 1 || qs[0].Mail.Blind == nil {
 		t.Fatalf("mails %+v, want staging's one", qs)
 	}
 	if k, err := rollout.ParseMailKey(qs[0].Mail.Key); err != nil || k.Cluster != "staging" {

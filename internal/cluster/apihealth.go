@@ -81,8 +81,8 @@ func NewForConfig(cfg *rest.Config, sub Submitter, c Config, log *slog.Logger, n
 // finding), why; else, while requests to the API server fail, since when
 // and why; "" otherwise.
 func (r *Reader) Warning() string {
-	if lost := r.lost.Load(); lost != nil && *lost != "" {
-		return *lost
+	if since, _, why := r.lost.UnderWay(); !since.IsZero() {
+		return why
 	}
 	if r.health == nil {
 		return ""

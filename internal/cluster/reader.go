@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/episode"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -82,9 +83,9 @@ type Reader struct {
 	// store succeeds again.
 	failing string
 	health  *apiHealth // NewForConfig's
-	// lost is why the last periodic check found access lost; "" or nil
-	// while it is not.
-	lost atomic.Pointer[string]
+	// lost is the periodic check's episode of access lost: a permission
+	// withdrawn, credentials refused.
+	lost episode.Tracker
 
 	mu      sync.Mutex
 	deleted map[objectKey]*kustomizev1.Kustomization // Kustomizations deleted, until looked at
@@ -161,8 +162,8 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 	// HelmReleases are read when the cluster serves them and the role
 	// grants them; without, their events alone say how they went.
 	switch {
-	case a.releasesForbidden != "":
-		r.log.Warn("HelmReleases not read: grant get, list and watch on helmreleases (see manifests/) for their status to count", "namespace", a.releasesForbidden)
+	case a.releasesForbidden != nil:
+		r.log.Warn("HelmReleases not read: their events alone say how they went", "err", a.releasesForbidden)
 	case !a.readReleases:
 		r.log.Info("HelmReleases not served by this cluster")
 	}
@@ -174,8 +175,14 @@ func (r *Reader) CheckAccess(ctx context.Context) error {
 type access struct {
 	served       map[string]bool // source kinds the cluster serves
 	readReleases bool            // HelmReleases served and readable
-	// releasesForbidden names where listing HelmReleases was forbidden.
-	releasesForbidden string
+	// releasesForbidden is why listing HelmReleases was forbidden.
+	releasesForbidden error
+}
+
+// forbidden is a refused list of resource in namespace ns, and what to
+// grant.
+func forbidden(resource, ns string, err error) error {
+	return fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", resource, nsName(ns), err)
 }
 
 // probeKey marks the probe's requests, whose failures it reports itself
@@ -203,7 +210,7 @@ func (r *Reader) probe(ctx context.Context) (access, error) {
 			_, err := r.dyn.Resource(g).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
 			switch {
 			case apierrors.IsForbidden(err):
-				return a, fmt.Errorf("cluster access: list %s in %s is forbidden: grant get, list and watch on it (see manifests/): %w", g.Resource, nsName(ns), err)
+				return a, forbidden(g.Resource, ns, err)
 			case apierrors.IsUnauthorized(err):
 				return a, fmt.Errorf("cluster access: the API server refuses the credentials (401 Unauthorized: an expired or revoked token, or a certificate it does not trust): renew them: %w", err)
 			case apierrors.IsNotFound(err) && k.Role == flux.Source:
@@ -217,7 +224,7 @@ func (r *Reader) probe(ctx context.Context) (access, error) {
 		_, err := r.dyn.Resource(flux.HelmReleases()).Namespace(ns).List(ctx, metav1.ListOptions{Limit: 1})
 		switch {
 		case apierrors.IsForbidden(err):
-			a.readReleases, a.releasesForbidden = false, nsName(ns)
+			a.readReleases, a.releasesForbidden = false, forbidden(flux.HelmReleases().Resource, ns, err)
 		case apierrors.IsNotFound(err):
 			a.readReleases = false
 		case err != nil:
@@ -247,22 +254,19 @@ func (r *Reader) recheck(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		lost := ""
+		if err == nil && r.readReleases {
+			err = a.releasesForbidden // read since the start: a loss
+		}
 		switch {
 		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-			lost = err.Error()
-		case err == nil && r.readReleases && a.releasesForbidden != "":
-			lost = fmt.Sprintf("cluster access: list helmreleases in %s is forbidden: grant get, list and watch on it (see manifests/)", a.releasesForbidden)
-		case err != nil:
-			continue // not an access fault: apiHealth tells a failing API server
-		}
-		was := r.lost.Swap(&lost)
-		switch {
-		case lost != "" && (was == nil || *was == ""):
-			r.log.Warn("cluster access lost; the cluster is not seen to change", "err", lost)
-		case lost == "" && was != nil && *was != "":
-			r.log.Info("cluster access back")
-		}
+			if r.lost.Fail(r.now(), err.Error()) {
+				r.log.Warn("cluster access lost; the cluster is not seen to change", "err", err)
+			}
+		case err == nil:
+			if _, _, ended := r.lost.Ok(); ended {
+				r.log.Info("cluster access back")
+			}
+		} // else not an access fault: apiHealth tells a failing API server
 	}
 }
 

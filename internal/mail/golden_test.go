@@ -40,7 +40,7 @@ func TestGolden(t *testing.T) {
 	}}, outbox.Queued{Enqueued: now, Mail: rollout.Mail{
 		// A registered cluster's, which its subject names.
 		Key: "\x00silence\x002026-11-30T12:20:00Z\x00platform-team@example.com\x00staging", Kind: rollout.MailBlind, To: "platform-team@example.com",
-		Blind: &rollout.Blind{Cluster: "staging", Since: now.Add(-40 * time.Minute), Layers: 12,
+		Blind: &rollout.Blind{Since: now.Add(-40 * time.Minute), Layers: 12,
 			Warning: "cluster staging: no event from notification-controller since 2026-11-30T12:20:00Z while 12 layers exist: check the Provider, the Alert and this service's address"},
 	}})
 	kinds := map[rollout.MailKind]bool{}

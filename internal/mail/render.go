@@ -154,7 +154,10 @@ func (r *Renderer) data(m rollout.Mail) Data {
 	if s := m.Blind; s != nil || m.View == nil {
 		d := Data{Kind: string(m.Kind)}
 		if s != nil {
-			d.Cluster, d.Since, d.Warning, d.LayerCount = s.Cluster, s.Since.UTC().Format(time.RFC3339), s.Warning, s.Layers
+			// A registered cluster's pipe is named by the mail's key alone
+			// (the service's own: none).
+			k, _ := rollout.ParseMailKey(m.Key)
+			d.Cluster, d.Since, d.Warning, d.LayerCount = k.Cluster, s.Since.UTC().Format(time.RFC3339), s.Warning, s.Layers
 		}
 		if r.externalURL != "" {
 			d.URL = r.externalURL + edge.UIRoot

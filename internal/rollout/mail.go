@@ -38,9 +38,6 @@ type Mail struct {
 // Blind describes an episode without events from notification-controller:
 // the service is blind to Flux.
 type Blind struct {
-	// Cluster is the registered cluster whose notification-controller is
-	// silent, "" the service's own: what the mail's key names.
-	Cluster string
 	Since   time.Time
 	Layers  int
 	Warning string

@@ -76,8 +76,11 @@ func (s *Sharer) Hold(ctx context.Context, cluster string) (store.ClusterLease, 
 		if t != nil && t.ctx.Err() == nil {
 			// Read until the lease or ctx ends; wanted meanwhile.
 			rctx, cancel := context.WithCancel(ctx)
-			context.AfterFunc(t.ctx, cancel)
-			context.AfterFunc(rctx, func() { s.want(cluster, -1) })
+			stop := context.AfterFunc(t.ctx, cancel)
+			context.AfterFunc(rctx, func() {
+				stop()
+				s.want(cluster, -1)
+			})
 			return t.lease, rctx, nil
 		}
 		select {
@@ -162,8 +165,12 @@ func (s *Sharer) share(ctx context.Context, joining bool) {
 	// this replica has stopped reading before the database lets another
 	// take over (the election's margin, plus the round's wait).
 	s.until = asked.Add(s.ttl - 2*s.renew)
+	kept := make(map[store.ClusterLease]bool, len(renewed))
+	for _, l := range renewed {
+		kept[l] = true
+	}
 	for name, t := range s.held {
-		if !slices.Contains(renewed, t.lease) {
+		if !kept[t.lease] {
 			s.log.Warn("the lease on a registered cluster was lost: another replica reads it", "cluster", name, "epoch", t.lease.Epoch)
 			s.drop(name)
 		}

@@ -49,13 +49,6 @@ func encodeQueued(q outbox.Queued) []byte {
 	return w.b
 }
 
-// blindCluster is the cluster a blind mail's key names: its record need
-// not say it again (and stays one earlier releases read).
-func blindCluster(key string) string {
-	k, _ := rollout.ParseMailKey(key)
-	return k.Cluster
-}
-
 // decodeQueued reads an outbox or dead-letter record under its sequence.
 func decodeQueued(k, v []byte) (outbox.Queued, error) {
 	var q outbox.Queued
@@ -86,7 +79,7 @@ func decodeQueued(k, v []byte) (outbox.Queued, error) {
 			m.View = r.view(ver)
 		}
 		if r.bool() {
-			m.Blind = &rollout.Blind{Cluster: blindCluster(m.Key), Since: r.time(), Layers: int(r.uvarint()), Warning: r.string()}
+			m.Blind = &rollout.Blind{Since: r.time(), Layers: int(r.uvarint()), Warning: r.string()}
 		}
 		q.Enqueued, q.Attempts, q.NextAttempt = r.time(), int(r.uvarint()), r.time()
 		if qver >= 2 {
@@ -200,7 +193,7 @@ func (j *queuedJSON) queued() outbox.Queued {
 		Enqueued: j.Enqueued, Delivery: outbox.Delivery{Attempts: j.Attempts, NextAttempt: j.NextAttempt, LastError: j.LastError},
 	}
 	if s := m.Blind; s != nil {
-		q.Mail.Blind = &rollout.Blind{Cluster: blindCluster(m.Key), Since: s.Since, Layers: s.Layers, Warning: s.Warning}
+		q.Mail.Blind = &rollout.Blind{Since: s.Since, Layers: s.Layers, Warning: s.Warning}
 	}
 	if q.Mail.Kind == "silence" {
 		q.Mail.Kind = rollout.MailBlind

@@ -990,9 +990,13 @@ func (c *Coordination) RenewClusters(ctx context.Context, ls []ClusterLease, ttl
 	if err != nil {
 		return nil, err
 	}
+	kept := make(map[string]bool, len(renewed))
+	for _, name := range renewed {
+		kept[name] = true
+	}
 	var out []ClusterLease
 	for _, l := range ls {
-		if slices.Contains(renewed, clusterLeaseName(l.Cluster)) {
+		if kept[clusterLeaseName(l.Cluster)] {
 			out = append(out, l)
 		}
 	}
