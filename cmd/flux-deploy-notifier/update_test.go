@@ -12,15 +12,16 @@ import (
 
 // releases are the releases a rolling update may come from, by their
 // commits: 90c51c0, the first whose leader keeps the inbox for its
-// followers' engines, 590ca9a, 481a5ac, and d2b484a, the one before this. Add each release
-// as it lands; drop one only with what this release stops doing for it
-// (8ec1646 went when this release's leader stopped writing the views its
-// followers read).
+// followers' engines, 590ca9a, 481a5ac, d2b484a, and 3da89f3, the one
+// before this. Add each release as it lands; drop one only with what
+// this release stops doing for it (8ec1646 went when this release's leader
+// stopped writing the views its followers read).
 var releases = []string{
 	"90c51c09bf23be26567663394ec44a39e1a38a93",
 	"590ca9a8f756aa7af5e7c2dc100ac3fc5a01df7e",
 	"481a5ac7f5df08f05062707e0a4b6c8ce712166e",
 	"d2b484a3836067acb61c13c2fe88ea0f53cc0b26",
+	"3da89f3a30411d53b065a935ef62592d4e238842",
 }
 
 // buildRelease builds the service of an earlier commit of this
