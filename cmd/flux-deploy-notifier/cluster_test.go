@@ -23,6 +23,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
 // TestServeReadsTheClusterWithLeastPrivilege: serve with a user bound to
@@ -172,7 +173,8 @@ func bind(t testing.TB, c *clustertest.Cluster, user string) {
 // may read nothing, are each named on /readyz, which stays ready, without
 // the Secrets' contents. Its verdict links the commit in the repository
 // its own source names (the hub's source of that name names another). Its
-// blindness is its own. (Secrets added, rotated and removed:
+// blindness is its own, and the last event kept of a cluster no longer
+// registered is deleted. (Secrets added, rotated and removed:
 // internal/clusters' test.)
 func TestServeReadsRegisteredClusters(t *testing.T) {
 	hubCluster, remote := clustertest.Start(t), clustertest.Start(t)
@@ -203,8 +205,33 @@ func TestServeReadsRegisteredClusters(t *testing.T) {
 	}
 	hook := cloudeventtest.New([]byte("hook-key"), time.Now)
 	defer hook.Close()
+	// A cluster whose Secret went while the service was down left its last
+	// event, deleted once the registry has read every Secret; prod-eu's
+	// stays. Checked once the service has stopped (cleanups run last
+	// first).
+	dataDir := t.TempDir()
+	db, err := store.Open(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetLastEvents(map[string]time.Time{"decommissioned": now, "prod-eu": now}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	t.Cleanup(func() {
+		db, err := store.Open(dataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		for cluster, kept := range map[string]bool{"decommissioned": false, "prod-eu": true} {
+			if at, err := db.LastEvent(cluster); err != nil || at.IsZero() == kept {
+				t.Errorf("%s's last event %v (%v), want kept %v", cluster, at, err, kept)
+			}
+		}
+	})
 	url := startServe(t, map[string]string{"POD_NAMESPACE": "fdn-hub"}, "--insecure-no-auth", "--listen", "127.0.0.1:0",
-		"--data-dir", t.TempDir(), "--kubeconfig", hubCluster.Kubeconfig, "--default-cluster", "hub", "--blind-after", "5s",
+		"--data-dir", dataDir, "--kubeconfig", hubCluster.Kubeconfig, "--default-cluster", "hub", "--blind-after", "5s",
 		"--webhook-url", hook.URL, "--webhook-secret-file", secretFiles(t)("hook", "hook-key"))
 	verdict := func() (v struct {
 		Verdict      string `json:"verdict"`

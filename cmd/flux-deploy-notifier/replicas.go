@@ -67,8 +67,32 @@ func (s *service) lead(e *engine.Engine) []func(context.Context) {
 	if s.watchdog != nil {
 		s.watchdog.Begin()
 		loops = append(loops, s.watchdog.Run)
+		if s.registered != nil {
+			loops = append(loops, s.pruneLastEvents)
+		}
 	}
 	return loops
+}
+
+// pruneLastEvents deletes the last events kept of clusters no longer
+// registered: once the registry has read every Secret (a cluster whose
+// Secret went while the service was down), then hourly.
+func (s *service) pruneLastEvents(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.registered.Synced():
+	}
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		s.watchdog.Prune(s.registered.Registered)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // loginAttempts counts the login form's wrong tokens in PostgreSQL, where

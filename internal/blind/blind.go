@@ -29,6 +29,7 @@ type Store interface {
 	Enqueue(mails []rollout.Mail, at time.Time) error
 	LastEvent(cluster string) (time.Time, error)
 	SetLastEvents(at map[string]time.Time) error
+	PruneLastEvents(keep func(cluster string) bool) (int, error)
 }
 
 // Watchdog watches the pipe from the notification-controller of every
@@ -168,6 +169,26 @@ func (w *Watchdog) Forget(cluster string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.pipes.Store(w.pipes.Load().with(cluster, nil))
+}
+
+// Prune deletes the last events kept of the clusters registered says are
+// no longer registered, those whose Secrets went while the service ran or
+// not, so that the store holds the clusters registered, not all those
+// ever registered. It must be asked only once registered knows every
+// Secret: until then a cluster it does not know yet would lose its last
+// event, and a silence spanning the restart would be mailed again.
+func (w *Watchdog) Prune(registered func(cluster string) bool) {
+	w.checkMu.Lock() // not while an event's time is recorded
+	defer w.checkMu.Unlock()
+	n, err := w.store.PruneLastEvents(func(cluster string) bool {
+		return registered(cluster) || w.pipes.Load().byName[cluster] != nil
+	})
+	switch {
+	case err != nil:
+		w.log.Error("delete the last Flux events of clusters no longer registered", "err", err)
+	case n > 0:
+		w.log.Info("deleted the last Flux events of clusters no longer registered", "clusters", n)
+	}
 }
 
 // sorted are the pipes, the service's own first, then by name.

@@ -167,7 +167,7 @@ func TestSilenceAcrossRestarts(t *testing.T) {
 // with the service's own), its gauge labelled with it; a cluster its
 // reader cannot read, or known by events alone, is never called blind;
 // one forgotten stops being watched; each cluster's last event is kept
-// apart across a restart.
+// apart across a restart, and deleted once its Secret is gone (Prune).
 func TestEachClusterItsOwnPipe(t *testing.T) {
 	db, err := store.Open(t.TempDir())
 	if err != nil {
@@ -284,5 +284,18 @@ func TestEachClusterItsOwnPipe(t *testing.T) {
 	}
 	if got, err := db.LastEvent("events-only"); err != nil || !got.IsZero() {
 		t.Fatalf("a cluster not watched recorded: %v (%v)", got, err)
+	}
+
+	// A cluster whose Secret went while the service was down left its
+	// last event: pruned once the registry knows every Secret, while the
+	// clusters registered or watched keep theirs.
+	if err := db.SetLastEvents(map[string]time.Time{"gone": c.Now(), "registered": c.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	w.Prune(func(cluster string) bool { return cluster == "registered" })
+	for cluster, kept := range map[string]bool{"gone": false, "registered": true, "edge": true, "": true} {
+		if got, err := db.LastEvent(cluster); err != nil || got.IsZero() == kept {
+			t.Fatalf("after the prune, %q's last event %v (%v), want kept %v", cluster, got, err, kept)
+		}
 	}
 }

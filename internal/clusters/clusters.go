@@ -73,6 +73,7 @@ type Registry struct {
 
 	changed chan struct{}      // a Secret came, changed or went
 	running map[string]*runner // by cluster name; Run's alone
+	synced  chan struct{}      // closed once every Secret was read
 
 	mu     sync.Mutex // guards states, which readers of /readyz ask for
 	states []State    // by Secret, as last reconciled
@@ -91,7 +92,20 @@ type runner struct {
 // cluster the service runs in ("" when it reads none). Run starts it.
 func New(dyn dynamic.Interface, ns, local string, run RunFunc, log *slog.Logger) *Registry {
 	return &Registry{dyn: dyn, ns: ns, local: local, run: run, log: log,
-		changed: make(chan struct{}, 1), running: map[string]*runner{}}
+		changed: make(chan struct{}, 1), running: map[string]*runner{}, synced: make(chan struct{})}
+}
+
+// Synced is closed once the registry has read every Secret there was
+// when it started: from then on, a name it does not know is registered
+// nowhere.
+func (r *Registry) Synced() <-chan struct{} { return r.synced }
+
+// Registered says whether a Secret registers cluster, read or not (a
+// kubeconfig that does not parse may be mended).
+func (r *Registry) Registered(cluster string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.states, func(s State) bool { return s.Name == cluster })
 }
 
 // Run watches the Secrets until ctx ends, then stops every reader and
@@ -122,8 +136,11 @@ func (r *Registry) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return nil // ctx ended
 	}
-	for {
+	for first := true; ; first = false {
 		r.reconcile(ctx, inf.GetStore().List())
+		if first {
+			close(r.synced)
+		}
 		select {
 		case <-ctx.Done():
 			return nil

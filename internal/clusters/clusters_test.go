@@ -173,6 +173,11 @@ func TestRegisteredClusters(t *testing.T) {
 	h, done := startHub(t, ctx, hubCluster, "fdn")
 	remoteConfig := readFile(t, remote.Kubeconfig)
 	label := func(name string) map[string]string { return map[string]string{clusters.ClusterLabel: name} }
+	select {
+	case <-h.reg.Synced(): // an empty namespace read
+	case <-time.After(30 * time.Second):
+		t.Fatal("the registry never synced")
+	}
 
 	h.put("fdn", "prod", map[string]string{clusters.ClusterLabel: "prod", clusters.EnvironmentLabel: "production"}, nil,
 		map[string]string{"value": remoteConfig})
@@ -216,6 +221,12 @@ func TestRegisteredClusters(t *testing.T) {
 	if i := slices.IndexFunc(h.reg.States(), func(s clusters.State) bool { return s.Secret == "elsewhere/dev" }); i >= 0 {
 		t.Error("a Secret of another namespace was read")
 	}
+	// A refused Secret still registers its name (it may be mended).
+	for name, want := range map[string]bool{"prod": true, "staging": true, "qa": true, "dev": false, "gone": false} {
+		if got := h.reg.Registered(name); got != want {
+			t.Errorf("Registered(%q) = %v, want %v", name, got, want)
+		}
+	}
 
 	// The first Secret of prod deleted: prod is read through the second.
 	h.remove("fdn", "prod")
@@ -226,6 +237,9 @@ func TestRegisteredClusters(t *testing.T) {
 	}
 	h.remove("fdn", "prod-2")
 	h.expect("stop", "prod", "fdn/prod-2")
+	if h.reg.Registered("prod") {
+		t.Error("prod still registered once both its Secrets went")
+	}
 
 	cancel()
 	h.expect("stop", "staging", "fdn/staging")

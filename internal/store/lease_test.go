@@ -321,4 +321,20 @@ func TestClusterLeases(t *testing.T) {
 	if sh, err := b.Share(ctx, "b", time.Minute); err != nil || !slices.Equal(sh.Replicas, []string{"b"}) {
 		t.Fatalf("after a left: %+v (%v), want b alone", sh.Replicas, err)
 	}
+
+	// A lease nobody held for an hour (its cluster's Secret removed) is
+	// deleted by the next Share; one expired for less stays.
+	if _, _, err := b.TakeCluster(ctx, "removed", "b", -2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.TakeCluster(ctx, "resting", "b", -30*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Share(ctx, "b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sh, err = b.Share(ctx, "b", time.Minute)
+	if _, kept := sh.Leases["removed"]; err != nil || kept || sh.Leases["resting"].Epoch != 1 || len(sh.Leases) != 3 {
+		t.Fatalf("leases %+v (%v), want prod-eu, qa and resting: removed's deleted", sh.Leases, err)
+	}
 }

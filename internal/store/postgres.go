@@ -903,11 +903,18 @@ func (c *Coordination) Share(ctx context.Context, replica string, ttl time.Durat
 	ctx, cancel := context.WithTimeout(ctx, c.p.timeout)
 	defer cancel()
 	// Rows of replicas gone for an hour are deleted: a Deployment's pods
-	// are named anew at every start.
+	// are named anew at every start. So are the leases nobody held for an
+	// hour, those of clusters no longer registered (a registered one's is
+	// renewed every few seconds): the rows are bounded by the clusters
+	// registered, not by those ever registered. A lease taken again
+	// begins at epoch 1, safe because the holder is part of the fence and
+	// unique to a process (replica.Identity), whose reader under the old
+	// lease stopped an hour before.
 	rows, err := c.p.pool.Query(ctx, `WITH m AS (INSERT INTO fdn_leader AS l (name, holder, epoch, expires)
 			VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
 			ON CONFLICT (name) DO UPDATE SET expires = excluded.expires, holder = excluded.holder),
-		gone AS (DELETE FROM fdn_leader WHERE name LIKE 'replica/%' AND name <> $1 AND expires < now() - interval '1 hour')
+		gone AS (DELETE FROM fdn_leader WHERE (name LIKE 'replica/%' OR name LIKE 'cluster/%') AND name <> $1
+			AND expires < now() - interval '1 hour')
 		SELECT name, holder, epoch, expires > now() FROM fdn_leader
 		WHERE (name LIKE 'cluster/%' OR name LIKE 'replica/%') AND name <> $1
 		UNION ALL SELECT $1, $2, 1, true`, memberName(replica), replica, ttl.Milliseconds())

@@ -288,6 +288,34 @@ func (d *DB) SetLastEvents(at map[string]time.Time) error {
 	})
 }
 
+// PruneLastEvents deletes the last events recorded of the clusters keep
+// says are no longer registered (their Secrets removed, while the service
+// ran or not), and says how many went: what is kept is bounded by the
+// clusters registered, not by those ever registered. The service's own
+// stays.
+func (d *DB) PruneLastEvents(keep func(cluster string) bool) (int, error) {
+	prefix := append(bytes.Clone(keyLastEvent), '/')
+	n := 0
+	err := d.kv.update(func(tx txn) error {
+		b := tx.Bucket(bucketMeta)
+		var gone [][]byte
+		c := b.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			if !keep(string(k[len(prefix):])) {
+				gone = append(gone, bytes.Clone(k))
+			}
+		}
+		for _, k := range gone {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(gone)
+		return nil
+	})
+	return n, err
+}
+
 // lastEventKey is where cluster's last event is kept: the service's own
 // ("") under keyLastEvent, as earlier releases read it.
 func lastEventKey(cluster string) []byte {

@@ -714,6 +714,27 @@ func testForgeHeadsAndLastEvent(t *testing.T, open Opener) {
 	if last, err := d.LastEvent("prod"); err != nil || !last.IsZero() {
 		t.Fatalf("a cluster never heard from: last event %v (%v)", last, err)
 	}
+
+	// staging's Secret goes, prod's stays: staging's last event goes too,
+	// the service's own stays whatever keep says.
+	if err := d.SetLastEvents(map[string]time.Time{"prod": stagingAt, "prod-eu": stagingAt}); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	n, err := d.PruneLastEvents(func(cluster string) bool {
+		asked = append(asked, cluster)
+		return strings.HasPrefix(cluster, "prod")
+	})
+	if err != nil || n != 1 || !slices.Equal(asked, []string{"prod", "prod-eu", "staging"}) {
+		t.Fatalf("pruned %d (%v), asked of %q: want staging alone pruned, of prod, prod-eu and staging", n, err, asked)
+	}
+	d.Close()
+	d = open(t)
+	for cluster, want := range map[string]time.Time{"": eventAt, "staging": {}, "prod": stagingAt, "prod-eu": stagingAt} {
+		if last, err := d.LastEvent(cluster); err != nil || !last.Equal(want) {
+			t.Fatalf("after the prune, %q's last event %v (%v), want %v", cluster, last, err, want)
+		}
+	}
 }
 
 // testFailedCommitWritesNothing: a transaction that fails after writing a
