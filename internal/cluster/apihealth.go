@@ -59,8 +59,9 @@ func (h *apiHealth) warning() string {
 		since.UTC().Format(time.RFC3339), n, last)
 }
 
-// NewForConfig is New with a client for cfg whose every request is
-// watched: Warning then says when the API server cannot be read.
+// NewForConfig returns a reader of the cluster cfg reaches (Run starts
+// it), whose every request is watched: Warning then says when the API
+// server cannot be read.
 func NewForConfig(cfg *rest.Config, sub Submitter, c Config, log *slog.Logger, now func() time.Time) (*Reader, error) {
 	cfg = rest.CopyConfig(cfg)
 	health := &apiHealth{log: log, now: now}
@@ -68,11 +69,20 @@ func NewForConfig(cfg *rest.Config, sub Submitter, c Config, log *slog.Logger, n
 		health.next = rt
 		return health
 	})
-	dc, err := dynamic.NewForConfig(cfg)
+	// One HTTP client, so one connection, for all its clients.
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cluster client: %w", err)
 	}
-	r := New(dc, sub, c, log, now)
+	dc, err := dynamic.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster client: %w", err)
+	}
+	lc, err := newLayerClient(cfg, hc, layerCodec{failed: layerFailed(log)})
+	if err != nil {
+		return nil, fmt.Errorf("cluster client: %w", err)
+	}
+	r := newReader(dc, lc, sub, c, log, now)
 	r.health = health
 	return r, nil
 }

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/dynamic"
-
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -31,10 +29,6 @@ func (c *counting) SubmitAll(_ context.Context, obs []rollout.Observation) error
 func BenchmarkReaderHeap(b *testing.B) {
 	const layers, sources, objects = 1000, 10, 100
 	c := clustertest.Start(b)
-	dc, err := dynamic.NewForConfig(c.Config)
-	if err != nil {
-		b.Fatal(err)
-	}
 	ctx := context.Background()
 	const ns = "fleet"
 	w := c.NewWorld(b, ns, time.Now().UTC().Truncate(time.Second))
@@ -56,7 +50,10 @@ func BenchmarkReaderHeap(b *testing.B) {
 	for b.Loop() {
 		before := cluster.LiveHeap()
 		sub := &counting{}
-		r := cluster.New(dc, sub, cluster.Config{Cluster: "prod", Namespaces: []string{ns}}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+		r, err := cluster.NewForConfig(c.Config, sub, cluster.Config{Cluster: "prod", Namespaces: []string{ns}}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+		if err != nil {
+			b.Fatal(err)
+		}
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- r.Run(runCtx) }()

@@ -57,6 +57,7 @@ type Config struct {
 // apply.
 type Reader struct {
 	dyn    dynamic.Interface
+	layerC *layerClient // Kustomizations', decoded slim (wire.go)
 	sub    Submitter
 	cfg    Config
 	log    *slog.Logger
@@ -120,15 +121,15 @@ func indexByOwner(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// New returns a reader; Run starts it.
-func New(dyn dynamic.Interface, sub Submitter, cfg Config, log *slog.Logger, now func() time.Time) *Reader {
+// newReader returns a reader; Run starts it.
+func newReader(dyn dynamic.Interface, layerC *layerClient, sub Submitter, cfg Config, log *slog.Logger, now func() time.Time) *Reader {
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = 2 * time.Minute
 	}
 	if cfg.AccessEvery <= 0 {
 		cfg.AccessEvery = 30 * time.Second
 	}
-	return &Reader{dyn: dyn, sub: sub, cfg: cfg, log: log, now: now,
+	return &Reader{dyn: dyn, layerC: layerC, sub: sub, cfg: cfg, log: log, now: now,
 		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*kustomizev1.Kustomization{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
 			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "cluster-reader"})}
@@ -287,20 +288,16 @@ func (r *Reader) Run(ctx context.Context) error {
 	var synced []cache.InformerSynced
 	for _, ns := range namespaces {
 		f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, ns, nil)
-		layerF := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, ns, func(o *metav1.ListOptions) {
-			o.LabelSelector = r.cfg.LayerSelector
-		})
-		kustomizations := flux.Kustomizations()
-		ki := layerF.ForResource(kustomizations)
-		if err := ki.Informer().AddIndexers(cache.Indexers{sourceIndex: indexBySource}); err != nil {
-			return fmt.Errorf("index Kustomizations by source: %w", err)
-		}
-		r.watch(ki.Informer(), flux.KindKustomization)
+		ki := cache.NewSharedIndexInformerWithOptions(r.layerC.listWatch(ns, r.cfg.LayerSelector),
+			&kustomizev1.Kustomization{}, cache.SharedIndexInformerOptions{
+				Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, sourceIndex: indexBySource}})
+		r.watch(ki, flux.KindKustomization)
 		// Not the dynamic listers, which assert unstructured objects: the
 		// caches hold Flux's types.
-		r.layers = append(r.layers, cache.NewGenericLister(ki.Informer().GetIndexer(), kustomizations.GroupResource()))
-		r.bySource = append(r.bySource, ki.Informer().GetIndexer())
-		synced = append(synced, ki.Informer().HasSynced)
+		r.layers = append(r.layers, cache.NewGenericLister(ki.GetIndexer(), flux.Kustomizations().GroupResource()))
+		r.bySource = append(r.bySource, ki.GetIndexer())
+		synced = append(synced, ki.HasSynced)
+		go ki.RunWithContext(ctx)
 		for _, sk := range flux.SourceKinds() {
 			if r.served != nil && !r.served[sk.Kind] {
 				continue // an informer on a kind not served would never sync
@@ -320,7 +317,6 @@ func (r *Reader) Run(ctx context.Context) error {
 			synced = append(synced, hi.Informer().HasSynced)
 		}
 		f.Start(ctx.Done())
-		layerF.Start(ctx.Done())
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, r.cfg.SyncTimeout)
 	ok := cache.WaitForCacheSync(syncCtx.Done(), synced...)
@@ -378,6 +374,9 @@ func (r *Reader) next(ctx context.Context) bool {
 // and queues every change.
 func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 	_ = inf.SetTransform(func(obj any) (any, error) {
+		if k, ok := obj.(*kustomizev1.Kustomization); ok {
+			return slimLayer(k), nil // decoded slim already (wire.go)
+		}
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
 			return obj, nil
@@ -385,8 +384,6 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 		var slim runtime.Object
 		var err error
 		switch k, _ := flux.KindOf(kind); k.Role {
-		case flux.Layer:
-			slim, err = slimLayer(u)
 		case flux.Release:
 			slim, err = slimRelease(u)
 		default:

@@ -61,11 +61,10 @@ func startReaderOn(t *testing.T, c *clustertest.Cluster, ns string, te cluster.S
 // startReaderWith is startReaderOn, giving the reader too.
 func startReaderWith(t *testing.T, c *clustertest.Cluster, ns string, te cluster.Submitter) (_ *cluster.Reader, stop func()) {
 	t.Helper()
-	dc, err := dynamic.NewForConfig(c.Config)
+	r, err := cluster.NewForConfig(c.Config, te, cluster.Config{Cluster: "prod", Namespaces: []string{ns}}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := cluster.New(dc, te, cluster.Config{Cluster: "prod", Namespaces: []string{ns}}, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
 	if err := r.CheckAccess(context.Background()); err != nil {
 		t.Fatal(err)
 	}

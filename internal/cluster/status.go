@@ -18,6 +18,7 @@ import (
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	"github.com/fluxcd/pkg/apis/meta"
 	sourcev1 "github.com/fluxcd/source-controller/api/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -29,42 +30,29 @@ import (
 // carries its status.inventory (an entry for every object it applied:
 // hundreds in a large layer), conditions nothing reads, and a spec of
 // patches and substitutions; cached whole, a fleet's Kustomizations
-// outweighed all its live rollouts (BenchmarkReaderHeap). Only the fields
-// kept are converted, so the inventory is never copied.
-func slimLayer(u *unstructured.Unstructured) (*kustomizev1.Kustomization, error) {
-	o := u.Object
-	spec, _ := o["spec"].(map[string]any)
-	status, _ := o["status"].(map[string]any)
-	st := pick(status, "lastAppliedRevision", "lastAttemptedRevision", "observedGeneration")
-	if conds, ok := status["conditions"].([]any); ok {
-		var kept []any
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == meta.ReadyCondition || m["type"] == meta.ReconcilingCondition {
-				kept = append(kept, m)
-			}
+// outweighed all its live rollouts (BenchmarkReaderHeap). Its inventory
+// and managed fields were never decoded (decodeLayer); the rest is left
+// here, in the informer's transform.
+func slimLayer(k *kustomizev1.Kustomization) *kustomizev1.Kustomization {
+	s := &kustomizev1.Kustomization{TypeMeta: k.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: k.Name, Namespace: k.Namespace, UID: k.UID, ResourceVersion: k.ResourceVersion, Generation: k.Generation}}
+	s.Spec.SourceRef, s.Spec.DependsOn, s.Spec.Suspend = k.Spec.SourceRef, k.Spec.DependsOn, k.Spec.Suspend
+	st := &k.Status
+	s.Status.LastAppliedRevision, s.Status.LastAttemptedRevision = st.LastAppliedRevision, st.LastAttemptedRevision
+	s.Status.ObservedGeneration = st.ObservedGeneration
+	for _, c := range st.Conditions {
+		if c.Type == meta.ReadyCondition || c.Type == meta.ReconcilingCondition {
+			s.Status.Conditions = append(s.Status.Conditions, c)
 		}
-		st["conditions"] = kept
 	}
-	if history, ok := status["history"].([]any); ok {
-		kept := make([]any, 0, len(history))
-		for _, h := range history {
-			m, _ := h.(map[string]any)
-			kept = append(kept, pick(m, "lastReconciledStatus", "firstReconciled", "lastReconciled", "metadata"))
+	if st.History != nil {
+		s.Status.History = make(meta.History, len(st.History))
+		for i, h := range st.History {
+			s.Status.History[i] = meta.Snapshot{LastReconciledStatus: h.LastReconciledStatus,
+				FirstReconciled: h.FirstReconciled, LastReconciled: h.LastReconciled, Metadata: h.Metadata}
 		}
-		st["history"] = kept
 	}
-	k := &kustomizev1.Kustomization{}
-	if err := fromSlim(u, map[string]any{"spec": pick(spec, "sourceRef", "dependsOn", "suspend")}, k); err != nil {
-		return k, err
-	}
-	// A status that does not convert leaves the layer without progress,
-	// not without its source: it stays expected, so its rollouts wait for
-	// it instead of turning applied without it.
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(st, &k.Status); err != nil {
-		k.Status = kustomizev1.KustomizationStatus{}
-		return k, err
-	}
-	return k, nil
+	return s
 }
 
 // slimRelease is a HelmRelease as cached: what ingest.ReleaseStatus,
