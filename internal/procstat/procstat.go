@@ -39,6 +39,28 @@ func Memory(pid int) (rss, peak, anon float64) {
 	return rss, peak, anon
 }
 
+// CPU is the CPU time process pid has used so far, user and system, in
+// seconds; zero when it cannot be read.
+func CPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command's name, in parentheses, may hold spaces: the fields
+	// are counted after it (utime and stime are the 14th and 15th).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return float64(utime+stime) / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux
+// whatever the kernel's own tick.
+const clockTicks = 100
+
 // Ticks is the machine's CPU time so far, in clock ticks: all of it, and
 // what the hypervisor stole. Zero where /proc/stat cannot be read.
 type Ticks struct{ Total, Steal int64 }

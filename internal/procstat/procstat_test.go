@@ -2,7 +2,9 @@ package procstat
 
 import (
 	"os"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestParse: the machine's ticks are the first eight figures of the cpu
@@ -58,5 +60,29 @@ func TestMemory(t *testing.T) {
 	}
 	if rss, peak, anon := Memory(-1); rss != 0 || peak != 0 || anon != 0 {
 		t.Fatalf("no such process: %.1f %.1f %.1f", rss, peak, anon)
+	}
+}
+
+// TestCPU: this process's CPU time agrees with getrusage's, and grows as
+// it computes; a process that does not exist has none.
+func TestCPU(t *testing.T) {
+	rusage := func() float64 {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	before := CPU(os.Getpid())
+	for deadline := time.Now().Add(10 * time.Second); CPU(os.Getpid()) < before+0.2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time stayed at %.2f s while computing for 10 s", CPU(os.Getpid()))
+		}
+	}
+	if got, want := CPU(os.Getpid()), rusage(); got < want-0.05 || got > want+0.05 {
+		t.Fatalf("CPU %.2f s, getrusage %.2f s", got, want)
+	}
+	if CPU(-1) != 0 {
+		t.Fatal("a process that does not exist used CPU time")
 	}
 }

@@ -147,6 +147,10 @@ func Start(t testing.TB) *Cluster {
 // outage or an upgrade of the control plane does.
 func (c *Cluster) StopAPIServer() { c.apiserver.Kill() }
 
+// APIServerPID is the kube-apiserver's process id (for the benchmarks'
+// accounting of its CPU time).
+func (c *Cluster) APIServerPID() int { return c.apiserver.cmd.Process.Pid }
+
 // StartAPIServer starts the kube-apiserver again, on the same port and
 // etcd, and waits until it is ready.
 func (c *Cluster) StartAPIServer(t testing.TB) {

@@ -95,17 +95,6 @@ type FleetLayer struct {
 // CreateFleetLayer creates l on the GitRepository l.Source. Safe to call
 // from several goroutines at once: it reports errors instead of failing.
 func (w *World) CreateFleetLayer(l FleetLayer) error {
-	at := w.now.Add(-time.Hour).Format(time.RFC3339)
-	entries := make([]any, l.Objects)
-	for i := range entries {
-		entries[i] = map[string]any{"id": fmt.Sprintf("%s_web-%d_apps_Deployment", l.Name, i), "v": "v1"}
-	}
-	history := make([]any, l.History)
-	for i := range history {
-		history[i] = map[string]any{"digest": fmt.Sprintf("sha256:%064d", i), "firstReconciled": at, "lastReconciled": at,
-			"lastReconciledDuration": "2.1s", "lastReconciledStatus": "ReconciliationSucceeded", "totalReconciliations": int64(3),
-			"metadata": map[string]any{"revision": l.Rev}}
-	}
 	spec := map[string]any{"interval": "10m", "path": "./" + l.Name, "prune": true, "wait": true,
 		"sourceRef": map[string]any{"kind": flux.KindGitRepository, "name": l.Source}}
 	if l.After != "" {
@@ -114,14 +103,106 @@ func (w *World) CreateFleetLayer(l FleetLayer) error {
 	return w.tryCreate(ksGVR, map[string]any{
 		"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": flux.KindKustomization,
 		"metadata": map[string]any{"name": l.Name}, "spec": spec,
-	}, map[string]any{
-		"observedGeneration": int64(0), "lastAppliedRevision": l.Rev, "lastAttemptedRevision": l.Rev, "lastHandledReconcileAt": at,
+	}, w.fleetStatus(l, w.now.Add(-time.Hour)))
+}
+
+// ApplyFleetLayer rewrites the status of l, created by CreateFleetLayer,
+// as kustomize-controller does once it has applied l.Rev at at: its
+// inventory, history and conditions whole. Safe to call from several
+// goroutines at once.
+func (w *World) ApplyFleetLayer(l FleetLayer, at time.Time) error {
+	ctx := context.Background()
+	k, err := w.dc.Resource(ksGVR).Namespace(w.ns).Get(ctx, l.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	k.Object["status"] = w.fleetStatus(l, at)
+	_, err = w.dc.Resource(ksGVR).Namespace(w.ns).UpdateStatus(ctx, k, metav1.UpdateOptions{})
+	return err
+}
+
+// fleetStatus is a fleet layer's status once it applied l.Rev at at.
+func (w *World) fleetStatus(l FleetLayer, at time.Time) map[string]any {
+	ts := at.UTC().Format(time.RFC3339)
+	entries := make([]any, l.Objects)
+	for i := range entries {
+		entries[i] = map[string]any{"id": fmt.Sprintf("%s_web-%d_apps_Deployment", l.Name, i), "v": "v1"}
+	}
+	history := make([]any, l.History)
+	for i := range history {
+		history[i] = map[string]any{"digest": fmt.Sprintf("sha256:%064d", i), "firstReconciled": ts, "lastReconciled": ts,
+			"lastReconciledDuration": "2.1s", "lastReconciledStatus": "ReconciliationSucceeded", "totalReconciliations": int64(3),
+			"metadata": map[string]any{"revision": l.Rev}}
+	}
+	return map[string]any{
+		"observedGeneration": int64(0), "lastAppliedRevision": l.Rev, "lastAttemptedRevision": l.Rev, "lastHandledReconcileAt": ts,
 		"conditions": []any{
-			map[string]any{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded", "message": "Applied revision: " + l.Rev, "lastTransitionTime": at},
-			map[string]any{"type": "Healthy", "status": "True", "reason": "Succeeded", "message": "Health check passed in 2.1s", "lastTransitionTime": at},
+			map[string]any{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded", "message": "Applied revision: " + l.Rev, "lastTransitionTime": ts},
+			map[string]any{"type": "Healthy", "status": "True", "reason": "Succeeded", "message": "Health check passed in 2.1s", "lastTransitionTime": ts},
 		},
 		"history": history, "inventory": map[string]any{"entries": entries},
+	}
+}
+
+// FleetRelease is a HelmRelease a fleet layer applied, as helm-controller
+// leaves it once its chart's version is deployed: Ready and Released, a
+// history of three releases, values in its spec.
+type FleetRelease struct {
+	Name, Layer, Version string
+}
+
+// CreateFleetRelease creates r. Safe to call from several goroutines at
+// once: it reports errors instead of failing.
+func (w *World) CreateFleetRelease(r FleetRelease) error {
+	at := w.now.Add(-time.Hour).Format(time.RFC3339)
+	cond := func(typ, reason, msg string) map[string]any {
+		return map[string]any{"type": typ, "status": "True", "reason": reason, "message": msg, "lastTransitionTime": at}
+	}
+	history := make([]any, 3)
+	for i := range history {
+		history[i] = map[string]any{"name": r.Name, "namespace": w.ns, "version": int64(3 - i), "status": "deployed", "chartName": "web",
+			"chartVersion": r.Version, "appVersion": r.Version, "configDigest": "sha256:" + strings.Repeat("ab", 32),
+			"digest": "sha256:" + strings.Repeat("cd", 32), "firstDeployed": at, "lastDeployed": at}
+	}
+	values := map[string]any{"replicaCount": int64(3), "image": map[string]any{"repository": "ghcr.io/acme/web", "tag": "v1.4.2"},
+		"resources": map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "128Mi"}, "limits": map[string]any{"memory": "256Mi"}},
+		"ingress":   map[string]any{"enabled": true, "hosts": []any{map[string]any{"host": r.Name + ".example.com", "paths": []any{"/"}}}}}
+	return w.tryCreate(resource(flux.KindHelmRelease), map[string]any{
+		"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": flux.KindHelmRelease,
+		"metadata": map[string]any{"name": r.Name, "labels": map[string]any{
+			flux.OwnerNameLabel: r.Layer, flux.OwnerNamespaceLabel: w.ns}},
+		"spec": map[string]any{"interval": "10m", "releaseName": r.Name, "values": values,
+			"chart": map[string]any{"spec": map[string]any{"chart": "web", "version": r.Version,
+				"sourceRef": map[string]any{"kind": "HelmRepository", "name": "charts"}}}},
+	}, map[string]any{
+		"observedGeneration": int64(0), "lastAttemptedGeneration": int64(1), "lastAttemptedRevision": r.Version,
+		"lastAttemptedReleaseAction": "upgrade", "lastAttemptedConfigDigest": "sha256:" + strings.Repeat("ab", 32),
+		"storageNamespace": w.ns, "helmChart": w.ns + "/" + w.ns + "-" + r.Name, "history": history,
+		"conditions": []any{
+			cond("Ready", "UpgradeSucceeded", "Helm upgrade succeeded for release "+w.ns+"/"+r.Name+".v3 with chart web@"+r.Version),
+			cond("Released", "UpgradeSucceeded", "Helm upgrade succeeded for release "+w.ns+"/"+r.Name+".v3 with chart web@"+r.Version),
+		},
 	})
+}
+
+// SetArtifact gives GitRepository name a new artifact, of revision, as
+// source-controller does when it fetches a commit.
+func (w *World) SetArtifact(name, revision string, at time.Time) {
+	w.t.Helper()
+	ctx := context.Background()
+	g, err := w.dc.Resource(gitGVR).Namespace(w.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(g.Object, revision, "status", "artifact", "revision"); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(g.Object, at.UTC().Format(time.RFC3339), "status", "artifact", "lastUpdateTime"); err != nil {
+		w.t.Fatal(err)
+	}
+	if _, err := w.dc.Resource(gitGVR).Namespace(w.ns).UpdateStatus(ctx, g, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 // Source creates a GitRepository whose current artifact is revision.
