@@ -23,7 +23,7 @@ func TestLayerCodec(t *testing.T) {
 	u := kustomization("apps", 40, "True", flux.ReasonReconciliationSucceeded, "Applied revision: main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1", false)
 	u.SetAnnotations(map[string]string{"k8s.io/initial-events-end": "true"})
 	u.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kustomize-controller", Operation: metav1.ManagedFieldsOperationApply,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}})
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)}})
 	data, err := u.MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
