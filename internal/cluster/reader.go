@@ -21,8 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -287,36 +288,27 @@ func (r *Reader) Run(ctx context.Context) error {
 	}
 	var synced []cache.InformerSynced
 	for _, ns := range namespaces {
-		f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(r.dyn, 0, ns, nil)
-		ki := cache.NewSharedIndexInformerWithOptions(r.layerC.listWatch(ns, r.cfg.LayerSelector),
-			&kustomizev1.Kustomization{}, cache.SharedIndexInformerOptions{
-				Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc, sourceIndex: indexBySource}})
-		r.watch(ki, flux.KindKustomization)
+		layers, ok := r.inform(ctx, r.layerC.listWatch(ns, r.cfg.LayerSelector), &kustomizev1.Kustomization{},
+			flux.KindKustomization, cache.Indexers{sourceIndex: indexBySource})
 		// Not the dynamic listers, which assert unstructured objects: the
 		// caches hold Flux's types.
-		r.layers = append(r.layers, cache.NewGenericLister(ki.GetIndexer(), flux.Kustomizations().GroupResource()))
-		r.bySource = append(r.bySource, ki.GetIndexer())
-		synced = append(synced, ki.HasSynced)
-		go ki.RunWithContext(ctx)
+		r.layers = append(r.layers, cache.NewGenericLister(layers, flux.Kustomizations().GroupResource()))
+		r.bySource = append(r.bySource, layers)
+		synced = append(synced, ok)
 		for _, sk := range flux.SourceKinds() {
 			if r.served != nil && !r.served[sk.Kind] {
 				continue // an informer on a kind not served would never sync
 			}
-			si := f.ForResource(sk.Resource)
-			r.watch(si.Informer(), sk.Kind)
-			r.srcs[sk.Kind] = append(r.srcs[sk.Kind], cache.NewGenericLister(si.Informer().GetIndexer(), sk.Resource.GroupResource()))
-			synced = append(synced, si.Informer().HasSynced)
+			srcs, ok := r.inform(ctx, r.dynamicListWatch(sk.Resource, ns), &unstructured.Unstructured{}, sk.Kind, cache.Indexers{})
+			r.srcs[sk.Kind] = append(r.srcs[sk.Kind], cache.NewGenericLister(srcs, sk.Resource.GroupResource()))
+			synced = append(synced, ok)
 		}
 		if r.readReleases {
-			hi := f.ForResource(flux.HelmReleases())
-			if err := hi.Informer().AddIndexers(cache.Indexers{ownerIndex: indexByOwner}); err != nil {
-				return fmt.Errorf("index HelmReleases by owner: %w", err)
-			}
-			r.watch(hi.Informer(), flux.KindHelmRelease)
-			r.releases = append(r.releases, hi.Informer().GetIndexer())
-			synced = append(synced, hi.Informer().HasSynced)
+			releases, ok := r.inform(ctx, r.dynamicListWatch(flux.HelmReleases(), ns), &unstructured.Unstructured{},
+				flux.KindHelmRelease, cache.Indexers{ownerIndex: indexByOwner})
+			r.releases = append(r.releases, releases)
+			synced = append(synced, ok)
 		}
-		f.Start(ctx.Done())
 	}
 	syncCtx, cancel := context.WithTimeout(ctx, r.cfg.SyncTimeout)
 	ok := cache.WaitForCacheSync(syncCtx.Done(), synced...)
@@ -370,10 +362,41 @@ func (r *Reader) next(ctx context.Context) bool {
 	return true
 }
 
-// watch caches objects slimmed to what is read (slimLayer, slimSource)
-// and queues every change.
-func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
-	_ = inf.SetTransform(func(obj any) (any, error) {
+// inform caches the objects lw lists and watches, slimmed to what is read
+// (slimLayer, slimRelease, slimSource), indexed by namespace and by
+// indexers, and queues every change; it runs until ctx ends. Not a shared
+// informer: nothing shares it, and the handler, called as each change is
+// taken, needs no buffer of its own (a shared informer's listener keeps a
+// ring of 1,024 notifications and two goroutines for each handler, seven
+// a cluster: 46 MB of heap for a hub reading 500 clusters,
+// docs/performance.md).
+func (r *Reader) inform(ctx context.Context, lw cache.ListerWatcher, example runtime.Object, kind string, indexers cache.Indexers) (cache.Indexer, cache.InformerSynced) {
+	indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
+	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw, ObjectType: example, Indexers: indexers,
+		Transform: r.slim(kind), Handler: r.handler(kind),
+	})
+	go informer.RunWithContext(ctx)
+	return store.(cache.Indexer), informer.HasSynced
+}
+
+// dynamicListWatch lists and watches resource in namespace ns (all when
+// "") through the dynamic client, as unstructured objects.
+func (r *Reader) dynamicListWatch(resource schema.GroupVersionResource, ns string) cache.ListerWatcher {
+	c := r.dyn.Resource(resource).Namespace(ns)
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			return c.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, opts)
+		},
+	}
+}
+
+// slim is the transform of kind's objects into what is cached.
+func (r *Reader) slim(kind string) cache.TransformFunc {
+	return func(obj any) (any, error) {
 		if k, ok := obj.(*kustomizev1.Kustomization); ok {
 			return slimLayer(k), nil // decoded slim already (wire.go)
 		}
@@ -390,18 +413,23 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 			slim, err = slimSource(kind, u)
 		}
 		if err != nil {
-			// Cached by name alone: a layer with no source, a source
-			// with no artifact, until the object changes.
+			// Cached by name alone: a release or a source with no
+			// status, until the object changes.
 			r.log.Error("read a Flux object", "err", err, "object", kind+"/"+u.GetNamespace()+"/"+u.GetName())
 		}
 		return slim, nil
-	})
+	}
+}
+
+// handler queues every change of kind's objects; a layer's status moving
+// is told at once (StatusMoved), a layer deleted kept until looked at.
+func (r *Reader) handler(kind string) cache.ResourceEventHandler {
 	enqueue := func(obj any) {
 		if o, ok := obj.(metav1.Object); ok {
 			r.queue.Add(objectKey{kind, o.GetNamespace(), o.GetName()})
 		}
 	}
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	return cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue,
 		UpdateFunc: func(old, obj any) {
 			if kind == flux.KindKustomization && r.cfg.StatusMoved != nil && statusChanged(old, obj) {
@@ -424,7 +452,7 @@ func (r *Reader) watch(inf cache.SharedIndexInformer, kind string) {
 				r.queue.Add(key)
 			}
 		},
-	})
+	}
 }
 
 func statusChanged(old, obj any) bool {
