@@ -23,7 +23,6 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -257,21 +256,7 @@ type server struct {
 }
 
 // cpu is the CPU time the server has used so far, from /proc.
-func (s *server) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses: utime and
-	// stime are the 12th and 13th of them, in clock ticks (100 per second).
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
-}
+func (s *server) cpu() time.Duration { return procstat.CPU(s.pid) }
 
 // spawn starts this program as a server of the given kind; stop ends it
 // (by its PID, the only process it ever kills).

@@ -291,7 +291,7 @@ func benchRegistered(b *testing.B, n, replicas int) {
 		// Where the start's CPU time went: the replicas' own (the most
 		// of one), and the one API server's, which serves every cluster
 		// here on the same cores.
-		var hubCPU float64
+		var hubCPU time.Duration
 		for _, h := range hubs {
 			hubCPU = max(hubCPU, procstat.CPU(h.pid))
 		}
@@ -385,8 +385,8 @@ func benchRegistered(b *testing.B, n, replicas int) {
 			stop()
 		}
 		b.ReportMetric(allRead.Seconds(), "all-read-s")
-		b.ReportMetric(hubCPU, "replica-cpu-s")
-		b.ReportMetric(apiCPU, "apiserver-cpu-s")
+		b.ReportMetric(hubCPU.Seconds(), "replica-cpu-s")
+		b.ReportMetric(apiCPU.Seconds(), "apiserver-cpu-s")
 		b.ReportMetric(addedIn.Seconds(), "added-read-s")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "verdict-p99-ms")
 		b.ReportMetric(rss, "rss-MiB")

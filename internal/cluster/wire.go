@@ -68,11 +68,11 @@ func decodeLayer(data []byte) (*kustomizev1.Kustomization, error) {
 	var w wireLayer
 	err := json.Unmarshal(data, &w)
 	var te *json.UnmarshalTypeError
-	if err == nil || !errors.As(err, &te) {
-		if err != nil {
-			return nil, err
-		}
+	switch {
+	case err == nil:
 		return w.layer(), nil
+	case !errors.As(err, &te):
+		return nil, err
 	}
 	// Rare: find which part does not fit, each decoded alone.
 	k := w.layer()

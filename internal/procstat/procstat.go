@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Memory is process pid's resident set, its peak, and the part of it that
@@ -39,9 +40,9 @@ func Memory(pid int) (rss, peak, anon float64) {
 	return rss, peak, anon
 }
 
-// CPU is the CPU time process pid has used so far, user and system, in
-// seconds; zero when it cannot be read.
-func CPU(pid int) float64 {
+// CPU is the CPU time process pid has used so far, user and system; zero
+// when it cannot be read.
+func CPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
@@ -54,7 +55,7 @@ func CPU(pid int) float64 {
 	}
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return float64(utime+stime) / clockTicks
+	return time.Duration(utime+stime) * time.Second / clockTicks
 }
 
 // clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on Linux
