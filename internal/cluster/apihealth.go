@@ -78,11 +78,13 @@ func NewForConfig(cfg *rest.Config, sub Submitter, c Config, log *slog.Logger, n
 	if err != nil {
 		return nil, fmt.Errorf("cluster client: %w", err)
 	}
-	lc, err := newLayerClient(cfg, hc, layerCodec{failed: layerFailed(log)})
-	if err != nil {
-		return nil, fmt.Errorf("cluster client: %w", err)
+	var wire [2]*wireClient
+	for i, kind := range []wireKind{layerKind(), releaseKind()} {
+		if wire[i], err = newWireClient(cfg, hc, wireCodec{kind: kind, failed: misfitLogged(log, kind.kind)}); err != nil {
+			return nil, fmt.Errorf("cluster client: %w", err)
+		}
 	}
-	r := newReader(dc, lc, sub, c, log, now)
+	r := newReader(dc, wire[0], wire[1], sub, c, log, now)
 	r.health = health
 	return r, nil
 }

@@ -12,7 +12,7 @@ func LayerListWatch(cfg *rest.Config, ns string) (*cache.ListWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := newLayerClient(cfg, hc, layerCodec{})
+	c, err := newWireClient(cfg, hc, wireCodec{kind: layerKind()})
 	if err != nil {
 		return nil, err
 	}

@@ -57,13 +57,14 @@ type Config struct {
 // Reader watches Kustomizations, their sources and the HelmReleases they
 // apply.
 type Reader struct {
-	dyn    dynamic.Interface
-	layerC *layerClient // Kustomizations', decoded slim (wire.go)
-	sub    Submitter
-	cfg    Config
-	log    *slog.Logger
-	now    func() time.Time
-	synced atomic.Bool
+	dyn dynamic.Interface
+	// Kustomizations' and HelmReleases' clients, decoded slim (wire.go).
+	layerC, releaseC *wireClient
+	sub              Submitter
+	cfg              Config
+	log              *slog.Logger
+	now              func() time.Time
+	synced           atomic.Bool
 	// syncedIn is how long its caches took to sync, in nanoseconds, once
 	// they have.
 	syncedIn atomic.Int64
@@ -74,7 +75,7 @@ type Reader struct {
 	srcs     map[string][]cache.GenericLister // by kind
 	marked   map[string]string                // layer -> last membership mark stored, to send changes only
 	served   map[string]bool                  // source kinds this cluster serves (CheckAccess)
-	releases []cache.Indexer                  // HelmReleases, indexed by owner layer; none when not read
+	releases []cache.Indexer                  // HelmReleases (*release), indexed by owner layer; none when not read
 	// readReleases: CheckAccess found HelmReleases served and readable.
 	readReleases bool
 	// The objects to look at. A burst of changes to one object is looked at
@@ -114,23 +115,21 @@ func indexBySource(obj any) ([]string, error) {
 const ownerIndex = "owner"
 
 func indexByOwner(obj any) ([]string, error) {
-	if hr, ok := obj.(*helmv2.HelmRelease); ok {
-		if ns, name, ok := ingest.Owner(hr); ok {
-			return []string{ns + "/" + name}, nil
-		}
+	if r, ok := obj.(*release); ok && r.ownerNamespace != "" && r.ownerName != "" { // as ingest.Owner
+		return []string{r.ownerNamespace + "/" + r.ownerName}, nil
 	}
 	return nil, nil
 }
 
 // newReader returns a reader; Run starts it.
-func newReader(dyn dynamic.Interface, layerC *layerClient, sub Submitter, cfg Config, log *slog.Logger, now func() time.Time) *Reader {
+func newReader(dyn dynamic.Interface, layerC, releaseC *wireClient, sub Submitter, cfg Config, log *slog.Logger, now func() time.Time) *Reader {
 	if cfg.SyncTimeout <= 0 {
 		cfg.SyncTimeout = 2 * time.Minute
 	}
 	if cfg.AccessEvery <= 0 {
 		cfg.AccessEvery = 30 * time.Second
 	}
-	return &Reader{dyn: dyn, layerC: layerC, sub: sub, cfg: cfg, log: log, now: now,
+	return &Reader{dyn: dyn, layerC: layerC, releaseC: releaseC, sub: sub, cfg: cfg, log: log, now: now,
 		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*kustomizev1.Kustomization{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
 			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "cluster-reader"})}
@@ -304,7 +303,7 @@ func (r *Reader) Run(ctx context.Context) error {
 			synced = append(synced, ok)
 		}
 		if r.readReleases {
-			releases, ok := r.inform(ctx, r.dynamicListWatch(flux.HelmReleases(), ns), &unstructured.Unstructured{},
+			releases, ok := r.inform(ctx, r.releaseC.listWatch(ns, ""), &helmv2.HelmRelease{},
 				flux.KindHelmRelease, cache.Indexers{ownerIndex: indexByOwner})
 			r.releases = append(r.releases, releases)
 			synced = append(synced, ok)
@@ -397,27 +396,21 @@ func (r *Reader) dynamicListWatch(resource schema.GroupVersionResource, ns strin
 // slim is the transform of kind's objects into what is cached.
 func (r *Reader) slim(kind string) cache.TransformFunc {
 	return func(obj any) (any, error) {
-		if k, ok := obj.(*kustomizev1.Kustomization); ok {
-			return slimLayer(k), nil // decoded slim already (wire.go)
+		switch o := obj.(type) {
+		case *kustomizev1.Kustomization:
+			return slimLayer(o), nil // decoded slim already (wire.go)
+		case *helmv2.HelmRelease:
+			return slimRelease(o), nil // likewise
+		case *unstructured.Unstructured:
+			src, err := slimSource(kind, o)
+			if err != nil {
+				// Cached by name alone: a source with no artifact,
+				// until it changes.
+				r.log.Error("read a Flux object", "err", err, "object", kind+"/"+o.GetNamespace()+"/"+o.GetName())
+			}
+			return src, nil
 		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		var slim runtime.Object
-		var err error
-		switch k, _ := flux.KindOf(kind); k.Role {
-		case flux.Release:
-			slim, err = slimRelease(u)
-		default:
-			slim, err = slimSource(kind, u)
-		}
-		if err != nil {
-			// Cached by name alone: a release or a source with no
-			// status, until the object changes.
-			r.log.Error("read a Flux object", "err", err, "object", kind+"/"+u.GetNamespace()+"/"+u.GetName())
-		}
-		return slim, nil
+		return obj, nil // slim already
 	}
 }
 
@@ -614,8 +607,8 @@ func (r *Reader) look(k *kustomizev1.Kustomization, obs []rollout.Observation, m
 	for _, idx := range r.releases {
 		objs, _ := idx.ByIndex(ownerIndex, k.Namespace+"/"+k.Name) // the index is registered before the informers start
 		for _, o := range objs {
-			if hr, ok := o.(*helmv2.HelmRelease); ok {
-				owned = append(owned, hr)
+			if rel, ok := o.(*release); ok {
+				owned = append(owned, rel.helmRelease())
 			}
 		}
 	}
@@ -723,8 +716,8 @@ func (r *Reader) layer(ns, name string) *kustomizev1.Kustomization {
 func (r *Reader) release(ns, name string) *helmv2.HelmRelease {
 	for _, idx := range r.releases {
 		if o, ok, _ := idx.GetByKey(ns + "/" + name); ok {
-			if hr, ok := o.(*helmv2.HelmRelease); ok {
-				return hr
+			if rel, ok := o.(*release); ok {
+				return rel.helmRelease()
 			}
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"time"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -55,65 +54,85 @@ func slimLayer(k *kustomizev1.Kustomization) *kustomizev1.Kustomization {
 	return s
 }
 
-// slimRelease is a HelmRelease as cached: what ingest.ReleaseStatus,
-// ingest.ReleaseHold, ingest.Follows and the owner index read. Its spec
-// but the chart's source (values, often large), its inventory and all but
-// the newest history entry are left out; of its managed fields,
-// kustomize-controller's apply time alone; of its annotations, the commit.
-func slimRelease(u *unstructured.Unstructured) (*helmv2.HelmRelease, error) {
-	md := slimMetadata(u)
-	labels := map[string]any{}
-	for _, k := range []string{flux.OwnerNameLabel, flux.OwnerNamespaceLabel} {
-		if v, ok := u.GetLabels()[k]; ok {
-			labels[k] = v
+// release is a HelmRelease as cached: what ingest.ReleaseStatus,
+// ingest.ReleaseHold, ingest.Follows, ingest.ChartSource and the owner
+// index read, in fields of its own. Not Flux's type, whose struct alone
+// is 880 bytes and whose labels, annotations and managed fields are a
+// map or a slice each: a hub caches hundreds of thousands
+// (docs/performance.md). helmRelease gives the functions that read it
+// Flux's type back.
+type release struct {
+	metav1.ObjectMeta // its name, namespace, uid, resourceVersion and generation alone
+	// ownerNamespace and ownerName are its owner labels (ingest.Owner);
+	// commit its commit annotation.
+	ownerNamespace, ownerName, commit string
+	// applied is kustomize-controller's apply of it, the latest, without
+	// the fields it manages (ingest.Applied); nil when none.
+	applied  *metav1.ManagedFieldsEntry
+	chartRef *helmv2.CrossNamespaceSourceReference
+	chart    *helmv2.HelmChartTemplateSpec // its chart, sourceRef and reconcileStrategy alone
+	deployed metav1.Time                   // its newest history entry's lastDeployed
+	// status holds no history, and of its conditions those read.
+	status helmv2.HelmReleaseStatus
+}
+
+// slimRelease is what is cached of hr, decoded slim already (wire.go).
+func slimRelease(hr *helmv2.HelmRelease) *release {
+	r := &release{ObjectMeta: metav1.ObjectMeta{Name: hr.Name, Namespace: hr.Namespace, UID: hr.UID,
+		ResourceVersion: hr.ResourceVersion, Generation: hr.Generation},
+		ownerNamespace: hr.Labels[flux.OwnerNamespaceLabel], ownerName: hr.Labels[flux.OwnerNameLabel],
+		commit: hr.Annotations[flux.CommitAnnotation], chartRef: hr.Spec.ChartRef}
+	for _, mf := range hr.ManagedFields {
+		if flux.AppliedByKustomize(mf) && (r.applied == nil || mf.Time.After(r.applied.Time.Time)) {
+			r.applied = &metav1.ManagedFieldsEntry{Manager: mf.Manager, Operation: mf.Operation, Time: mf.Time}
 		}
 	}
-	if len(labels) > 0 {
-		md["labels"] = labels
+	if c := hr.Spec.Chart; c != nil {
+		r.chart = &helmv2.HelmChartTemplateSpec{Chart: c.Spec.Chart, SourceRef: c.Spec.SourceRef, ReconcileStrategy: c.Spec.ReconcileStrategy}
 	}
-	for _, mf := range u.GetManagedFields() {
-		if flux.AppliedByKustomize(mf) {
-			md["managedFields"] = []any{map[string]any{"manager": mf.Manager, "operation": string(mf.Operation),
-				"time": mf.Time.UTC().Format(time.RFC3339)}}
+	st := &hr.Status
+	if h := st.History.Latest(); h != nil {
+		r.deployed = h.LastDeployed
+	}
+	r.status = helmv2.HelmReleaseStatus{ObservedGeneration: st.ObservedGeneration, LastAttemptedGeneration: st.LastAttemptedGeneration,
+		LastAttemptedRevision: st.LastAttemptedRevision, LastAttemptedRevisionDigest: st.LastAttemptedRevisionDigest,
+		LastAttemptedReleaseAction: st.LastAttemptedReleaseAction, InstallFailures: st.InstallFailures, UpgradeFailures: st.UpgradeFailures}
+	for _, c := range st.Conditions {
+		switch c.Type {
+		case meta.ReadyCondition, helmv2.ReleasedCondition, helmv2.RemediatedCondition, meta.StalledCondition:
+			r.status.Conditions = append(r.status.Conditions, c)
 		}
 	}
-	if c, ok := u.GetAnnotations()[flux.CommitAnnotation]; ok {
-		md["annotations"] = map[string]any{flux.CommitAnnotation: c}
-	}
-	status, _ := u.Object["status"].(map[string]any)
-	st := pick(status, "observedGeneration", "lastAttemptedGeneration", "lastAttemptedRevision", "lastAttemptedRevisionDigest",
-		"lastAttemptedReleaseAction", "installFailures", "upgradeFailures")
-	if conds, ok := status["conditions"].([]any); ok {
-		var kept []any
-		for _, c := range conds {
-			switch m, _ := c.(map[string]any); m["type"] {
-			case meta.ReadyCondition, helmv2.ReleasedCondition, helmv2.RemediatedCondition, meta.StalledCondition:
-				kept = append(kept, m)
-			}
+	return r
+}
+
+// helmRelease is the cached release as Flux's type, for reading only: it
+// shares the cache's chart source and conditions.
+func (r *release) helmRelease() *helmv2.HelmRelease {
+	hr := &helmv2.HelmRelease{ObjectMeta: r.ObjectMeta, Status: r.status}
+	if r.ownerNamespace != "" || r.ownerName != "" {
+		hr.Labels = map[string]string{}
+		if r.ownerNamespace != "" {
+			hr.Labels[flux.OwnerNamespaceLabel] = r.ownerNamespace
 		}
-		st["conditions"] = kept
-	}
-	if history, ok := status["history"].([]any); ok && len(history) > 0 {
-		if m, ok := history[0].(map[string]any); ok {
-			st["history"] = []any{pick(m, "lastDeployed")}
+		if r.ownerName != "" {
+			hr.Labels[flux.OwnerNameLabel] = r.ownerName
 		}
 	}
-	// The chart's source: whether the chart follows a layer's source
-	// (ingest.Follows), and the OCI chart whose artifact names a commit.
-	spec, _ := u.Object["spec"].(map[string]any)
-	sp := pick(spec, "chartRef")
-	if chart, ok := spec["chart"].(map[string]any); ok {
-		cs, _ := chart["spec"].(map[string]any)
-		sp["chart"] = map[string]any{"spec": pick(cs, "chart", "sourceRef", "reconcileStrategy")}
+	if r.commit != "" {
+		hr.Annotations = map[string]string{flux.CommitAnnotation: r.commit}
 	}
-	slim := map[string]any{"apiVersion": u.GetAPIVersion(), "kind": u.GetKind(), "metadata": md, "spec": sp, "status": st}
-	hr := &helmv2.HelmRelease{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(slim, hr); err != nil {
-		*hr = helmv2.HelmRelease{}
-		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": slimMetadata(u)}, hr)
-		return hr, err
+	if r.applied != nil {
+		hr.ManagedFields = []metav1.ManagedFieldsEntry{*r.applied}
 	}
-	return hr, nil
+	hr.Spec.ChartRef = r.chartRef
+	if r.chart != nil {
+		hr.Spec.Chart = &helmv2.HelmChartTemplate{Spec: *r.chart}
+	}
+	if !r.deployed.IsZero() {
+		hr.Status.History = helmv2.Snapshots{{LastDeployed: r.deployed}}
+	}
+	return hr
 }
 
 // slimSource is a source as cached: Flux's type with its artifact, and a

@@ -83,7 +83,7 @@ func cachedLayer(t testing.TB, u *unstructured.Unstructured) (*kustomizev1.Kusto
 		t.Fatal(err)
 	}
 	var failed error
-	obj, _, err := layerCodec{failed: func(_ *kustomizev1.Kustomization, err error) { failed = err }}.Decode(data, nil, nil)
+	obj, _, err := wireCodec{kind: layerKind(), failed: func(_ metav1.Object, err error) { failed = err }}.Decode(data, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,10 +246,27 @@ func TestSlimLayerThatDoesNotConvert(t *testing.T) {
 	}
 }
 
+// cachedRelease is u as the reader caches it, read back as Flux's type:
+// served as JSON, decoded by the HelmReleases' client, slimmed by its
+// informer's transform.
+func cachedRelease(t testing.TB, u *unstructured.Unstructured) *helmv2.HelmRelease {
+	t.Helper()
+	data, err := u.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := wireCodec{kind: releaseKind()}.Decode(data, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slimRelease(obj.(*helmv2.HelmRelease)).helmRelease()
+}
+
 // helmRelease is a whole HelmRelease as the kube-apiserver serves it:
 // applied by kustomize-controller (and touched by another manager), with
-// values, an inventory, a history of three releases and every condition
-// helm-controller writes.
+// values, an inventory, a history of three releases (not newest first:
+// the newest is the highest version) and every condition helm-controller
+// writes.
 func helmRelease(ready, readyReason string, attempted int64) *unstructured.Unstructured {
 	at := func(min int) string { return time.Date(2026, 11, 30, 12, min, 0, 0, time.UTC).Format(time.RFC3339) }
 	cond := func(typ, status, reason, msg string, min int) map[string]any {
@@ -275,7 +292,7 @@ func helmRelease(ready, readyReason string, attempted int64) *unstructured.Unstr
 		"status": map[string]any{
 			"observedGeneration": int64(4), "lastAttemptedGeneration": attempted, "lastAttemptedReleaseAction": "upgrade",
 			"lastAttemptedRevision": "1.0.0", "failures": int64(1), "upgradeFailures": int64(1), "storageNamespace": "apps", "helmChart": "apps/apps-web",
-			"history":   []any{entry(5, 11), entry(4, 5), entry(3, 1)},
+			"history":   []any{entry(4, 5), entry(5, 13), entry(3, 1)},
 			"inventory": map[string]any{"entries": []any{map[string]any{"id": "apps_web-settings__ConfigMap", "v": "v1"}}},
 			"conditions": []any{
 				cond("Ready", ready, readyReason, "Helm "+readyReason, 11),
@@ -345,10 +362,7 @@ func TestSlimReleaseKeepsWhatIsRead(t *testing.T) {
 		{withStatus(helmRelease("True", "UpgradeSucceeded", 4), "lastAttemptedRevisionDigest", "sha256:"+strings.Repeat("c", 64)), strings.Repeat("4", 40), false},
 	} {
 		u := tt.u
-		s, err := slimRelease(u)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := cachedRelease(t, u)
 		w := &helmv2.HelmRelease{}
 		if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.Object, w); err != nil {
 			t.Fatal(err)

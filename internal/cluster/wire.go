@@ -9,11 +9,12 @@ import (
 	"log/slog"
 	"net/http"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -21,24 +22,78 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 )
 
-// Kustomizations are listed and watched by a client of their own, which
-// decodes each one straight into Flux's type without its inventory (an
-// entry per object the layer applied: hundreds in a large one) or its
-// managed fields: skipped in the JSON, never built. Through the dynamic
-// client each was first a tree of maps, a map for each inventory entry,
-// then converted by reflection: the maps alone took more than twice the
-// CPU and six times the garbage (BenchmarkDecodeLayer), for every layer of
-// every cluster a hub reads at its start (docs/performance.md, "a hub's
-// registered clusters").
+// Kustomizations and HelmReleases, the kinds a hub holds most of, are
+// listed and watched by clients of their own, which decode each object
+// straight into Flux's type without what nothing reads: a layer's
+// inventory (an entry per object it applied: hundreds in a large one), a
+// release's values, inventory and history but its newest entry's time,
+// the fields of every managed-fields entry. Skipped in the JSON, never
+// built. Through the dynamic client each was first a tree of maps, then
+// converted by reflection: more than twice the CPU and several times the
+// garbage (BenchmarkDecodeLayer, BenchmarkDecodeRelease), for every
+// object of every cluster a hub reads at its start (docs/performance.md,
+// "a hub's registered clusters").
 
 // skipped is a field left out of the decoding.
 type skipped struct{}
 
 func (*skipped) UnmarshalJSON([]byte) error { return nil }
 
+// wireKind is a kind decoded off the wire by the reader itself.
+type wireKind struct {
+	kind     string
+	resource schema.GroupVersionResource
+	// decode decodes one object as the API server serves it. One whose
+	// fields do not fit Flux's type (none the API server validated can,
+	// but Flux's types change) is still returned, with the error
+	// (misfit). Only bytes that are not JSON return no object.
+	decode func([]byte) (runtime.Object, error)
+	// list is a list of the kind, of items decode returned.
+	list func(metav1.ListMeta, []runtime.Object) runtime.Object
+}
+
+// misfit leaves out of an object decoded with err what did not fit its
+// type: the spec and the status when the spec does not (nobody's layer,
+// a release of no chart), else the status (no progress, still expected,
+// so that no rollout turns applied without it). True when err is such a
+// misfit, false when the bytes are not JSON.
+func misfit[S, T any](data []byte, err error, spec *S, status *T) bool {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return false
+	}
+	// Rare: find which part does not fit, the spec decoded alone.
+	var parts struct{ Spec json.RawMessage }
+	_ = json.Unmarshal(data, &parts)
+	if len(parts.Spec) > 0 && json.Unmarshal(parts.Spec, new(S)) != nil {
+		*spec = *new(S)
+	}
+	*status = *new(T)
+	return true
+}
+
+// wireMeta is an object's metadata as decoded: its managed fields
+// without the fields each entry manages.
+type wireMeta struct {
+	metav1.ObjectMeta
+	ManagedFields []struct {
+		metav1.ManagedFieldsEntry
+		FieldsV1 skipped `json:"fieldsV1"`
+	} `json:"managedFields"`
+}
+
+func (w *wireMeta) meta() metav1.ObjectMeta {
+	m := w.ObjectMeta
+	m.ManagedFields = nil
+	for _, mf := range w.ManagedFields {
+		m.ManagedFields = append(m.ManagedFields, mf.ManagedFieldsEntry)
+	}
+	return m
+}
+
 // wireLayer is a Kustomization as decoded: its metadata and status
 // shadow the embedded ones (encoding/json takes the shallower field),
-// each without what is skipped.
+// each without what is skipped. A layer's managed fields are not read.
 type wireLayer struct {
 	kustomizev1.Kustomization
 	Metadata struct {
@@ -57,134 +112,198 @@ func (w *wireLayer) layer() *kustomizev1.Kustomization {
 	return &k
 }
 
-// decodeLayer decodes a Kustomization as the API server serves it. One
-// whose fields do not fit Flux's type (none the API server validated
-// can, but Flux's types change) is still returned, with the error: a spec
-// that does not fit leaves it with neither spec nor status (nobody's
-// layer), a status that does not, without status (a layer of its source
-// without progress, still expected, so that no rollout turns applied
-// without it). Only bytes that are not JSON return no layer.
+// decodeLayer decodes a Kustomization (wireKind.decode).
 func decodeLayer(data []byte) (*kustomizev1.Kustomization, error) {
 	var w wireLayer
 	err := json.Unmarshal(data, &w)
-	var te *json.UnmarshalTypeError
-	switch {
-	case err == nil:
-		return w.layer(), nil
-	case !errors.As(err, &te):
+	if err != nil && !misfit(data, err, &w.Spec, &w.Status) {
 		return nil, err
 	}
-	// Rare: find which part does not fit, each decoded alone.
-	k := w.layer()
-	var parts struct{ Spec, Status json.RawMessage }
-	_ = json.Unmarshal(data, &parts)
-	var spec kustomizev1.KustomizationSpec
-	if len(parts.Spec) > 0 && json.Unmarshal(parts.Spec, &spec) != nil {
-		k.Spec, k.Status = kustomizev1.KustomizationSpec{}, kustomizev1.KustomizationStatus{}
-		return k, err
-	}
-	k.Status = kustomizev1.KustomizationStatus{}
-	return k, err
+	return w.layer(), err
 }
 
-// layerCodec decodes what the API server sends of Kustomizations: watch
-// events' envelopes (into a *metav1.WatchEvent), Kustomizations, and the
-// Status of an error. It encodes nothing: the client only reads.
-type layerCodec struct {
-	// failed hears of a Kustomization that did not fit (decodeLayer),
+func layerKind() wireKind {
+	return wireKind{
+		kind: flux.KindKustomization, resource: flux.Kustomizations(),
+		decode: func(data []byte) (runtime.Object, error) {
+			k, err := decodeLayer(data)
+			if k == nil {
+				return nil, err // not a typed nil
+			}
+			return k, err
+		},
+		list: func(lm metav1.ListMeta, items []runtime.Object) runtime.Object {
+			l := &kustomizev1.KustomizationList{ListMeta: lm, Items: make([]kustomizev1.Kustomization, len(items))}
+			for i, o := range items {
+				l.Items[i] = *o.(*kustomizev1.Kustomization)
+			}
+			return l
+		},
+	}
+}
+
+// wireReleaseSpec is what is decoded of a HelmRelease's spec: its chart's
+// source (ingest.Follows, ingest.ChartSource), not its values.
+type wireReleaseSpec struct {
+	ChartRef *helmv2.CrossNamespaceSourceReference `json:"chartRef"`
+	Chart    *helmv2.HelmChartTemplate             `json:"chart"`
+}
+
+// wireReleaseStatus is a HelmRelease's status as decoded: of its history,
+// each entry's version and deployment time (the newest's is read), not
+// its inventory.
+type wireReleaseStatus struct {
+	helmv2.HelmReleaseStatus
+	History []struct {
+		Version      int         `json:"version"`
+		LastDeployed metav1.Time `json:"lastDeployed"`
+	} `json:"history"`
+	Inventory skipped `json:"inventory"`
+}
+
+// wireRelease is a HelmRelease as decoded.
+type wireRelease struct {
+	helmv2.HelmRelease
+	Metadata wireMeta          `json:"metadata"`
+	Spec     wireReleaseSpec   `json:"spec"`
+	Status   wireReleaseStatus `json:"status"`
+}
+
+func (w *wireRelease) release() *helmv2.HelmRelease {
+	hr := w.HelmRelease
+	hr.ObjectMeta = w.Metadata.meta()
+	hr.Spec.ChartRef, hr.Spec.Chart = w.Spec.ChartRef, w.Spec.Chart
+	hr.Status = w.Status.HelmReleaseStatus
+	hr.Status.History = nil
+	// The newest entry, as Snapshots.Latest finds it: the highest version.
+	for _, h := range w.Status.History {
+		if len(hr.Status.History) == 0 || h.Version > hr.Status.History[0].Version {
+			hr.Status.History = helmv2.Snapshots{{Version: h.Version, LastDeployed: h.LastDeployed}}
+		}
+	}
+	return &hr
+}
+
+// decodeRelease decodes a HelmRelease (wireKind.decode).
+func decodeRelease(data []byte) (*helmv2.HelmRelease, error) {
+	var w wireRelease
+	err := json.Unmarshal(data, &w)
+	if err != nil && !misfit(data, err, &w.Spec, &w.Status) {
+		return nil, err
+	}
+	return w.release(), err
+}
+
+func releaseKind() wireKind {
+	return wireKind{
+		kind: flux.KindHelmRelease, resource: flux.HelmReleases(),
+		decode: func(data []byte) (runtime.Object, error) {
+			hr, err := decodeRelease(data)
+			if hr == nil {
+				return nil, err // not a typed nil
+			}
+			return hr, err
+		},
+		list: func(lm metav1.ListMeta, items []runtime.Object) runtime.Object {
+			l := &helmv2.HelmReleaseList{ListMeta: lm, Items: make([]helmv2.HelmRelease, len(items))}
+			for i, o := range items {
+				l.Items[i] = *o.(*helmv2.HelmRelease)
+			}
+			return l
+		},
+	}
+}
+
+// wireCodec decodes what the API server sends of its kind: watch events'
+// envelopes (into a *metav1.WatchEvent), objects, lists, and the Status
+// of an error. It encodes nothing: its client only reads.
+type wireCodec struct {
+	kind wireKind
+	// failed hears of an object that did not fit (wireKind.decode),
 	// decoded all the same: an error here would end the watch, and the
 	// next one would fail on it again.
-	failed func(k *kustomizev1.Kustomization, err error)
+	failed func(obj metav1.Object, err error)
 }
 
-func (layerCodec) Identifier() runtime.Identifier { return "flux-deploy-notifier/layers" }
-
-func (layerCodec) Encode(runtime.Object, io.Writer) error {
-	return errors.New("the Kustomizations' client only reads")
+func (c wireCodec) Identifier() runtime.Identifier {
+	return runtime.Identifier("flux-deploy-notifier/" + c.kind.resource.Resource)
 }
 
-func (c layerCodec) Decode(data []byte, _ *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+func (c wireCodec) Encode(runtime.Object, io.Writer) error {
+	return fmt.Errorf("the %s' client only reads", c.kind.resource.Resource)
+}
+
+func (c wireCodec) Decode(data []byte, _ *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
 	if into != nil { // a watch event's envelope: its object is decoded next
 		ev, ok := into.(*metav1.WatchEvent)
 		if !ok {
-			return nil, nil, fmt.Errorf("the Kustomizations' client decodes no %T", into)
+			return nil, nil, fmt.Errorf("the %s' client decodes no %T", c.kind.resource.Resource, into)
+		}
+		if splitEvent(data, ev) {
+			return ev, nil, nil
 		}
 		return ev, nil, json.Unmarshal(data, ev)
 	}
-	k, err := decodeLayer(data)
-	switch {
-	case k == nil:
+	obj, err := c.kind.decode(data)
+	if obj == nil {
 		return nil, nil, err
-	case k.Kind == "Status": // an error's (its fields do not fit a layer's)
+	}
+	switch kind := obj.GetObjectKind().GroupVersionKind().Kind; {
+	case kind == "Status": // an error's (its fields do not fit the kind's)
 		s := &metav1.Status{}
 		return s, nil, json.Unmarshal(data, s)
-	case k.Kind != flux.KindKustomization && k.Kind != "":
-		return nil, nil, fmt.Errorf("the Kustomizations' client decodes no %s", k.Kind)
+	case kind != c.kind.kind && kind != "":
+		return nil, nil, fmt.Errorf("the %s' client decodes no %s", c.kind.resource.Resource, kind)
 	case err != nil && c.failed != nil:
-		c.failed(k, err)
+		m, _ := apimeta.Accessor(obj)
+		c.failed(m, err)
 	}
-	return k, nil, nil
+	return obj, nil, nil
 }
 
-// wireLayerList is a list of Kustomizations as decoded.
-type wireLayerList struct {
-	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata"`
-	Items           []wireLayer `json:"items"`
-}
-
-// decodeLayers decodes a list of Kustomizations, each as decodeLayer
-// does (failed hears of those that do not fit).
-func decodeLayers(data []byte, codec layerCodec) (*kustomizev1.KustomizationList, error) {
-	var w wireLayerList
-	err := json.Unmarshal(data, &w)
-	var te *json.UnmarshalTypeError
-	if err != nil && !errors.As(err, &te) {
-		return nil, fmt.Errorf("decode a list of Kustomizations: %w", err)
+// decodeList decodes a list of the codec's kind, each item as Decode
+// does. Rare: informers sync by a watch streaming the objects, listing
+// only from an API server that cannot.
+func (c wireCodec) decodeList(data []byte) (runtime.Object, error) {
+	var w struct {
+		Metadata metav1.ListMeta   `json:"metadata"`
+		Items    []json.RawMessage `json:"items"`
 	}
-	list := &kustomizev1.KustomizationList{TypeMeta: w.TypeMeta, ListMeta: w.ListMeta, Items: make([]kustomizev1.Kustomization, len(w.Items))}
-	if err == nil {
-		for i := range w.Items {
-			list.Items[i] = *w.Items[i].layer()
-		}
-		return list, nil
+	if err := json.Unmarshal(data, &w); err != nil {
+		return nil, fmt.Errorf("decode a list of %s: %w", c.kind.resource.Resource, err)
 	}
-	// Rare: an item does not fit. Each is decoded alone.
-	var raw struct{ Items []json.RawMessage }
-	if err := json.Unmarshal(data, &raw); err != nil || len(raw.Items) != len(w.Items) {
-		return nil, fmt.Errorf("decode a list of Kustomizations: %w", err)
-	}
-	for i, item := range raw.Items {
-		obj, _, err := codec.Decode(item, nil, nil)
+	items := make([]runtime.Object, len(w.Items))
+	for i, raw := range w.Items {
+		obj, _, err := c.Decode(raw, nil, nil)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("decode a list of %s: %w", c.kind.resource.Resource, err)
 		}
-		k, ok := obj.(*kustomizev1.Kustomization)
-		if !ok {
-			return nil, fmt.Errorf("a list of Kustomizations holds a %T", obj)
+		if _, ok := obj.(*metav1.Status); ok {
+			return nil, fmt.Errorf("a list of %s holds a %T", c.kind.resource.Resource, obj)
 		}
-		list.Items[i] = *k
+		items[i] = obj
 	}
-	return list, nil
+	return c.kind.list(w.Metadata, items), nil
 }
 
-// layerClient lists and watches Kustomizations, decoded by its codec.
-type layerClient struct {
+// wireClient lists and watches the objects of a kind, decoded by its
+// codec.
+type wireClient struct {
 	rc    rest.Interface
-	codec layerCodec
+	codec wireCodec
 }
 
-// newLayerClient is a client of Kustomizations for cfg, sharing hc (its
+// newWireClient is a client of codec's kind for cfg, sharing hc (its
 // connections) with the reader's other clients.
-func newLayerClient(cfg *rest.Config, hc *http.Client, codec layerCodec) (*layerClient, error) {
+func newWireClient(cfg *rest.Config, hc *http.Client, codec wireCodec) (*wireClient, error) {
 	cfg = rest.CopyConfig(cfg)
-	gv := kustomizev1.GroupVersion
+	gv := codec.kind.resource.GroupVersion()
 	cfg.GroupVersion, cfg.APIPath = &gv, "/apis"
 	cfg.ContentType, cfg.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
 	cfg.NegotiatedSerializer = runtime.NewSimpleNegotiatedSerializer(runtime.SerializerInfo{
 		MediaType: runtime.ContentTypeJSON, MediaTypeType: "application", MediaTypeSubType: "json",
 		EncodesAsText: true, Serializer: codec,
-		StreamSerializer: &runtime.StreamSerializerInfo{EncodesAsText: true, Serializer: codec, Framer: jsonserializer.Framer},
+		StreamSerializer: &runtime.StreamSerializerInfo{EncodesAsText: true, Serializer: codec, Framer: framer{}},
 	})
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
@@ -193,17 +312,17 @@ func newLayerClient(cfg *rest.Config, hc *http.Client, codec layerCodec) (*layer
 	if err != nil {
 		return nil, err
 	}
-	return &layerClient{rc: rc, codec: codec}, nil
+	return &wireClient{rc: rc, codec: codec}, nil
 }
 
-// listWatch lists and watches the Kustomizations of namespace ns (all
-// when "") matching selector.
-func (c *layerClient) listWatch(ns, selector string) *cache.ListWatch {
+// listWatch lists and watches the objects of namespace ns (all when "")
+// matching selector.
+func (c *wireClient) listWatch(ns, selector string) *cache.ListWatch {
 	req := func(opts metav1.ListOptions) *rest.Request {
 		if selector != "" {
 			opts.LabelSelector = selector
 		}
-		return c.rc.Get().NamespaceIfScoped(ns, ns != "").Resource("kustomizations").
+		return c.rc.Get().NamespaceIfScoped(ns, ns != "").Resource(c.codec.kind.resource.Resource).
 			VersionedParams(&opts, metav1.ParameterCodec)
 	}
 	return &cache.ListWatch{
@@ -212,7 +331,7 @@ func (c *layerClient) listWatch(ns, selector string) *cache.ListWatch {
 			if err != nil {
 				return nil, err
 			}
-			return decodeLayers(data, c.codec)
+			return c.codec.decodeList(data)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			opts.Watch = true
@@ -221,10 +340,10 @@ func (c *layerClient) listWatch(ns, selector string) *cache.ListWatch {
 	}
 }
 
-// layerFailed logs a Kustomization that did not fit Flux's type, cached
-// all the same (decodeLayer).
-func layerFailed(log *slog.Logger) func(*kustomizev1.Kustomization, error) {
-	return func(k *kustomizev1.Kustomization, err error) {
-		log.Error("read a Flux object", "err", err, "object", flux.KindKustomization+"/"+k.Namespace+"/"+k.Name)
+// misfitLogged logs an object of kind that did not fit Flux's type,
+// cached all the same (wireKind.decode).
+func misfitLogged(log *slog.Logger, kind string) func(metav1.Object, error) {
+	return func(m metav1.Object, err error) {
+		log.Error("read a Flux object", "err", err, "object", kind+"/"+m.GetNamespace()+"/"+m.GetName())
 	}
 }

@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 )
@@ -16,9 +18,8 @@ import (
 // TestLayerCodec: the Kustomizations' codec decodes a Kustomization as
 // Flux's type decodes it whole, but for its inventory and managed fields
 // (its annotations kept: a bookmark's say when a watch's initial events
-// end); a watch event's envelope; the Status of an error; and a list, in
-// one pass or, when an item does not fit, each item alone, the others
-// whole.
+// end); a watch event's envelope; the Status of an error; and a list, an
+// item that does not fit decoded as far as it fits, the others whole.
 func TestLayerCodec(t *testing.T) {
 	u := kustomization("apps", 40, "True", flux.ReasonReconciliationSucceeded, "Applied revision: main@sha1:731f7eaddfb6af01cb2173e18f0f75b0ba780ef1", false)
 	u.SetAnnotations(map[string]string{"k8s.io/initial-events-end": "true"})
@@ -29,7 +30,7 @@ func TestLayerCodec(t *testing.T) {
 		t.Fatal(err)
 	}
 	var failed []string
-	codec := layerCodec{failed: func(k *kustomizev1.Kustomization, err error) { failed = append(failed, k.Name+": "+err.Error()) }}
+	codec := wireCodec{kind: layerKind(), failed: func(m metav1.Object, err error) { failed = append(failed, m.GetName()+": "+err.Error()) }}
 	obj, _, err := codec.Decode(data, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -95,10 +96,11 @@ func TestLayerCodec(t *testing.T) {
 		{"an item does not fit", []*unstructured.Unstructured{u, odd, other}, 1},
 	} {
 		failed = nil
-		l, err := decodeLayers(list(tt.items...), codec)
+		obj, err := codec.decodeList(list(tt.items...))
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
+		l := obj.(*kustomizev1.KustomizationList)
 		if l.ResourceVersion != "777" || l.Continue != "next" || len(l.Items) != len(tt.items) || len(failed) != tt.failed {
 			t.Fatalf("%s: list %+v with %d items, failed %q", tt.name, l.ListMeta, len(l.Items), failed)
 		}
@@ -133,9 +135,134 @@ func BenchmarkDecodeLayer(b *testing.B) {
 			return err
 		}},
 		{"wire", func() error {
-			obj, _, err := layerCodec{}.Decode(data, nil, nil)
+			obj, _, err := wireCodec{kind: layerKind()}.Decode(data, nil, nil)
 			if err == nil {
 				_ = slimLayer(obj.(*kustomizev1.Kustomization))
+			}
+			return err
+		}},
+	} {
+		b.Run(tt.name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := tt.decode(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestReleaseCodec: the HelmReleases' codec decodes a HelmRelease as
+// Flux's type decodes it whole, but for what nothing reads: its spec but
+// the chart's source, its inventory, its history but the newest entry's
+// version and time, the fields of its managed-fields entries. One whose
+// status does not fit is decoded without status, one whose spec does not
+// without spec and status, each told to failed; a list likewise.
+func TestReleaseCodec(t *testing.T) {
+	u := helmRelease("True", "UpgradeSucceeded", 4)
+	spec := u.Object["spec"].(map[string]any)
+	spec["chart"] = map[string]any{"spec": map[string]any{"chart": "./charts/web", "reconcileStrategy": "Revision",
+		"sourceRef": map[string]any{"kind": "GitRepository", "name": "fleet", "namespace": "flux-system"}, "valuesFiles": []any{"values.yaml"}}}
+	data, err := u.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	codec := wireCodec{kind: releaseKind(), failed: func(m metav1.Object, err error) { failed = append(failed, m.GetName()+": "+err.Error()) }}
+	obj, _, err := codec.Decode(data, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*helmv2.HelmRelease)
+	want := &helmv2.HelmRelease{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, want); err != nil {
+		t.Fatal(err)
+	}
+	if want.Spec.Values == nil || want.Status.Inventory == nil || len(want.Status.History) != 3 || want.ManagedFields[0].FieldsV1 == nil {
+		t.Fatal("the whole object lacks what the codec skips: the case tests nothing")
+	}
+	want.Spec = helmv2.HelmReleaseSpec{ChartRef: want.Spec.ChartRef, Chart: want.Spec.Chart}
+	want.Status.Inventory = nil
+	latest := want.Status.History.Latest()
+	want.Status.History = helmv2.Snapshots{{Version: latest.Version, LastDeployed: latest.LastDeployed}}
+	for i := range want.ManagedFields {
+		want.ManagedFields[i].FieldsV1 = nil
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded\n got %+v\nwant %+v", got, want)
+	}
+
+	// Parts that do not fit.
+	misfits := map[string]*unstructured.Unstructured{}
+	for name, field := range map[string][]string{"status": {"status", "installFailures"}, "spec": {"spec", "chartRef"}} {
+		m := helmRelease("True", "UpgradeSucceeded", 4)
+		m.SetName(name)
+		if err := unstructured.SetNestedField(m.Object, "many", field...); err != nil {
+			t.Fatal(err)
+		}
+		misfits[name] = m
+		data, _ := m.MarshalJSON()
+		obj, _, err := codec.Decode(data, nil, nil)
+		hr, _ := obj.(*helmv2.HelmRelease)
+		switch {
+		case err != nil || hr == nil || hr.Name != name || hr.Generation != 4 || hr.Labels[flux.OwnerNameLabel] != "apps":
+			t.Fatalf("%s does not fit: decoded as %+v (%v)", name, obj, err)
+		case !reflect.DeepEqual(hr.Status, helmv2.HelmReleaseStatus{}):
+			t.Fatalf("%s does not fit: decoded with a status %+v", name, hr.Status)
+		case (hr.Spec.ChartRef == nil) != (name == "spec"):
+			t.Fatalf("%s does not fit: decoded with the spec %+v", name, hr.Spec)
+		}
+	}
+	if len(failed) != 2 {
+		t.Fatalf("failed %q, want both misfits", failed)
+	}
+
+	failed = nil
+	l := &unstructured.UnstructuredList{Object: map[string]any{"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmReleaseList",
+		"metadata": map[string]any{"resourceVersion": "9"}}, Items: []unstructured.Unstructured{*u, *misfits["status"]}}
+	if data, err = l.MarshalJSON(); err != nil {
+		t.Fatal(err)
+	}
+	if obj, err = codec.decodeList(data); err != nil {
+		t.Fatal(err)
+	}
+	list := obj.(*helmv2.HelmReleaseList)
+	if list.ResourceVersion != "9" || len(list.Items) != 2 || !reflect.DeepEqual(&list.Items[0], want) || list.Items[1].Status.LastAttemptedGeneration != 0 || len(failed) != 1 {
+		t.Fatalf("list %+v, failed %q", list, failed)
+	}
+	if _, _, err := codec.Decode([]byte(`{"kind":"Kustomization","apiVersion":"kustomize.toolkit.fluxcd.io/v1"}`), nil, nil); err == nil {
+		t.Fatal("a Kustomization decoded as a HelmRelease")
+	}
+	obj, _, err = codec.Decode([]byte(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"gone","reason":"Expired","code":410}`), nil, nil)
+	if s, ok := obj.(*metav1.Status); err != nil || !ok || s.Code != 410 {
+		t.Fatalf("a Status decoded as %#v (%v)", obj, err)
+	}
+}
+
+// BenchmarkDecodeRelease: a HelmRelease as helm-controller leaves it
+// (values, an inventory, a history of three releases, managed fields),
+// served as JSON, decoded as the dynamic client did (a tree of maps:
+// before, the reader then converted the fields it keeps) and as the
+// HelmReleases' client does, slimmed as cached.
+func BenchmarkDecodeRelease(b *testing.B) {
+	data, err := json.Marshal(helmRelease("True", "UpgradeSucceeded", 4).Object)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		decode func() error
+	}{
+		{"dynamic", func() error {
+			_, _, err := unstructured.UnstructuredJSONScheme.Decode(data, nil, nil)
+			return err
+		}},
+		{"wire", func() error {
+			obj, _, err := wireCodec{kind: releaseKind()}.Decode(data, nil, nil)
+			if err == nil {
+				_ = slimRelease(obj.(*helmv2.HelmRelease))
 			}
 			return err
 		}},
