@@ -32,6 +32,7 @@ PROM_OP   ?= v0.88.0
 # whose every input is a whole history (FuzzOracle: a simulated Flux).
 FUZZ_TARGETS := \
 	./internal/api:FuzzWireString \
+	./internal/cluster:FuzzWatchStream \
 	./internal/rollout:FuzzOracle@2000x \
 	./internal/flux:FuzzDecode \
 	./internal/flux:FuzzDecodePlain \

@@ -164,3 +164,41 @@ func BenchmarkWatchEvent(b *testing.B) {
 		})
 	}
 }
+
+// FuzzWatchStream: whatever a stream holds, the reader's framer yields
+// the objects client-go's JSON framer yields of it, in order, as far as
+// that one reads it (it checks validity, the reader's framer leaves that
+// to the decoding); and an event split by splitEvent is what
+// encoding/json decodes of it.
+func FuzzWatchStream(f *testing.F) {
+	for _, seed := range []string{
+		`{"type":"ADDED","object":{"kind":"HelmRelease","metadata":{"name":"a"}}}` + "\n" + `{"type":"DELETED","object":{}}`,
+		`{"type":"MODIFIED","object":{"a":"}{][","b":"\"}","c":"\\","d":["{",{"e":"\\\"}"}]}}`,
+		`{"type":"ADDED","object":{"kind":"x"},"more":1}`,
+		`{}{} [] "x" {"a":[1,2,{"b":null}]}`,
+		`{"a":"\u00e9\ud83d\ude00"}` + " \r\n\t" + `{"type":"E\"","object":{}}`,
+		`{"unterminated":"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ev metav1.WatchEvent
+		if splitEvent(data, &ev) && json.Valid(data) {
+			var want metav1.WatchEvent
+			if err := json.Unmarshal(data, &want); err != nil || ev.Type != want.Type || !bytes.Equal(ev.Object.Raw, want.Object.Raw) {
+				t.Fatalf("%q split into %s %s; encoding/json: %s %s (%v)", data, ev.Type, ev.Object.Raw, want.Type, want.Object.Raw, err)
+			}
+		}
+		want, _ := frames(t, jsonserializer.Framer, bytes.NewReader(data))
+		for i, w := range want {
+			if !strings.HasPrefix(w, "{") {
+				want = want[:i] // the reader's framer takes objects alone
+				break
+			}
+		}
+		got, _ := frames(t, framer{}, iotest.HalfReader(bytes.NewReader(data)))
+		if len(got) < len(want) || strings.Join(got[:len(want)], "|") != strings.Join(want, "|") {
+			t.Fatalf("%q framed as %q, client-go's framer %q", data, got, want)
+		}
+	})
+}
