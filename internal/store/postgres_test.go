@@ -172,6 +172,121 @@ func TestInbox(t *testing.T) {
 	}
 }
 
+// TestAppendGivenUp: an append whose caller gave up before its group was
+// taken is not written (its caller appends it again, or no longer
+// needs it), and a queue of appends nobody waits for does not grow.
+func TestAppendGivenUp(t *testing.T) {
+	srv := pgtest.Start(t)
+	conn := srv.NewDatabase(t)
+	d := openReplica(t, conn, PostgresOptions{})
+	ctx := context.Background()
+	// The inbox locked: the first append's statement waits.
+	lock, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(ctx)
+	tx, err := lock.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE fdn_inbox IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- d.Append(ctx, []rollout.Observation{inboxObs(1)}, true, nil) }()
+	waiting := func() bool {
+		var n int
+		err := lock.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	}
+	queued := func() int {
+		a := &d.p.appends
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.queue)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !waiting() {
+		if time.Now().After(deadline) {
+			t.Fatal("the first append's statement does not wait for the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	giveUp, cancel := context.WithCancel(ctx)
+	second := make(chan error, 1)
+	go func() { second <- d.Append(giveUp, []rollout.Observation{inboxObs(2)}, true, nil) }()
+	for queued() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second append is not queued behind the first")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the append given up: %v", err)
+	}
+	if n := queued(); n != 0 {
+		t.Fatalf("%d appends queued after the one given up", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// The appender is done once no group is under way.
+	for {
+		a := &d.p.appends
+		a.mu.Lock()
+		leading := a.leading
+		a.mu.Unlock()
+		if !leading {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the appender still writes")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	in, _, err := tail(d.Tail(ctx, Position{}, 100))
+	if err != nil || len(in) != 1 || in[0].Observations[0].Hash != inboxObs(1).Hash {
+		t.Fatalf("the inbox holds %+v (%v), want the first append alone", in, err)
+	}
+}
+
+// TestGroupSize: a group takes up to maxAppend appends and, past its
+// first, up to maxAppendBytes of bodies; never none.
+func TestGroupSize(t *testing.T) {
+	reqs := func(sizes ...int) []*appendReq {
+		q := make([]*appendReq, len(sizes))
+		for i, n := range sizes {
+			q[i] = &appendReq{body: make([]byte, n)}
+		}
+		return q
+	}
+	small := make([]int, 600)
+	for i := range small {
+		small[i] = 300
+	}
+	for _, tt := range []struct {
+		name  string
+		queue []*appendReq
+		want  int
+	}{
+		{"none", nil, 0},
+		{"events", reqs(small...), maxAppend},
+		{"readers' batches", reqs(1<<20, 1<<20, 1<<20, 1<<20, 1<<20), 4},
+		{"one over the bound", reqs(10<<20, 300), 1},
+		{"up to the bound", reqs(2<<20, 2<<20, 1), 2},
+	} {
+		if got := groupSize(tt.queue); got != tt.want {
+			t.Errorf("%s: a group of %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
 func inboxObs(i int) rollout.Observation {
 	return rollout.Observation{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Revision: fmt.Sprintf("main@sha1:%040x", i)}
 }

@@ -65,6 +65,15 @@ func (c *Coordination) Append(ctx context.Context, obs []rollout.Observation, ev
 	case err := <-req.done:
 		return err
 	case <-ctx.Done():
+		// Not written if not taken yet: its caller, told it failed,
+		// would append it again (a reader whose lease ended, a request
+		// given up), and a queue that keeps what nobody waits for grows
+		// while the database is slow.
+		a.mu.Lock()
+		if i := slices.Index(a.queue, req); i >= 0 {
+			a.queue = slices.Delete(a.queue, i, i+1)
+		}
+		a.mu.Unlock()
 		return ctx.Err()
 	}
 }
@@ -83,16 +92,35 @@ type appendReq struct {
 	done  chan error
 }
 
-// maxAppend bounds one group: its statement's size, and the wait of the
-// first append in it.
-const maxAppend = 512
+// maxAppend and maxAppendBytes bound one group: its statement's size,
+// and the wait of the first append in it. An event's body is a few
+// hundred bytes; a cluster reader's batch, a source's every layer with
+// their releases, hundreds of KB: 512 of those in one statement outlast
+// its timeout, the whole group fails, and every one of them is appended
+// again.
+const (
+	maxAppend      = 512
+	maxAppendBytes = 4 << 20
+)
+
+// groupSize is how many of the queue's first appends make one group: at
+// least one, at most maxAppend, and no more than maxAppendBytes of bodies
+// past the first.
+func groupSize(queue []*appendReq) int {
+	n, size := 0, 0
+	for n < len(queue) && n < maxAppend && (n == 0 || size+len(queue[n].body) <= maxAppendBytes) {
+		size += len(queue[n].body)
+		n++
+	}
+	return n
+}
 
 // lead writes the queued appends as one group, the caller's among them,
 // and hands on to another goroutine when more wait: the caller answers
 // its client without waiting for later groups.
 func (a *appender) lead(p *pgBackend) {
 	a.mu.Lock()
-	n := min(len(a.queue), maxAppend)
+	n := groupSize(a.queue)
 	group := a.queue[:n:n]
 	a.queue = append([]*appendReq(nil), a.queue[n:]...)
 	a.mu.Unlock()
