@@ -78,9 +78,10 @@ type Reader struct {
 	releases []cache.Indexer                  // HelmReleases (*release), indexed by owner layer; none when not read
 	// readReleases: CheckAccess found HelmReleases served and readable.
 	readReleases bool
-	// The objects to look at. A burst of changes to one object is looked at
-	// once; a look whose observations could not be stored is retried with
-	// backoff, so nothing the cluster said is lost to a store error.
+	// The objects to look at, while Run runs. A burst of changes to one
+	// object is looked at once; a look whose observations could not be
+	// stored is retried with backoff, so nothing the cluster said is lost
+	// to a store error.
 	queue workqueue.TypedRateLimitingInterface[objectKey]
 	// failing is the error of the last failed store, logged once until a
 	// store succeeds again.
@@ -130,9 +131,7 @@ func newReader(dyn dynamic.Interface, layerC, releaseC *wireClient, sub Submitte
 		cfg.AccessEvery = 30 * time.Second
 	}
 	return &Reader{dyn: dyn, layerC: layerC, releaseC: releaseC, sub: sub, cfg: cfg, log: log, now: now,
-		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*kustomizev1.Kustomization{},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
-			workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "cluster-reader"})}
+		srcs: map[string][]cache.GenericLister{}, marked: map[string]string{}, deleted: map[objectKey]*kustomizev1.Kustomization{}}
 }
 
 // Synced reports whether the caches have synced (for /readyz).
@@ -278,8 +277,19 @@ func nsName(ns string) string {
 	return "namespace " + ns
 }
 
-// Run watches until ctx ends.
+// Run watches until ctx ends, or returns the error that stopped it. What
+// it started ends with it: a reader that failed is dropped and another
+// started in its place (a hub retries a registered cluster), which must
+// not leave informers watching and a queue's goroutine behind it.
 func (r *Reader) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
+		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "cluster-reader"})
+	go func() {
+		<-ctx.Done()
+		r.queue.ShutDown()
+	}()
 	start := r.now()
 	namespaces := r.cfg.Namespaces
 	if len(namespaces) == 0 {
@@ -321,10 +331,6 @@ func (r *Reader) Run(ctx context.Context) error {
 	r.syncedIn.Store(int64(r.now().Sub(start)))
 	r.synced.Store(true)
 	r.log.Info("cluster caches synced")
-	go func() {
-		<-ctx.Done()
-		r.queue.ShutDown()
-	}()
 	go r.recheck(ctx)
 	for r.next(ctx) {
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -644,3 +645,34 @@ func (submitNothing) SubmitAll(context.Context, []rollout.Observation) error { r
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestFailedReaderLeavesNothingRunning: a reader whose caches did not
+// sync in time returns the error and leaves no informer watching and no
+// queue waiting behind it (a hub drops it and starts another: each one
+// left behind would hold a cluster's caches for good), though the
+// context it ran in goes on.
+func TestFailedReaderLeavesNothingRunning(t *testing.T) {
+	c := clustertest.Start(t)
+	w := c.NewWorld(t, "fleet", time.Now().UTC().Truncate(time.Second))
+	w.Source("src", revOf("a"))
+	running := func() int {
+		buf := make([]byte, 1<<22)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		return strings.Count(stacks, "tools/cache.(*Reflector)") + strings.Count(stacks, "workqueue.(*delayingType")
+	}
+	before := running()
+	for range 3 {
+		r, err := cluster.NewForConfig(c.Config, submitNothing{}, cluster.Config{Cluster: "prod", Namespaces: []string{"fleet"}, SyncTimeout: time.Millisecond},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.CheckAccess(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "did not sync in time") {
+			t.Fatalf("a reader given a millisecond to sync: %v", err)
+		}
+	}
+	waitFor(t, "the failed readers' informers and queues to end", func() bool { return running() <= before })
+}
