@@ -142,8 +142,9 @@ func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\
 func (f *frameReader) Close() error { return f.r.Close() }
 
 // splitEvent splits a watch event as the API server writes it,
-// {"type":"...","object":{...}}, into its type and object, the object
-// scanned for nesting alone; false for any other shape.
+// {"type":"...","object":{...}}, into its type (a word in capitals) and
+// object, the object scanned for nesting alone; false for any other
+// shape.
 func splitEvent(data []byte, ev *metav1.WatchEvent) bool {
 	const head, mid = `{"type":"`, `","object":`
 	rest, ok := bytes.CutPrefix(data, []byte(head))
@@ -151,8 +152,13 @@ func splitEvent(data []byte, ev *metav1.WatchEvent) bool {
 		return false
 	}
 	typ, obj, ok := bytes.Cut(rest, []byte(mid))
-	if !ok || bytes.ContainsAny(typ, `"\`) || len(obj) == 0 || obj[0] != '{' {
+	if !ok || len(typ) == 0 || len(obj) == 0 || obj[0] != '{' {
 		return false
+	}
+	for _, c := range typ { // ADDED, MODIFIED, ...: a word, as decoded
+		if c < 'A' || c > 'Z' {
+			return false
+		}
 	}
 	var s nesting
 	n := s.end(obj)

@@ -101,6 +101,8 @@ func TestSplitEvent(t *testing.T) {
 		{`{"type":"ADDED","object":{"kind":"HelmRelease"},"more":{}}`, false},
 		{`{"type":"AD\"DED","object":{"kind":"HelmRelease"}}`, false},
 		{`{"type":"ADDED","object":null}`, false},
+		{"{\"type\":\"\xc8\",\"object\":{}}", false}, // encoding/json decodes it as U+FFFD
+		{`{"type":"","object":{}}`, false},
 	} {
 		var ev metav1.WatchEvent
 		if splitEvent([]byte(tt.data), &ev) != tt.split {
@@ -178,6 +180,7 @@ func FuzzWatchStream(f *testing.F) {
 		`{}{} [] "x" {"a":[1,2,{"b":null}]}`,
 		`{"a":"\u00e9\ud83d\ude00"}` + " \r\n\t" + `{"type":"E\"","object":{}}`,
 		`{"unterminated":"}`,
+		"{\"type\":\"\xc8\",\"object\":{}}",
 	} {
 		f.Add([]byte(seed))
 	}
