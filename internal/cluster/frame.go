@@ -165,6 +165,8 @@ func splitEvent(data []byte, ev *metav1.WatchEvent) bool {
 	if n < 0 || !bytes.Equal(bytes.TrimSpace(obj[n:]), []byte("}")) {
 		return false
 	}
+	// The object is data's, not a copy: client-go's watch decodes it
+	// before it reads the next event into the same buffer.
 	ev.Type, ev.Object = string(typ), runtime.RawExtension{Raw: obj[:n]}
 	return true
 }

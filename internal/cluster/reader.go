@@ -116,8 +116,8 @@ func indexBySource(obj any) ([]string, error) {
 const ownerIndex = "owner"
 
 func indexByOwner(obj any) ([]string, error) {
-	if r, ok := obj.(*release); ok && r.ownerNamespace != "" && r.ownerName != "" { // as ingest.Owner
-		return []string{r.ownerNamespace + "/" + r.ownerName}, nil
+	if r, ok := obj.(*release); ok && r.owner != "" {
+		return []string{r.owner}, nil
 	}
 	return nil, nil
 }

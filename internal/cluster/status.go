@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strings"
 
 	helmv2 "github.com/fluxcd/helm-controller/api/v2"
 	kustomizev1 "github.com/fluxcd/kustomize-controller/api/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 )
 
 // slimLayer is a Kustomization as cached: Flux's type, holding only what
@@ -63,12 +65,12 @@ func slimLayer(k *kustomizev1.Kustomization) *kustomizev1.Kustomization {
 // Flux's type back.
 type release struct {
 	metav1.ObjectMeta // its name, namespace, uid, resourceVersion and generation alone
-	// ownerNamespace and ownerName are its owner labels (ingest.Owner);
-	// commit its commit annotation.
-	ownerNamespace, ownerName, commit string
-	// applied is kustomize-controller's apply of it, the latest, without
-	// the fields it manages (ingest.Applied); nil when none.
-	applied  *metav1.ManagedFieldsEntry
+	// owner is the layer that applies it, namespace/name, as ingest.Owner
+	// reads its labels ("" for none); commit its commit annotation.
+	owner, commit string
+	// applied is kustomize-controller's applies of it (ingest.Applied
+	// takes the latest), without the fields they manage.
+	applied  []metav1.ManagedFieldsEntry
 	chartRef *helmv2.CrossNamespaceSourceReference
 	chart    *helmv2.HelmChartTemplateSpec // its chart, sourceRef and reconcileStrategy alone
 	deployed metav1.Time                   // its newest history entry's lastDeployed
@@ -80,11 +82,13 @@ type release struct {
 func slimRelease(hr *helmv2.HelmRelease) *release {
 	r := &release{ObjectMeta: metav1.ObjectMeta{Name: hr.Name, Namespace: hr.Namespace, UID: hr.UID,
 		ResourceVersion: hr.ResourceVersion, Generation: hr.Generation},
-		ownerNamespace: hr.Labels[flux.OwnerNamespaceLabel], ownerName: hr.Labels[flux.OwnerNameLabel],
 		commit: hr.Annotations[flux.CommitAnnotation], chartRef: hr.Spec.ChartRef}
+	if ns, name, ok := ingest.Owner(hr); ok {
+		r.owner = ns + "/" + name
+	}
 	for _, mf := range hr.ManagedFields {
-		if flux.AppliedByKustomize(mf) && (r.applied == nil || mf.Time.After(r.applied.Time.Time)) {
-			r.applied = &metav1.ManagedFieldsEntry{Manager: mf.Manager, Operation: mf.Operation, Time: mf.Time}
+		if flux.AppliedByKustomize(mf) {
+			r.applied = append(r.applied, metav1.ManagedFieldsEntry{Manager: mf.Manager, Operation: mf.Operation, Time: mf.Time})
 		}
 	}
 	if c := hr.Spec.Chart; c != nil {
@@ -107,24 +111,16 @@ func slimRelease(hr *helmv2.HelmRelease) *release {
 }
 
 // helmRelease is the cached release as Flux's type, for reading only: it
-// shares the cache's chart source and conditions.
+// shares the cache's applies, chart source and conditions.
 func (r *release) helmRelease() *helmv2.HelmRelease {
 	hr := &helmv2.HelmRelease{ObjectMeta: r.ObjectMeta, Status: r.status}
-	if r.ownerNamespace != "" || r.ownerName != "" {
-		hr.Labels = map[string]string{}
-		if r.ownerNamespace != "" {
-			hr.Labels[flux.OwnerNamespaceLabel] = r.ownerNamespace
-		}
-		if r.ownerName != "" {
-			hr.Labels[flux.OwnerNameLabel] = r.ownerName
-		}
+	if ns, name, ok := strings.Cut(r.owner, "/"); ok {
+		hr.Labels = map[string]string{flux.OwnerNamespaceLabel: ns, flux.OwnerNameLabel: name}
 	}
 	if r.commit != "" {
 		hr.Annotations = map[string]string{flux.CommitAnnotation: r.commit}
 	}
-	if r.applied != nil {
-		hr.ManagedFields = []metav1.ManagedFieldsEntry{*r.applied}
-	}
+	hr.ManagedFields = r.applied
 	hr.Spec.ChartRef = r.chartRef
 	if r.chart != nil {
 		hr.Spec.Chart = &helmv2.HelmChartTemplate{Spec: *r.chart}

@@ -123,23 +123,10 @@ func decodeLayer(data []byte) (*kustomizev1.Kustomization, error) {
 }
 
 func layerKind() wireKind {
-	return wireKind{
-		kind: flux.KindKustomization, resource: flux.Kustomizations(),
-		decode: func(data []byte) (runtime.Object, error) {
-			k, err := decodeLayer(data)
-			if k == nil {
-				return nil, err // not a typed nil
-			}
-			return k, err
-		},
-		list: func(lm metav1.ListMeta, items []runtime.Object) runtime.Object {
-			l := &kustomizev1.KustomizationList{ListMeta: lm, Items: make([]kustomizev1.Kustomization, len(items))}
-			for i, o := range items {
-				l.Items[i] = *o.(*kustomizev1.Kustomization)
-			}
-			return l
-		},
-	}
+	return newWireKind(flux.KindKustomization, flux.Kustomizations(), decodeLayer,
+		func(lm metav1.ListMeta, items []kustomizev1.Kustomization) runtime.Object {
+			return &kustomizev1.KustomizationList{ListMeta: lm, Items: items}
+		})
 }
 
 // wireReleaseSpec is what is decoded of a HelmRelease's spec: its chart's
@@ -150,8 +137,8 @@ type wireReleaseSpec struct {
 }
 
 // wireReleaseStatus is a HelmRelease's status as decoded: of its history,
-// each entry's version and deployment time (the newest's is read), not
-// its inventory.
+// each entry's version and deployment time (Snapshots.Latest finds the
+// newest by its version; its time is read), not its inventory.
 type wireReleaseStatus struct {
 	helmv2.HelmReleaseStatus
 	History []struct {
@@ -175,11 +162,8 @@ func (w *wireRelease) release() *helmv2.HelmRelease {
 	hr.Spec.ChartRef, hr.Spec.Chart = w.Spec.ChartRef, w.Spec.Chart
 	hr.Status = w.Status.HelmReleaseStatus
 	hr.Status.History = nil
-	// The newest entry, as Snapshots.Latest finds it: the highest version.
 	for _, h := range w.Status.History {
-		if len(hr.Status.History) == 0 || h.Version > hr.Status.History[0].Version {
-			hr.Status.History = helmv2.Snapshots{{Version: h.Version, LastDeployed: h.LastDeployed}}
-		}
+		hr.Status.History = append(hr.Status.History, &helmv2.Snapshot{Version: h.Version, LastDeployed: h.LastDeployed})
 	}
 	return &hr
 }
@@ -195,21 +179,33 @@ func decodeRelease(data []byte) (*helmv2.HelmRelease, error) {
 }
 
 func releaseKind() wireKind {
+	return newWireKind(flux.KindHelmRelease, flux.HelmReleases(), decodeRelease,
+		func(lm metav1.ListMeta, items []helmv2.HelmRelease) runtime.Object {
+			return &helmv2.HelmReleaseList{ListMeta: lm, Items: items}
+		})
+}
+
+// newWireKind is the row of kind, whose objects decode decodes and list
+// makes a list of.
+func newWireKind[T any, P interface {
+	*T
+	runtime.Object
+}](kind string, resource schema.GroupVersionResource, decode func([]byte) (P, error), list func(metav1.ListMeta, []T) runtime.Object) wireKind {
 	return wireKind{
-		kind: flux.KindHelmRelease, resource: flux.HelmReleases(),
+		kind: kind, resource: resource,
 		decode: func(data []byte) (runtime.Object, error) {
-			hr, err := decodeRelease(data)
-			if hr == nil {
+			obj, err := decode(data)
+			if obj == nil {
 				return nil, err // not a typed nil
 			}
-			return hr, err
+			return obj, err
 		},
-		list: func(lm metav1.ListMeta, items []runtime.Object) runtime.Object {
-			l := &helmv2.HelmReleaseList{ListMeta: lm, Items: make([]helmv2.HelmRelease, len(items))}
-			for i, o := range items {
-				l.Items[i] = *o.(*helmv2.HelmRelease)
+		list: func(lm metav1.ListMeta, objs []runtime.Object) runtime.Object {
+			items := make([]T, len(objs))
+			for i, o := range objs {
+				items[i] = *o.(P)
 			}
-			return l
+			return list(lm, items)
 		},
 	}
 }

@@ -181,16 +181,8 @@ func TestAppendGivenUp(t *testing.T) {
 	d := openReplica(t, conn, PostgresOptions{})
 	ctx := context.Background()
 	// The inbox locked: the first append's statement waits.
-	lock, err := pgx.Connect(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close(ctx)
-	tx, err := lock.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	tx := openTx(t, conn)
+	lock := tx.Conn()
 	if _, err := tx.Exec(ctx, `LOCK TABLE fdn_inbox IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
@@ -287,6 +279,24 @@ func TestGroupSize(t *testing.T) {
 	}
 }
 
+// openTx is a transaction on a connection of its own to conn, rolled back
+// (if still open) when the test ends.
+func openTx(t *testing.T, conn string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(ctx) })
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	return tx
+}
+
 func inboxObs(i int) rollout.Observation {
 	return rollout.Observation{Cluster: "prod", Hash: fmt.Sprintf("%040x", i), Revision: fmt.Sprintf("main@sha1:%040x", i)}
 }
@@ -299,16 +309,7 @@ func TestInboxInCommitOrder(t *testing.T) {
 	conn := srv.NewDatabase(t)
 	a, b := openReplica(t, conn, PostgresOptions{}), openReplica(t, conn, PostgresOptions{})
 	ctx := context.Background()
-	slow, err := pgx.Connect(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close(ctx)
-	tx, err := slow.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
+	tx := openTx(t, conn)
 	var id int64
 	// Its id and transaction first; it commits after b's append.
 	if err := tx.QueryRow(ctx, `SELECT nextval('fdn_inbox_id_seq'), pg_current_xact_id()`).Scan(&id, new(uint64)); err != nil {
@@ -355,15 +356,7 @@ func TestInboxNotHeldByAnotherDatabase(t *testing.T) {
 	a := openReplica(t, conn, PostgresOptions{})
 	ctx := context.Background()
 	hold := func(conn string) pgx.Tx {
-		c, err := pgx.Connect(ctx, conn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(ctx) })
-		tx, err := c.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tx := openTx(t, conn)
 		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()`).Scan(new(uint64)); err != nil {
 			t.Fatal(err)
 		}
