@@ -12,8 +12,8 @@ import (
 
 // releases are the releases a rolling update may come from, by their
 // commits: 90c51c0, the first whose leader keeps the inbox for its
-// followers' engines, 590ca9a, 481a5ac, d2b484a, 3da89f3, and 31e889f,
-// the one before this. Add each release as it lands; drop one only with what
+// followers' engines, 590ca9a, 481a5ac, d2b484a, 3da89f3, 31e889f and
+// cf2363e, the one before this. Add each release as it lands; drop one only with what
 // this release stops doing for it (8ec1646 went when this release's leader
 // stopped writing the views its followers read).
 var releases = []string{
@@ -23,6 +23,7 @@ var releases = []string{
 	"d2b484a3836067acb61c13c2fe88ea0f53cc0b26",
 	"3da89f3a30411d53b065a935ef62592d4e238842",
 	"31e889fdcad95162305239267557542ec1631736",
+	"cf2363e208b7e5fb184efadb3fc845dfa5ef743d",
 }
 
 // buildRelease builds the service of an earlier commit of this
