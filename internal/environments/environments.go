@@ -17,8 +17,9 @@ import (
 	"strings"
 )
 
-// Environment is clusters a commit is promoted through together.
-type Environment struct {
+// Declared is an environment as --environments declares it: clusters a
+// commit is promoted through together.
+type Declared struct {
 	Name     string
 	Clusters []string // as declared
 }
@@ -27,8 +28,8 @@ type Environment struct {
 // then "=" and its clusters separated by "," (or no "=": its clusters
 // come from Secrets' labels). A cluster in two environments, a name twice
 // or an empty one is an error.
-func Parse(s string) ([]Environment, error) {
-	var envs []Environment
+func Parse(s string) ([]Declared, error) {
+	var envs []Declared
 	in := map[string]string{} // cluster -> environment
 	for part := range strings.SplitSeq(s, ";") {
 		part = strings.TrimSpace(part)
@@ -36,11 +37,11 @@ func Parse(s string) ([]Environment, error) {
 			continue
 		}
 		name, list, _ := strings.Cut(part, "=")
-		env := Environment{Name: strings.TrimSpace(name)}
+		env := Declared{Name: strings.TrimSpace(name)}
 		if env.Name == "" {
 			return nil, fmt.Errorf("environments: %q names no environment", part)
 		}
-		if slices.ContainsFunc(envs, func(e Environment) bool { return e.Name == env.Name }) {
+		if slices.ContainsFunc(envs, func(e Declared) bool { return e.Name == env.Name }) {
 			return nil, fmt.Errorf("environments: %s is declared twice", env.Name)
 		}
 		for c := range strings.SplitSeq(list, ",") {
@@ -70,7 +71,7 @@ type Map struct {
 // Environments that labels alone name come after the declared ones, by
 // name. Warnings say where the two disagree, which the label settles, and
 // which environments have no place in the declared order.
-func New(declared []Environment, labelled map[string]string) (*Map, []string) {
+func New(declared []Declared, labelled map[string]string) (*Map, []string) {
 	m := &Map{of: map[string]string{}}
 	var warnings []string
 	for _, e := range declared {
@@ -125,4 +126,10 @@ func (m *Map) Order(clusters []string) []string {
 		}
 	}
 	return append(order, slices.Sorted(maps.Keys(has))...)
+}
+
+// Members are the clusters the declaration and the labels place, by name:
+// each is shown, even one that never reported.
+func (m *Map) Members() []string {
+	return slices.Sorted(maps.Keys(m.of))
 }
