@@ -94,6 +94,7 @@ func TestServeFlagsAndEnvironment(t *testing.T) {
 		{name: "bad duration in env", env: map[string]string{"FDN_STUCK_AFTER": "soon"}, args: []string{"--insecure-no-auth"}, wantErr: "FDN_STUCK_AFTER"},
 		{name: "negative stuck-after", args: []string{"--insecure-no-auth", "--stuck-after", "-1m"}, wantErr: "positive"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "not defined"},
+		{name: "a cluster in two environments", env: map[string]string{"FDN_ENVIRONMENTS": "staging=x;prod=x"}, args: []string{"--insecure-no-auth"}, wantErr: "--environments: cluster x is in staging and prod"},
 		{name: "bad mail-to", args: []string{"--insecure-no-auth", "--mail-to", "ops@example.com,not an address"}, wantErr: "--mail-to"},
 		{name: "smtp auth without password file", args: []string{"--insecure-no-auth", "--smtp-addr", "127.0.0.1:25", "--smtp-auth", "plain", "--smtp-username", "u"}, wantErr: "--smtp-password-file"},
 		{name: "smtp password file missing", args: []string{"--insecure-no-auth", "--smtp-addr", "127.0.0.1:25", "--smtp-auth", "plain", "--smtp-username", "u", "--smtp-password-file", filepath.Join(dir, "none")}, wantErr: "read SMTP password"},

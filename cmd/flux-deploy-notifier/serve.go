@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/environments"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ingest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -35,6 +37,7 @@ type serveConfig struct {
 	verdictToken   string
 	trustHeader    string
 	debugListen    string // Go's profiles on loopback; empty: off
+	environments   []environments.Declared
 }
 
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
@@ -52,6 +55,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	retention := f.Duration("retention", "FDN_RETENTION", 720*time.Hour, "how long rollouts are kept after their last evidence")
 	settleAfter := f.Duration("settle-after", "FDN_SETTLE_AFTER", rollout.DefaultSettleAfter, "quiet time after which a final rollout whose layers all moved on leaves memory for the archive on disk")
 	cluster := f.String("default-cluster", "FDN_DEFAULT_CLUSTER", "default", "cluster name of events without metadata.cluster")
+	envs := f.String("environments", "FDN_ENVIRONMENTS", "", "environments in promotion order, each with its clusters: staging=stg-eu,stg-us;prod=prod-eu,prod-us (a cluster Secret's "+clusters.EnvironmentLabel+" label places its cluster)")
 	var mc mailConfig
 	mc.flags(f)
 	var cc clusterConfig
@@ -78,6 +82,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if err := checkDebugListen(c.debugListen); err != nil {
 		return c, err
+	}
+	var err error
+	if c.environments, err = environments.Parse(*envs); err != nil {
+		return c, fmt.Errorf("--%w", err)
 	}
 	if err := c.cluster.validate(); err != nil {
 		return c, err

@@ -255,7 +255,7 @@ func (s *service) listen(context.Context) error {
 		checks = append(checks, api.Check{Name: "cluster", OK: s.reader.Synced})
 	}
 	rollouts := s.node.Reads()
-	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining, Role: s.node.Role}
+	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining, Role: s.node.Role, Environments: s.placement}
 	uiFS, err := fs.Sub(templates.UI, "ui")
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/environments"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -31,6 +32,7 @@ type Rollouts interface {
 	Stats() *engine.Stats
 	CommitFailures() (n int64, last time.Time)
 	Ready() bool
+	Histories() (map[string]environments.History, error)
 }
 
 // MaxWait bounds a long poll on /verdict.
@@ -58,13 +60,16 @@ type Options struct {
 	// Role, when set, names this replica's part among several (leader or
 	// follower) in /readyz.
 	Role func() string
+	// Environments, when set, places clusters in environments for GET
+	// /environments; without it each cluster is its own.
+	Environments func() Placement
 }
 
 // New returns the handlers of what pipelines and operators read; the
 // router (internal/server) puts them at their paths and requires the
 // verdict token where it applies.
 func New(rs Rollouts, log *slog.Logger, opts Options) *Server {
-	return &Server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warn: opts.Warnings, draining: opts.Draining, role: opts.Role}
+	return &Server{rs: rs, log: log, checks: append([]Check{{Name: "engine", OK: rs.Ready}}, opts.Checks...), warn: opts.Warnings, draining: opts.Draining, role: opts.Role, place: opts.Environments}
 }
 
 // Server answers GET /verdict, /commits/{rev}, /rollouts, /healthz and
@@ -76,6 +81,7 @@ type Server struct {
 	warn     func() []string
 	draining context.Context
 	role     func() string
+	place    func() Placement
 	answers  answers
 }
 

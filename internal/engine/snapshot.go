@@ -57,6 +57,8 @@ type snapshot struct {
 	// every one of them has no settled rollout to read.
 	clusters map[string]struct{}
 	archived atomic.Bool
+	// hist keeps each cluster's latest settled rollouts (Histories).
+	hist histories
 }
 
 func newSnapshot() *snapshot {
@@ -127,6 +129,7 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 		// What settled while these views were not followed one by one
 		// is known from the archive again, read at the next lookup.
 		s.archived.Store(false)
+		s.hist.reset()
 	}
 	appeared := false
 	for _, v := range views {
@@ -146,9 +149,11 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 	for _, k := range removed {
 		// A follower may learn of a rollout only as it goes.
 		s.clusters[k.Cluster] = struct{}{}
-		if old := s.views[k]; old != nil {
+		old := s.views[k]
+		if old != nil {
 			s.index(old, nil)
 		}
+		s.hist.gone(old)
 		delete(s.views, k)
 		if ch, ok := s.watch[k]; ok {
 			close(ch)

@@ -61,8 +61,9 @@ func Parse(s string) ([]Declared, error) {
 
 // Map is which environment each cluster is in, and their order.
 type Map struct {
-	order []string          // environments, in promotion order
-	of    map[string]string // cluster -> environment
+	order    []string          // environments, in promotion order
+	declared int               // the first of order, in --environments' order
+	of       map[string]string // cluster -> environment
 }
 
 // New is the membership declared (Parse's) with the registered clusters'
@@ -74,6 +75,7 @@ type Map struct {
 func New(declared []Declared, labelled map[string]string) (*Map, []string) {
 	m := &Map{of: map[string]string{}}
 	var warnings []string
+	m.declared = len(declared)
 	for _, e := range declared {
 		m.order = append(m.order, e.Name)
 		for _, c := range e.Clusters {
@@ -126,6 +128,13 @@ func (m *Map) Order(clusters []string) []string {
 		}
 	}
 	return append(order, slices.Sorted(maps.Keys(has))...)
+}
+
+// Promoted reports whether env has a place in the declared promotion
+// order: only those are compared (Between); environments that labels
+// alone name, and clusters in none, are shown without.
+func (m *Map) Promoted(env string) bool {
+	return slices.Contains(m.order[:m.declared], env)
 }
 
 // Members are the clusters the declaration and the labels place, by name:

@@ -32,7 +32,8 @@ const (
 )
 
 // Status is what GET /environments answers: each environment in
-// promotion order, and what lies between each two adjacent ones.
+// promotion order, and what lies between each two adjacent ones of the
+// declared order.
 type Status struct {
 	Environments []Environment `json:"environments"`
 	Between      []Between     `json:"between"`
@@ -141,7 +142,7 @@ func (m *Map) Status(clusters []string, history func(cluster string) History) St
 	for _, c := range clusters {
 		histories[c] = history(c)
 	}
-	var st Status
+	st := Status{Environments: []Environment{}}
 	for _, name := range m.Order(clusters) {
 		env := Environment{Name: name}
 		members := byEnv[name]
@@ -152,9 +153,14 @@ func (m *Map) Status(clusters []string, history func(cluster string) History) St
 		env.Running, env.Groups = rollUp(env.Clusters)
 		st.Environments = append(st.Environments, env)
 	}
-	for i := 1; i < len(st.Environments); i++ {
+	// Promoted environments come first, in their order: each is compared
+	// with the next one present.
+	for i := 1; i < len(st.Environments) && m.Promoted(st.Environments[i].Name); i++ {
 		lower, higher := st.Environments[i-1], st.Environments[i]
 		st.Between = append(st.Between, between(lower, higher, histories))
+	}
+	if st.Between == nil {
+		st.Between = []Between{}
 	}
 	return st
 }

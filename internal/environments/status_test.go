@@ -160,12 +160,14 @@ func TestStatus(t *testing.T) {
 		spec []string
 		want string
 	}{{
-		name: "promoted: nothing between",
-		spec: []string{"stg=b:applied a:applied", "prod=b:applied a:applied"},
+		name: "promoted: nothing between; a cluster in none last, not compared",
+		spec: []string{"stg=b:applied a:applied", "prod=b:applied a:applied", "lab=c:applied"},
 		want: `staging running=b@3m0s [running b stg]
   stg running running=b last=- flight=
 prod running=b@3m0s [running b prod]
   prod running running=b last=- flight=
+lab running=c@4m0s [running c lab]
+  lab running running=c last=- flight=
 staging>prod:
 `,
 	}, {

@@ -21,7 +21,8 @@ type Parts struct {
 	Webhook http.Handler
 	// API answers what pipelines and operators read.
 	API *api.Server
-	// Verdicts, when set, is required of /verdict, /commits and /rollouts:
+	// Verdicts, when set, is required of /verdict, /commits, /rollouts and
+	// /environments:
 	// the verdict token as a bearer token (a status page session works
 	// too). No proxy header is trusted there: pipelines reach them directly.
 	Verdicts *edge.Auth
@@ -43,6 +44,7 @@ func Routes(p Parts) http.Handler {
 		r.Get("/verdict", p.API.Verdict)
 		r.Get("/commits/{rev}", p.API.Commit)
 		r.Get("/rollouts", p.API.Rollouts)
+		r.Get("/environments", p.API.Environments)
 	})
 	r.Get("/healthz", p.API.Healthz)
 	r.Get("/readyz", p.API.Readyz)

@@ -1,0 +1,77 @@
+package engine_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+)
+
+// TestHistories: each cluster's rollouts newest first, live and settled,
+// the settled ones cut at HistoryDepth; what settles after a read is in
+// the next without the archive read again whole; a restarted engine
+// reads the same.
+func TestHistories(t *testing.T) {
+	layers := []string{"infra", "apps"}
+	commits := engine.HistoryDepth + 10
+	obs := make([][]rollout.Observation, commits) // by commit
+	for i := range commits {
+		for j, l := range layers {
+			o := prog(l, fmt.Sprintf("H%d", i), i*3600+j)
+			s := succ(l, fmt.Sprintf("H%d", i), i*3600+j+5)
+			obs[i] = append(obs[i], o, s)
+			if i < 3 {
+				for _, x := range []*rollout.Observation{&o, &s} {
+					x.Cluster = "staging"
+				}
+				obs[i] = append(obs[i], o, s)
+			}
+		}
+	}
+	cfg := settleConfig(time.Minute)
+	dir := t.TempDir()
+	end := t0.Add(time.Duration(commits+1) * time.Hour)
+	h := start(t, dir, cfg, fixedClock(end))
+	half := 30
+	for _, o := range obs[:half] {
+		h.submit(o...)
+	}
+	settle(t, h.engine)
+	check := func(e *engine.Engine, newest int) {
+		t.Helper()
+		hs, err := e.Histories()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := hs["default"]
+		want := min(newest+1, engine.HistoryDepth+2) // the live ones (at most 2) and the depth
+		if len(d.Rollouts) < want-2 || len(d.Rollouts) > want {
+			t.Fatalf("default: %d rollouts, want %d or up to 2 fewer", len(d.Rollouts), want)
+		}
+		for i, v := range d.Rollouts {
+			if v.Hash != hashOf(fmt.Sprintf("H%d", newest-i)) || v.Verdict != rollout.VerdictApplied {
+				t.Fatalf("default's rollout %d: %s %s, want H%d applied", i, v.Hash[:7], v.Verdict, newest-i)
+			}
+			if v.Layers.Len() != 0 && i >= 2 {
+				t.Fatalf("a settled rollout kept its layers")
+			}
+		}
+		if d.Cut != (newest+1 > len(d.Rollouts)) {
+			t.Fatalf("default: cut %t with %d of %d", d.Cut, len(d.Rollouts), newest+1)
+		}
+		if s := hs["staging"]; len(s.Rollouts) != 3 || s.Cut || s.Rollouts[0].Hash != hashOf("H2") {
+			t.Fatalf("staging: %d rollouts, cut %t", len(s.Rollouts), s.Cut)
+		}
+	}
+	check(h.engine, half-1)
+	for _, o := range obs[half:] {
+		h.submit(o...)
+	}
+	settle(t, h.engine)
+	check(h.engine, commits-1)
+	h.stop()
+	h = start(t, dir, cfg, fixedClock(end))
+	check(h.engine, commits-1)
+}
