@@ -102,10 +102,8 @@ func (r *Reader) Histories() (map[string]environments.History, error) {
 	// is then the one kept).
 	s.mu.RLock()
 	live := map[string][]*rollout.View{}
-	isLive := make(map[rollout.Key]bool, len(s.views))
 	for k, v := range s.views {
 		live[k.Cluster] = append(live[k.Cluster], v)
-		isLive[k] = true
 	}
 	removed, stale := h.take()
 	s.mu.RUnlock()
@@ -130,17 +128,27 @@ func (r *Reader) Histories() (map[string]environments.History, error) {
 		out[c] = environments.History{Rollouts: views}
 	}
 	for c, sh := range h.of {
-		hist := out[c]
-		for _, v := range sh.views {
-			if !isLive[v.Key()] {
-				hist.Rollouts = append(hist.Rollouts, v)
-			}
-		}
-		slices.SortStableFunc(hist.Rollouts, compareListed)
-		hist.Cut = sh.cut
-		out[c] = hist
+		out[c] = environments.History{Rollouts: merge(out[c].Rollouts, sh.views), Cut: sh.cut}
 	}
 	return out, nil
+}
+
+// merge is one cluster's live and settled rollouts, both in the list's
+// order, in that order; a settled view of a rollout still live (it settled
+// after the live ones were read) is left out. A cluster has few live ones.
+func merge(live, settled []*rollout.View) []*rollout.View {
+	out := make([]*rollout.View, 0, len(live)+len(settled))
+	i := 0
+	for _, v := range settled {
+		if len(live) > 0 && slices.ContainsFunc(live, func(l *rollout.View) bool { return l.FirstSeen.Equal(v.FirstSeen) && l.Hash == v.Hash }) {
+			continue
+		}
+		for ; i < len(live) && compareListed(live[i], v) < 0; i++ {
+			out = append(out, live[i])
+		}
+		out = append(out, v)
+	}
+	return append(out, live[i:]...)
 }
 
 // load reads each cluster's latest settled rollouts from the archive, in

@@ -2,11 +2,14 @@ package engine_test
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
 
 // TestHistories: each cluster's rollouts newest first, live and settled,
@@ -74,4 +77,45 @@ func TestHistories(t *testing.T) {
 	h.stop()
 	h = start(t, dir, cfg, fixedClock(end))
 	check(h.engine, commits-1)
+}
+
+// BenchmarkHistories is the read GET /environments makes of a hub's 500
+// clusters, each with 2 live rollouts and 50 settled ones (on bbolt), once
+// the settled ones were loaded.
+func BenchmarkHistories(b *testing.B) {
+	db, err := store.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	const clusters = 500
+	r := engine.NewReader(db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var live []*rollout.View
+	for c := range clusters {
+		var settled []*rollout.View
+		for i := range engine.HistoryDepth + 2 {
+			hash := fmt.Sprintf("%040x", i)
+			at := t0.Add(time.Duration(i) * time.Hour)
+			v := &rollout.View{Cluster: fmt.Sprintf("c%03d", c), Hash: hash, Revision: "main@sha1:" + hash, Verdict: rollout.VerdictApplied,
+				Terminal: true, FirstSeen: at, LastSeen: at, CompletedAt: &at}
+			if i < engine.HistoryDepth {
+				settled = append(settled, v)
+			} else {
+				live = append(live, v)
+			}
+		}
+		if err := db.Commit(&rollout.Batch{Settle: settled, At: t0}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r.Publish(live, nil, false)
+	if hs, err := r.Histories(); err != nil || len(hs) != clusters || len(hs["c000"].Rollouts) != engine.HistoryDepth+2 {
+		b.Fatalf("%d clusters, %v", len(hs), err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Histories(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

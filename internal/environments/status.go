@@ -300,7 +300,6 @@ func between(lower, higher Environment, histories map[string]History) Between {
 		all.set(i)
 	}
 	appliedBy := map[string]bits{}
-	where := map[string][]Deploy{}
 	for i, c := range counted {
 		for _, v := range histories[c].Rollouts {
 			if v.Verdict == rollout.VerdictApplied {
@@ -310,13 +309,6 @@ func between(lower, higher Environment, histories map[string]History) Between {
 					appliedBy[v.CommitHash()] = bs
 				}
 				bs.set(i)
-			}
-		}
-	}
-	for _, c := range higher.Clusters {
-		for _, v := range histories[c.Cluster].Rollouts {
-			if v.Verdict != rollout.VerdictSuperseded {
-				where[v.CommitHash()] = append(where[v.CommitHash()], deployOf(v))
 			}
 		}
 	}
@@ -349,13 +341,13 @@ func between(lower, higher Environment, histories map[string]History) Between {
 				order[i] = v
 			}
 			r.or(seen)
-			where[commit] = append(where[commit], deployOf(v))
 		}
 		if !reached && h.Cut {
 			b.Complete = false
 		}
 	}
 	slices.SortStableFunc(order, func(x, y *rollout.View) int { return y.FirstSeen.Compare(x.FirstSeen) })
+	listed := map[string]*Pending{}
 	for _, v := range order {
 		commit := v.CommitHash()
 		r := runBy[commit]
@@ -366,15 +358,30 @@ func between(lower, higher Environment, histories map[string]History) Between {
 			b.Complete = false
 			break
 		}
-		p := Pending{Commit: commit, Revision: v.Named(), Subject: v.Subject, Where: where[commit], NotRunOn: []string{}}
+		p := Pending{Commit: commit, Revision: v.Named(), Subject: v.Subject, Where: []Deploy{}, NotRunOn: []string{}}
 		for i, c := range counted {
 			if !r.has(i) {
 				p.NotRunOn = append(p.NotRunOn, c)
 			}
 		}
 		p.NotRunOn = append(p.NotRunOn, b.Unknown...)
-		slices.SortFunc(p.Where, compareDeploys)
 		b.Commits = append(b.Commits, p)
+	}
+	for i := range b.Commits {
+		listed[b.Commits[i].Commit] = &b.Commits[i]
+	}
+	// Where each commit listed was deployed, on either environment.
+	for _, env := range []Environment{lower, higher} {
+		for _, c := range env.Clusters {
+			for _, v := range histories[c.Cluster].Rollouts {
+				if p := listed[v.CommitHash()]; p != nil && v.Verdict != rollout.VerdictSuperseded {
+					p.Where = append(p.Where, deployOf(v))
+				}
+			}
+		}
+	}
+	for _, p := range b.Commits {
+		slices.SortFunc(p.Where, compareDeploys)
 	}
 	return b
 }

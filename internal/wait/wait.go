@@ -58,6 +58,10 @@ type Options struct {
 	Follow   bool
 	Attempts int  // tries in a row when the service cannot be reached
 	JSON     bool // the final verdicts as JSON on stdout, the rest on stderr
+	// Gate is the promotion gate (gate.go): once applied on a cluster,
+	// the commit must stay Soak there with nothing failing.
+	Gate bool
+	Soak time.Duration
 	// ExternalURL is the service's URL as people reach it: the CI summary
 	// links each rollout's status page.
 	ExternalURL string
@@ -98,7 +102,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	codes := make([]error, len(o.Clusters))
 	var wg sync.WaitGroup
 	for i, w := range waiters {
-		wg.Go(func() { codes[i] = w.until(ctx, o.Rev, deadline, o.Timeout, o.Follow, &outs[i]) })
+		wg.Go(func() {
+			codes[i] = w.until(ctx, o.Rev, deadline, o.Timeout, o.Follow || o.Gate, &outs[i])
+			if codes[i] == nil && o.Gate {
+				codes[i] = w.soak(ctx, o.Soak, deadline, &outs[i])
+			}
+		})
 	}
 	wg.Wait()
 	ci := ciOf(o.Getenv)
@@ -147,6 +156,11 @@ type ClusterResult struct {
 	Verdict    *api.VerdictResponse `json:"verdict"`
 	// Why says why an unknown commit is unknown.
 	Why string `json:"why,omitempty"`
+	// With --promote-from, once it applied: when its soak ends, and what
+	// failed within it (the outcome is then "soak-failed"; "soaking" while
+	// the soak is not over).
+	SoakEnds    *time.Time `json:"soak_ends,omitempty"`
+	SoakFailure string     `json:"soak_failure,omitempty"`
 }
 
 func writeResult(out io.Writer, rev string, code error, waiters []*waiter, codes []error) {
@@ -167,9 +181,14 @@ func writeResult(out io.Writer, rev string, code error, waiters []*waiter, codes
 			}
 		case !w.last.Terminal:
 			cr.Outcome = "timeout"
+		case w.soakFailure != "":
+			cr.Outcome = "soak-failed"
+		case w.soakEnds != nil && codes[i] != nil:
+			cr.Outcome = "soaking"
 		default:
 			cr.Outcome = w.last.Verdict.String()
 		}
+		cr.SoakEnds, cr.SoakFailure = w.soakEnds, w.soakFailure
 		if w.last != nil {
 			cr.Verdict = &w.last.VerdictResponse
 		}
@@ -316,6 +335,10 @@ type waiter struct {
 	// --no-ancestry.
 	skipped *descendants
 	via     *rollout.View // that rollout, once found
+	// The soak, once it began (--promote-from): when it ends, and what
+	// failed within it.
+	soakEnds    *time.Time
+	soakFailure string
 }
 
 // pollEvery bounds one long poll, so that changes before the verdict is
@@ -504,6 +527,10 @@ func (w *waiter) headline() string {
 		return cluster + ": unknown"
 	case !v.Terminal:
 		return cluster + ": " + v.Verdict.String() + " (timed out)"
+	case w.soakFailure != "":
+		return cluster + ": soak failed (" + w.soakFailure + ")"
+	case w.soakEnds != nil && time.Now().Before(*w.soakEnds):
+		return cluster + ": applied, soaking until " + w.soakEnds.UTC().Format(time.RFC3339) + " (timed out)"
 	}
 	return cluster + ": " + v.Verdict.String() + " (" + w.summary() + ")"
 }
@@ -533,7 +560,7 @@ func sectionName(cluster string) string {
 func annotate(out io.Writer, waiters []*waiter) {
 	for _, w := range waiters {
 		v := w.last
-		if v == nil || !v.Terminal || v.Verdict == rollout.VerdictApplied {
+		if v == nil || !v.Terminal || v.Verdict == rollout.VerdictApplied && w.soakFailure == "" {
 			continue
 		}
 		where := v.Cluster
@@ -551,6 +578,10 @@ func annotate(out io.Writer, waiters []*waiter) {
 			fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": "+failureTitle(f)), ghData(msg))
 		}
 		switch v.Verdict {
+		case rollout.VerdictApplied:
+			if w.soakFailure != "" {
+				fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": soak failed"), ghData(w.soakFailure))
+			}
 		case rollout.VerdictStuck:
 			fmt.Fprintf(out, "::error title=%s::%s\n", ghProperty(where+": stuck on "+v.RootCause), ghData(v.Summary))
 		case rollout.VerdictSuperseded:
@@ -585,13 +616,24 @@ func appendSummary(path, rev, externalURL string, waiters []*waiter) error {
 			continue
 		}
 		verdict := v.Verdict.String()
-		if !v.Terminal {
+		switch {
+		case !v.Terminal:
 			verdict += " (timed out)"
+		case w.soakFailure != "":
+			verdict += ", soak failed"
+		case w.soakEnds != nil && time.Now().Before(*w.soakEnds):
+			verdict += ", soaking (timed out)"
+		case w.soakEnds != nil:
+			verdict += ", soaked"
 		}
 		if externalURL != "" {
 			verdict = "[" + verdict + "](" + externalURL + edge.RolloutPath(v.Key()) + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(v.Cluster), verdict, mdCell(w.summary()))
+		summary := w.summary()
+		if w.soakFailure != "" {
+			summary += "; soak failed: " + w.soakFailure
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", mdCell(v.Cluster), verdict, mdCell(summary))
 	}
 	for _, w := range waiters {
 		v := w.last
