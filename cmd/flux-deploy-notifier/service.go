@@ -22,6 +22,7 @@ import (
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/clusters"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/environments"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/mail"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/replica"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -255,7 +256,7 @@ func (s *service) listen(context.Context) error {
 		checks = append(checks, api.Check{Name: "cluster", OK: s.reader.Synced})
 	}
 	rollouts := s.node.Reads()
-	apiOpts := api.Options{Checks: checks, Warnings: s.warnings, Draining: draining, Role: s.node.Role, Environments: s.placement}
+	apiSrv := api.New(rollouts, s.log, api.Options{Checks: checks, Warnings: s.warnings, Draining: draining, Role: s.node.Role, Environments: s.placement})
 	uiFS, err := fs.Sub(templates.UI, "ui")
 	if err != nil {
 		return err
@@ -263,6 +264,13 @@ func (s *service) listen(context.Context) error {
 	opts := ui.Options{
 		Token: s.verdictToken, TrustHeader: s.c.trustHeader, Warnings: s.warnings, Draining: draining, Log: s.log,
 		Outbox: func() (int, int, error) { return outboxCounts(s.db) }, Mails: s.db.MailLog,
+		Environments: func(source string) (environments.Status, error) {
+			resp, err := apiSrv.EnvironmentStatus(source)
+			if err != nil {
+				return environments.Status{}, err
+			}
+			return resp.Status, nil
+		},
 	}
 	for _, c := range s.channels {
 		opts.Channels = append(opts.Channels, c.ui)
@@ -281,7 +289,7 @@ func (s *service) listen(context.Context) error {
 	}
 	s.srv = server.New(server.Routes(server.Parts{
 		Webhook:  hook,
-		API:      api.New(rollouts, s.log, apiOpts),
+		API:      apiSrv,
 		Verdicts: edge.NewAuth(s.verdictToken, "", time.Now),
 		UI:       pages,
 		Metrics:  promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}),

@@ -13,6 +13,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/environments"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/ui"
 )
 
@@ -77,7 +79,17 @@ func TestInBrowser(t *testing.T) {
 	evil := obs[len(obs)-1]
 	evil.Emitter.Name = `evil<img src=x onerror="window.pwned=5">`
 	obs = append(obs, evil)
-	v := start(t, ui.Options{}, obs...)
+	v := startWith(t, rollout.Config{StuckAfter: 30 * time.Minute, Retention: 720 * time.Hour}, func(e *enginetest.Engine) ui.Options {
+		return ui.Options{Environments: func(string) (environments.Status, error) {
+			hs, err := e.Histories()
+			if err != nil {
+				return environments.Status{}, err
+			}
+			declared, _ := environments.Parse("staging=staging;production=prod")
+			m, _ := environments.New(declared, nil)
+			return m.Status([]string{"prod", "staging"}, func(c string) environments.History { return hs[c] }), nil
+		}}
+	}, obs...)
 	var dialogs atomic.Int32
 	if err := chromedp.Listen(ctx, func(ev any) {
 		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
@@ -111,8 +123,18 @@ func TestInBrowser(t *testing.T) {
 			t.Errorf("%d bars, want 3", bars)
 		}
 	})
+	t.Run("environments, linked from every page", func(t *testing.T) {
+		do(t, ctx, chromedp.Navigate(v.url+"/ui/prod/"+example(t, "Remove the legacy")), chromedp.Click(chromedp.CSS(`header nav a[href="/ui/environments"]`)),
+			chromedp.WaitVisible(chromedp.CSS("#env-production")))
+		staging := value(t, ctx, chromedp.Text(chromedp.CSS("#env-staging")))
+		prod := value(t, ctx, chromedp.Text(chromedp.CSS("#env-production")))
+		between := value(t, ctx, chromedp.Text(chromedp.CSS("#between-staging-production")))
+		if !strings.Contains(staging, "unreported") || !strings.Contains(prod, "prod") || !strings.Contains(between, "production has run everything staging deployed") {
+			t.Errorf("staging %q\nproduction %q\nbetween %q", staging, prod, between)
+		}
+	})
 	t.Run("hostile text stays inert", func(t *testing.T) {
-		for _, path := range []string{"/ui/", "/ui/prod/" + example(t, "Remove the legacy"), "/ui/prod/" + evil.Hash, "/ui/layers/flux-system/apps"} {
+		for _, path := range []string{"/ui/", "/ui/environments", "/ui/prod/" + example(t, "Remove the legacy"), "/ui/prod/" + evil.Hash, "/ui/layers/flux-system/apps"} {
 			do(t, ctx, chromedp.Navigate(v.url+path), chromedp.WaitReady(chromedp.CSS("body")))
 			pwned := value(t, ctx, chromedp.Evaluate[bool](`"pwned" in window`))
 			scripts := value(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("main script, main img, main svg[onload], main a[href^='javascript:']").length`))

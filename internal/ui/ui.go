@@ -22,6 +22,7 @@ import (
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/edge"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/environments"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/flux"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/outbox"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -67,6 +68,9 @@ type Options struct {
 	// Clusters, when set, are the clusters the service reads and how
 	// each is read, shown on the list page.
 	Clusters func() []Cluster
+	// Environments, when set, is what runs where (GET /environments's
+	// answer), of one source's rollouts or all (""): the environments page.
+	Environments func(source string) (environments.Status, error)
 }
 
 // Cluster is a cluster the service reads, as the list page shows it.
@@ -120,7 +124,7 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 		"rolloutURL": func(cluster, hash string) string { return edge.RolloutPath(rollout.Key{Cluster: cluster, Hash: hash}) },
 		"layerURL":   edge.LayerPath,
 	}
-	for _, name := range []string{"list", "rollout", "layer", "login", "notfound"} {
+	for _, name := range []string{"list", "rollout", "layer", "environments", "login", "notfound"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(fsys, "layout.html", name+".html")
 		if err != nil {
 			return nil, err
@@ -141,6 +145,7 @@ func New(rs Rollouts, fsys fs.FS, opts Options) (http.Handler, error) {
 	r.Group(func(r chi.Router) {
 		r.Use(s.auth.Require(deny))
 		r.Get("/", s.list)
+		r.Get("/environments", s.environments)
 		r.Get("/layers/{namespace}/{name}", s.layer)
 		r.Get("/{cluster}/{hash}", s.rollout)
 		r.Get("/{cluster}/{hash}/wait", s.wait)
