@@ -33,6 +33,7 @@ type Rollouts interface {
 	CommitFailures() (n int64, last time.Time)
 	Ready() bool
 	Histories() (map[string]environments.History, error)
+	Generation() uint64
 }
 
 // MaxWait bounds a long poll on /verdict.
@@ -83,6 +84,7 @@ type Server struct {
 	role     func() string
 	place    func() Placement
 	answers  answers
+	envs     envCache
 }
 
 func (s *Server) warnings() []string {

@@ -59,6 +59,9 @@ type snapshot struct {
 	archived atomic.Bool
 	// hist keeps each cluster's latest settled rollouts (Histories).
 	hist histories
+	// gen counts the publishes: what is read of the rollouts may differ
+	// only across a change of it.
+	gen atomic.Uint64
 }
 
 func newSnapshot() *snapshot {
@@ -122,6 +125,7 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.gen.Add(1)
 	if replace {
 		clear(s.views)
 		clear(s.byHash)
@@ -189,6 +193,10 @@ func (r *Reader) Publish(views []*rollout.View, removed []rollout.Key, replace b
 
 // SetReady says whether the reader shows the state as it is (readiness).
 func (r *Reader) SetReady(b bool) { r.snap.setReady(b) }
+
+// Generation changes whenever what the reader shows may have: a cache
+// of something read from it holds while it stays the same.
+func (r *Reader) Generation() uint64 { return r.snap.gen.Load() }
 
 // Views returns every live rollout's view.
 func (r *Reader) Views() []*rollout.View {

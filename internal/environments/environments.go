@@ -137,6 +137,16 @@ func (m *Map) Promoted(env string) bool {
 	return slices.Contains(m.order[:m.declared], env)
 }
 
+// String is m in full: the order, and each cluster's environment.
+func (m *Map) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%q %d", m.order, m.declared)
+	for _, c := range m.Members() {
+		fmt.Fprintf(&b, " %s=%s", c, m.of[c])
+	}
+	return b.String()
+}
+
 // Members are the clusters the declaration and the labels place, by name:
 // each is shown, even one that never reported.
 func (m *Map) Members() []string {

@@ -2,6 +2,7 @@ package environments
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
@@ -120,12 +121,21 @@ type Between struct {
 // Pending is a commit between two environments, with its rollout on each
 // cluster of either that deployed it.
 type Pending struct {
-	Commit   string   `json:"commit"`
-	Revision string   `json:"revision"`
-	Subject  string   `json:"subject,omitempty"`
-	Where    []Deploy `json:"where"`
+	Commit   string  `json:"commit"`
+	Revision string  `json:"revision"`
+	Subject  string  `json:"subject,omitempty"`
+	Where    []Where `json:"where"`
 	// NotRunOn are the higher environment's clusters that have not run it.
 	NotRunOn []string `json:"not_run_on"`
+}
+
+// Where is a commit's rollout on one cluster, in a Pending: what its
+// Deploy says but what the Pending does.
+type Where struct {
+	Cluster   string          `json:"cluster"`
+	Hash      string          `json:"hash"`
+	Verdict   rollout.Verdict `json:"verdict"`
+	AppliedAt *time.Time      `json:"applied_at,omitempty"`
 }
 
 // MaxBetween bounds the commits listed between two environments.
@@ -358,7 +368,7 @@ func between(lower, higher Environment, histories map[string]History) Between {
 			b.Complete = false
 			break
 		}
-		p := Pending{Commit: commit, Revision: v.Named(), Subject: v.Subject, Where: []Deploy{}, NotRunOn: []string{}}
+		p := Pending{Commit: commit, Revision: v.Named(), Subject: v.Subject, Where: []Where{}, NotRunOn: []string{}}
 		for i, c := range counted {
 			if !r.has(i) {
 				p.NotRunOn = append(p.NotRunOn, c)
@@ -375,27 +385,25 @@ func between(lower, higher Environment, histories map[string]History) Between {
 		for _, c := range env.Clusters {
 			for _, v := range histories[c.Cluster].Rollouts {
 				if p := listed[v.CommitHash()]; p != nil && v.Verdict != rollout.VerdictSuperseded {
-					p.Where = append(p.Where, deployOf(v))
+					d := deployOf(v)
+					p.Where = append(p.Where, Where{Cluster: d.Cluster, Hash: d.Hash, Verdict: d.Verdict, AppliedAt: d.AppliedAt})
 				}
 			}
 		}
 	}
 	for _, p := range b.Commits {
-		slices.SortFunc(p.Where, compareDeploys)
+		slices.SortFunc(p.Where, compareWhere)
 	}
 	return b
 }
 
-// compareDeploys orders where a commit was deployed: by cluster, then
-// newest first.
-func compareDeploys(x, y Deploy) int {
-	switch {
-	case x.Cluster < y.Cluster:
-		return -1
-	case x.Cluster > y.Cluster:
-		return 1
+// compareWhere orders where a commit was deployed: by cluster (a commit
+// has one rollout a cluster but for an artifact rebuilt), then by hash.
+func compareWhere(x, y Where) int {
+	if c := strings.Compare(x.Cluster, y.Cluster); c != 0 {
+		return c
 	}
-	return y.Began.Compare(x.Began)
+	return strings.Compare(x.Hash, y.Hash)
 }
 
 // bits is a set of small integers.
