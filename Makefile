@@ -214,7 +214,7 @@ bin/helm-controller: tools/helm-controller/go.mod tools/helm-controller/go.sum
 # on the real kube-apiserver, mailing a real SMTP server: every scenario of
 # internal/e2e, in parallel (about a minute once the binaries are built).
 E2E_TIMEOUT ?= 20m
-e2e: e2ebin
+e2e: e2ebin browser
 	$(GO) test -race -tags e2e -count=1 -v -parallel 13 -timeout $(E2E_TIMEOUT) -run '^TestFlux$$' ./internal/e2e/
 
 # go vet, and staticcheck with every check (tools/staticcheck pins it; built

@@ -80,6 +80,7 @@ func TestFlux(t *testing.T) {
 		{"forge", forgeDeployments},
 		{"oci", ociArtifacts},
 		{"hub", hubOfTwoClusters},
+		{"environments", environmentsOfTwoClusters},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/environments"
@@ -24,14 +26,19 @@ type histories struct {
 	// snapshot since the last read, which settled or were collected.
 	// Taken inside the snapshot's lock; never held across I/O.
 	pmu      sync.Mutex
-	tracking bool // a read began: removals are kept for the next one
+	tracking atomic.Bool // a read began: removals and changes are kept for the next one
 	removed  []*rollout.View
-	stale    bool // a replace, or too many removals kept: load again
+	changed  map[string]bool // the clusters whose views changed
+	stale    bool            // a replace, or too many removals kept: load again
 
 	// mu serializes reads, which may read the archive.
 	mu     sync.Mutex
 	loaded bool
 	of     map[string]*settledHistory
+	// merged is each cluster's history as the last read gave it: a read
+	// makes again those of the clusters that changed since, alone (an
+	// event changes one cluster's; a hub has hundreds).
+	merged map[string]environments.History
 }
 
 type settledHistory struct {
@@ -49,7 +56,7 @@ func (h *histories) gone(old *rollout.View) {
 	h.pmu.Lock()
 	defer h.pmu.Unlock()
 	switch {
-	case !h.tracking || h.stale:
+	case !h.tracking.Load() || h.stale:
 	case len(h.removed) == maxRemoved:
 		// Nobody read for long: the next read loads again, rather than
 		// keep what settled meanwhile here without bound.
@@ -69,13 +76,31 @@ func (h *histories) reset() {
 	h.stale, h.removed = true, nil
 }
 
-// take hands over the removals kept; from the first on, removals are kept.
-func (h *histories) take() (removed []*rollout.View, stale bool) {
+// touched is told, under the snapshot's lock, of the clusters whose views
+// a publish changed.
+func (h *histories) touched(clusters []string) {
+	if len(clusters) == 0 || !h.tracking.Load() {
+		return
+	}
 	h.pmu.Lock()
 	defer h.pmu.Unlock()
-	removed, stale = h.removed, h.stale
-	h.removed, h.stale, h.tracking = nil, false, true
-	return removed, stale
+	if h.changed == nil {
+		h.changed = map[string]bool{}
+	}
+	for _, c := range clusters {
+		h.changed[c] = true
+	}
+}
+
+// take hands over the removals and changes kept; from the first call on,
+// they are kept.
+func (h *histories) take() (removed []*rollout.View, changed map[string]bool, stale bool) {
+	h.pmu.Lock()
+	defer h.pmu.Unlock()
+	removed, changed, stale = h.removed, h.changed, h.stale
+	h.removed, h.changed, h.stale = nil, nil, false
+	h.tracking.Store(true)
+	return removed, changed, stale
 }
 
 // slim is v without what "what runs where" never reads: its layers, and
@@ -94,43 +119,65 @@ func slim(v *rollout.View) *rollout.View {
 
 // Histories returns every cluster's rollouts, newest first: the live ones
 // and up to HistoryDepth settled ones. It fails only when the archive
-// cannot be read.
+// cannot be read. The map is the caller's; the histories are shared, not
+// to be changed.
 func (r *Reader) Histories() (map[string]environments.History, error) {
 	s, h := r.snap, &r.snap.hist
-	// The live views and the removals are taken together: a rollout that
-	// settles meanwhile is in one or the other (or both: the live view
-	// is then the one kept).
-	s.mu.RLock()
-	live := map[string][]*rollout.View{}
-	for k, v := range s.views {
-		live[k.Cluster] = append(live[k.Cluster], v)
-	}
-	removed, stale := h.take()
-	s.mu.RUnlock()
-
+	// The live views and what changed are taken together: a rollout that
+	// settles meanwhile is in one or the other (or both: the live view is
+	// then the one kept).
+	// h.mu first: a read waiting for another's archive read must not hold
+	// the snapshot's lock, which the engine's publish waits for.
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	s.mu.RLock()
+	removed, changed, stale := h.take()
+	whole := !h.loaded || stale || h.merged == nil
+	live := map[string][]*rollout.View{}
+	for k, v := range s.views {
+		if whole || changed[k.Cluster] {
+			live[k.Cluster] = append(live[k.Cluster], v)
+		}
+	}
+	s.mu.RUnlock()
+
 	switch {
-	case !h.loaded || stale:
+	case whole:
 		if err := h.load(r.archive); err != nil {
+			h.merged = nil
 			return nil, err
 		}
 	case len(removed) > 0:
 		if err := h.settle(r.archive, removed); err != nil {
 			// Read again at the next call, whole.
-			h.loaded = false
+			h.loaded, h.merged = false, nil
 			return nil, err
 		}
 	}
-	out := make(map[string]environments.History, len(live)+len(h.of))
-	for c, views := range live {
+	if whole {
+		h.merged = make(map[string]environments.History, len(h.of))
+		changed = map[string]bool{}
+		for c := range live {
+			changed[c] = true
+		}
+		for c := range h.of {
+			changed[c] = true
+		}
+	}
+	for c := range changed {
+		views := live[c]
 		slices.SortFunc(views, compareListed)
-		out[c] = environments.History{Rollouts: views}
+		hist := environments.History{Rollouts: views}
+		if sh := h.of[c]; sh != nil {
+			hist = environments.History{Rollouts: merge(views, sh.views), Cut: sh.cut}
+		}
+		if len(hist.Rollouts) == 0 {
+			delete(h.merged, c)
+			continue
+		}
+		h.merged[c] = hist
 	}
-	for c, sh := range h.of {
-		out[c] = environments.History{Rollouts: merge(out[c].Rollouts, sh.views), Cut: sh.cut}
-	}
-	return out, nil
+	return maps.Clone(h.merged), nil
 }
 
 // merge is one cluster's live and settled rollouts, both in the list's

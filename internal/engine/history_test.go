@@ -1,13 +1,20 @@
 package engine_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/engine/enginetest"
+	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/environments"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/store"
 )
@@ -112,10 +119,87 @@ func BenchmarkHistories(b *testing.B) {
 	if hs, err := r.Histories(); err != nil || len(hs) != clusters || len(hs["c000"].Rollouts) != engine.HistoryDepth+2 {
 		b.Fatalf("%d clusters, %v", len(hs), err)
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := r.Histories(); err != nil {
-			b.Fatal(err)
+	// Unchanged since the last read; one cluster's live view changed (an
+	// event came).
+	b.Run("unchanged", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := r.Histories(); err != nil {
+				b.Fatal(err)
+			}
 		}
+	})
+	b.Run("changed", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			v := *live[0]
+			r.Publish([]*rollout.View{&v}, nil, false)
+			if _, err := r.Histories(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestHistoriesKeptEqualsRead: the histories a reader keeps across
+// publishes and settles, read after every step of a random history on
+// three clusters, equal those a new reader reads afresh from the same
+// archive and live views.
+func TestHistoriesKeptEqualsRead(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(54, 1))
+	te := enginetest.Start(t, t.TempDir(), settleConfig(time.Minute), fixedClock(t0.Add(1000*time.Hour)), true)
+	show := func(hs map[string]environments.History) string {
+		var b strings.Builder
+		for _, c := range slices.Sorted(maps.Keys(hs)) {
+			fmt.Fprintf(&b, "%s cut=%t:", c, hs[c].Cut)
+			for _, v := range hs[c].Rollouts {
+				fmt.Fprintf(&b, " %s/%s", v.Hash[:6], v.Verdict)
+			}
+			b.WriteString("\n")
+		}
+		return b.String()
+	}
+	clusters := []string{"a", "b", "c"}
+	n := map[string]int{}
+	for step := range 220 {
+		c := clusters[rnd.IntN(len(clusters))]
+		label := fmt.Sprintf("%s%d", c, n[c])
+		n[c]++
+		var obs []rollout.Observation
+		for j, l := range []string{"infra", "apps"} {
+			sig := succ(l, label, step*60+j)
+			if rnd.IntN(5) == 0 && l == "apps" {
+				sig.Signal, sig.Reason = rollout.SignalFailed, "HealthCheckFailed"
+			}
+			sig.Cluster = c
+			obs = append(obs, sig)
+		}
+		if err := te.SubmitAll(context.Background(), obs); err != nil {
+			t.Fatal(err)
+		}
+		if rnd.IntN(3) == 0 {
+			if err := te.Settle(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if rnd.IntN(2) == 0 {
+			continue // not read at every step: changes pile up between reads
+		}
+		kept, err := te.Histories()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := engine.NewReader(te.DB, slog.New(slog.DiscardHandler))
+		fresh.Publish(te.Views(), nil, true)
+		read, err := fresh.Histories()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if show(kept) != show(read) {
+			t.Fatalf("step %d: kept\n%s\nread afresh\n%s", step, show(kept), show(read))
+		}
+	}
+	if hs, _ := te.Histories(); !hs["a"].Cut && !hs["b"].Cut && !hs["c"].Cut {
+		t.Fatalf("no history was cut at %d: the depth was never reached\n%s", engine.HistoryDepth, show(hs))
 	}
 }

@@ -129,13 +129,15 @@ type Pending struct {
 	NotRunOn []string `json:"not_run_on"`
 }
 
-// Where is a commit's rollout on one cluster, in a Pending: what its
-// Deploy says but what the Pending does.
+// Where is a commit's rollout on one cluster, in a Pending. It is short:
+// a commit between two environments of a hub's hundreds of clusters has a
+// Where on each.
 type Where struct {
-	Cluster   string          `json:"cluster"`
-	Hash      string          `json:"hash"`
-	Verdict   rollout.Verdict `json:"verdict"`
-	AppliedAt *time.Time      `json:"applied_at,omitempty"`
+	Cluster string          `json:"cluster"`
+	Verdict rollout.Verdict `json:"verdict"`
+	// Hash is the rollout's when it is not the commit's (an OCI artifact's
+	// digest): its page is /ui/<cluster>/<hash or commit>.
+	Hash string `json:"hash,omitempty"`
 }
 
 // MaxBetween bounds the commits listed between two environments.
@@ -385,8 +387,11 @@ func between(lower, higher Environment, histories map[string]History) Between {
 		for _, c := range env.Clusters {
 			for _, v := range histories[c.Cluster].Rollouts {
 				if p := listed[v.CommitHash()]; p != nil && v.Verdict != rollout.VerdictSuperseded {
-					d := deployOf(v)
-					p.Where = append(p.Where, Where{Cluster: d.Cluster, Hash: d.Hash, Verdict: d.Verdict, AppliedAt: d.AppliedAt})
+					where := Where{Cluster: v.Cluster, Verdict: v.Verdict}
+					if v.Hash != p.Commit {
+						where.Hash = v.Hash
+					}
+					p.Where = append(p.Where, where)
 				}
 			}
 		}
