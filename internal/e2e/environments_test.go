@@ -193,7 +193,7 @@ func (w *world) awaitEnvironments(t *testing.T, page context.Context, want, stag
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/environments:\n%s\nwant\n%s", got, want)
+			t.Fatalf("/environments:\n%s\nwant\n%s\nthe rollouts:\n%s", got, want, w.rolloutsList(t))
 		}
 	}
 	ctx, cancel := context.WithTimeout(page, time.Minute)
@@ -232,4 +232,24 @@ func newBrowser(t *testing.T) context.Context {
 		t.Fatalf("start chromium: %v", err)
 	}
 	return ctx
+}
+
+// rolloutsList is every rollout the service lists, a line each: what
+// /environments is read from.
+func (w *world) rolloutsList(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get(w.svc.URL + "/rollouts?layers=none&limit=100")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var body api.RolloutsResponse
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, v := range body.Rollouts {
+		fmt.Fprintf(&b, "%s %s %s first %s last %s\n", v.Cluster, v.Hash[:7], v.Verdict, v.FirstSeen.Format(time.RFC3339Nano), v.LastSeen.Format(time.RFC3339Nano))
+	}
+	return b.String()
 }

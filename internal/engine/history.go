@@ -3,6 +3,7 @@ package engine
 import (
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,7 @@ type histories struct {
 }
 
 type settledHistory struct {
-	views []*rollout.View // newest first (compareListed), at most HistoryDepth
+	views []*rollout.View // newest first (newestFirst), at most HistoryDepth
 	cut   bool            // older ones were left out
 }
 
@@ -166,7 +167,7 @@ func (r *Reader) Histories() (map[string]environments.History, error) {
 	}
 	for c := range changed {
 		views := live[c]
-		slices.SortFunc(views, compareListed)
+		slices.SortFunc(views, newestFirst)
 		hist := environments.History{Rollouts: views}
 		if sh := h.of[c]; sh != nil {
 			hist = environments.History{Rollouts: merge(views, sh.views), Cut: sh.cut}
@@ -180,8 +181,21 @@ func (r *Reader) Histories() (map[string]environments.History, error) {
 	return maps.Clone(h.merged), nil
 }
 
-// merge is one cluster's live and settled rollouts, both in the list's
-// order, in that order; a settled view of a rollout still live (it settled
+// newestFirst orders one cluster's rollouts as the model does, newest
+// first: by first evidence, then, within one second (Flux stamps events to
+// the second, and a layer's status may carry a condition's older time), by
+// hash, the greater the newer (rollout's logEntry). The list's order
+// (compareListed) breaks those ties the other way, which for "what runs
+// now" would put the older of two first.
+func newestFirst(a, b *rollout.View) int {
+	if c := b.FirstSeen.Compare(a.FirstSeen); c != 0 {
+		return c
+	}
+	return strings.Compare(b.Hash, a.Hash)
+}
+
+// merge is one cluster's live and settled rollouts, both newest first,
+// in that order; a settled view of a rollout still live (it settled
 // after the live ones were read) is left out. A cluster has few live ones.
 func merge(live, settled []*rollout.View) []*rollout.View {
 	out := make([]*rollout.View, 0, len(live)+len(settled))
@@ -190,7 +204,7 @@ func merge(live, settled []*rollout.View) []*rollout.View {
 		if len(live) > 0 && slices.ContainsFunc(live, func(l *rollout.View) bool { return l.FirstSeen.Equal(v.FirstSeen) && l.Hash == v.Hash }) {
 			continue
 		}
-		for ; i < len(live) && compareListed(live[i], v) < 0; i++ {
+		for ; i < len(live) && newestFirst(live[i], v) < 0; i++ {
 			out = append(out, live[i])
 		}
 		out = append(out, v)
@@ -232,6 +246,10 @@ func (h *histories) load(a Archive) error {
 	if err != nil {
 		return err
 	}
+	for _, sh := range of {
+		// The archive's scan is by first evidence alone.
+		slices.SortStableFunc(sh.views, newestFirst)
+	}
 	h.of, h.loaded = of, true
 	return nil
 }
@@ -259,7 +277,7 @@ func (h *histories) settle(a Archive, removed []*rollout.View) error {
 		if slices.ContainsFunc(sh.views, func(o *rollout.View) bool { return o.Key() == v.Key() }) {
 			continue // read by the load already
 		}
-		i, _ := slices.BinarySearchFunc(sh.views, v, compareListed)
+		i, _ := slices.BinarySearchFunc(sh.views, v, newestFirst)
 		sh.views = slices.Insert(sh.views, i, slim(v))
 		if len(sh.views) > HistoryDepth {
 			sh.views, sh.cut = sh.views[:HistoryDepth], true

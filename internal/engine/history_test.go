@@ -203,3 +203,35 @@ func TestHistoriesKeptEqualsRead(t *testing.T) {
 		t.Fatalf("no history was cut at %d: the depth was never reached\n%s", engine.HistoryDepth, show(hs))
 	}
 }
+
+// TestHistoriesInTheModelsOrder: rollouts of one cluster first seen in
+// the same second (Flux stamps events to the second; a layer's status can
+// carry an older condition's time) are in the model's order, the greater
+// hash the newer, live or settled: the list's order, which breaks the tie
+// the other way, would say the older runs.
+func TestHistoriesInTheModelsOrder(t *testing.T) {
+	db, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	view := func(hash string, v rollout.Verdict) *rollout.View {
+		return &rollout.View{Cluster: "one", Hash: strings.Repeat(hash, 20), Verdict: v, FirstSeen: t0, LastSeen: t0}
+	}
+	if err := db.Commit(&rollout.Batch{Settle: []*rollout.View{view("9f", rollout.VerdictFailed), view("db", rollout.VerdictApplied)}, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	r := engine.NewReader(db, slog.New(slog.DiscardHandler))
+	r.Publish([]*rollout.View{view("3a", rollout.VerdictFailed), view("e5", rollout.VerdictApplying)}, nil, false)
+	hs, err := r.Histories()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range hs["one"].Rollouts {
+		got = append(got, v.Hash[:2])
+	}
+	if strings.Join(got, " ") != "e5 db 9f 3a" {
+		t.Fatalf("order %v, want the greater hash first within a second", got)
+	}
+}
