@@ -207,6 +207,11 @@ bin/gitea: tools/gitea/go.mod tools/gitea/go.sum
 	@dir=$$(cd tools/gitea && $(GO) list -m -f '{{.Dir}}' gitea.dev); test -n "$$dir" || { echo "could not find Gitea's module"; exit 1; }; \
 	rm -rf bin/gitea-assets && mkdir -p bin/gitea-assets && cp -r $$dir/options $$dir/templates bin/gitea-assets/ && chmod -R u+w bin/gitea-assets
 
+# Jaeger v1.75.0 (tools/jaeger), to receive the traces of the trace tests
+# (issue 55: not yet in any test target).
+bin/jaeger: tools/jaeger/go.mod tools/jaeger/go.sum
+	cd tools/jaeger && $(GO) build -trimpath -o ../../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
+
 bin/helm-controller: tools/helm-controller/go.mod tools/helm-controller/go.sum
 	cd tools/helm-controller && $(GO) build -trimpath -o ../../bin/helm-controller github.com/fluxcd/helm-controller
 
