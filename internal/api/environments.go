@@ -118,6 +118,6 @@ func (s *Server) environmentStatus(source string, p Placement, warnings []string
 			hs[c] = h
 		}
 	}
-	st := p.Map.Status(slices.Sorted(maps.Keys(clusters)), func(c string) environments.History { return hs[c] })
+	st := p.Map.Status(slices.Sorted(maps.Keys(clusters)), hs)
 	return &EnvironmentsResponse{Status: st, Source: source, Warnings: warnings}, nil
 }

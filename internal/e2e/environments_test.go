@@ -7,18 +7,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/api"
-	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/cluster/clustertest"
 	"github.com/flux-deploy-notifier/flux-deploy-notifier/internal/rollout"
 )
@@ -41,33 +37,13 @@ func environmentsOfTwoClusters(t *testing.T, w *world) {
 	rig2 := *w.rig
 	rig2.c = two
 	w2 := &world{rig: &rig2, ns: w.ns, repo: NewRepo(t, two, w.arts, w.ns, "fleet")}
-	token := two.ServiceAccountToken(t, w.ns, "fdn-reader")
-	two.GrantIn(t, w.ns, "fdn-reader", cluster.Rules(), rbacv1.Subject{Kind: "ServiceAccount", Name: "fdn-reader", Namespace: w.ns})
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(w.bin, "manifests", "--register", "two", "--environment", "prod", "--namespace", w.ns,
-		"--server", two.Config.Host, "--token-file", tokenFile, "--ca-file", filepath.Join(two.Dir, "apiserver-certs", "apiserver.crt")).Output()
-	if err != nil {
-		t.Fatalf("manifests --register: %v", err)
-	}
-	w.c.ApplyYAML(t, string(out))
+	register, _ := w.registration(t, two, "two", "prod", "fdn-reader")
+	w.c.ApplyYAML(t, register)
 	// A third cluster, one-b, labelled staging: the first's own API
 	// server, registered as the second is, read in the same namespace (as
 	// every cluster is): a twin of one, known by its state alone.
-	tokenB := w.c.ServiceAccountToken(t, w.ns, "fdn-reader-b")
-	w.c.GrantIn(t, w.ns, "fdn-reader-b", cluster.Rules(), rbacv1.Subject{Kind: "ServiceAccount", Name: "fdn-reader-b", Namespace: w.ns})
-	tokenFileB := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFileB, []byte(tokenB), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err = exec.Command(w.bin, "manifests", "--register", "one-b", "--environment", "staging", "--namespace", w.ns,
-		"--server", w.c.Config.Host, "--token-file", tokenFileB, "--ca-file", filepath.Join(w.c.Dir, "apiserver-certs", "apiserver.crt")).Output()
-	if err != nil {
-		t.Fatalf("manifests --register: %v", err)
-	}
-	w.c.ApplyYAML(t, string(out))
+	registerB, _ := w.registration(t, w.c, "one-b", "staging", "fdn-reader-b")
+	w.c.ApplyYAML(t, registerB)
 
 	r0 := w.repo.Publish(t, w.base("0"))
 	if c := w2.repo.Publish(t, w.base("0")); c != r0 {

@@ -44,22 +44,8 @@ func hubOfTwoClusters(t *testing.T, w *world) {
 	rig2.c = two
 	w2 := &world{rig: &rig2, ns: w.ns, repo: NewRepo(t, two, w.arts, w.ns, "fleet")}
 
-	// The hub's access to two: a ServiceAccount's token, its rules bound
-	// in the scenario's namespace alone.
-	token := two.ServiceAccountToken(t, w.ns, "fdn-reader")
+	register, token := w.registration(t, two, "two", "prod", "fdn-reader")
 	reader := rbacv1.Subject{Kind: "ServiceAccount", Name: "fdn-reader", Namespace: w.ns}
-	two.GrantIn(t, w.ns, "fdn-reader", cluster.Rules(), reader)
-	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(w.bin, "manifests", "--register", "two", "--environment", "prod", "--namespace", w.ns,
-		"--server", two.Config.Host, "--token-file", tokenFile, "--ca-file", filepath.Join(two.Dir, "apiserver-certs", "apiserver.crt")).Output()
-	if err != nil {
-		t.Fatalf("manifests --register: %v", err)
-	}
-	register := string(out)
 
 	// Both clusters have r0; the hub starts, two registered.
 	publish := func(f files) Commit {
@@ -182,6 +168,26 @@ func hubOfTwoClusters(t *testing.T, w *world) {
 	if strings.Contains(page, token) || strings.Contains(strings.Join(w.svc.warnings(t), "\n"), token) {
 		t.Fatal("the token reached the page or /readyz")
 	}
+}
+
+// registration is the Secret `manifests --register` prints to register
+// cluster c with the hub as name in environment env, and the token it
+// holds: a ServiceAccount sa's, its rules bound in the scenario's
+// namespace alone.
+func (w *world) registration(t *testing.T, c *clustertest.Cluster, name, env, sa string) (secret, token string) {
+	t.Helper()
+	token = c.ServiceAccountToken(t, w.ns, sa)
+	c.GrantIn(t, w.ns, sa, cluster.Rules(), rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: w.ns})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(w.bin, "manifests", "--register", name, "--environment", env, "--namespace", w.ns,
+		"--server", c.Config.Host, "--token-file", tokenFile, "--ca-file", filepath.Join(c.Dir, "apiserver-certs", "apiserver.crt")).Output()
+	if err != nil {
+		t.Fatalf("manifests --register: %v", err)
+	}
+	return string(out), token
 }
 
 // awaitTerminal polls cluster's verdict on c until it is terminal.

@@ -3,7 +3,6 @@ package engine
 import (
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,17 +32,17 @@ type histories struct {
 	stale    bool            // a replace, or too many removals kept: load again
 
 	// mu serializes reads, which may read the archive.
-	mu     sync.Mutex
-	loaded bool
-	of     map[string]*settledHistory
+	mu sync.Mutex
+	of map[string]*settledHistory
 	// merged is each cluster's history as the last read gave it: a read
 	// makes again those of the clusters that changed since, alone (an
-	// event changes one cluster's; a hub has hundreds).
+	// event changes one cluster's; a hub has hundreds). nil until the
+	// archive was read (or after it could not be).
 	merged map[string]environments.History
 }
 
 type settledHistory struct {
-	views []*rollout.View // newest first (newestFirst), at most HistoryDepth
+	views []*rollout.View // newest first (rollout.NewestFirst), at most HistoryDepth
 	cut   bool            // older ones were left out
 }
 
@@ -77,10 +76,12 @@ func (h *histories) reset() {
 	h.stale, h.removed = true, nil
 }
 
-// touched is told, under the snapshot's lock, of the clusters whose views
-// a publish changed.
-func (h *histories) touched(clusters []string) {
-	if len(clusters) == 0 || !h.tracking.Load() {
+// touched is told, under the snapshot's lock, of a publish: the clusters
+// of its views and removals changed. Nothing is kept before the first
+// read: the engine's commits (an event's acknowledgement waits for one)
+// pay for it only once /environments is read.
+func (h *histories) touched(views []*rollout.View, removed []rollout.Key) {
+	if len(views)+len(removed) == 0 || !h.tracking.Load() {
 		return
 	}
 	h.pmu.Lock()
@@ -88,8 +89,11 @@ func (h *histories) touched(clusters []string) {
 	if h.changed == nil {
 		h.changed = map[string]bool{}
 	}
-	for _, c := range clusters {
-		h.changed[c] = true
+	for _, v := range views {
+		h.changed[v.Cluster] = true
+	}
+	for _, k := range removed {
+		h.changed[k.Cluster] = true
 	}
 }
 
@@ -124,16 +128,15 @@ func slim(v *rollout.View) *rollout.View {
 // to be changed.
 func (r *Reader) Histories() (map[string]environments.History, error) {
 	s, h := r.snap, &r.snap.hist
-	// The live views and what changed are taken together: a rollout that
-	// settles meanwhile is in one or the other (or both: the live view is
-	// then the one kept).
 	// h.mu first: a read waiting for another's archive read must not hold
-	// the snapshot's lock, which the engine's publish waits for.
+	// the snapshot's lock, which the engine's publish waits for. The live
+	// views and what changed are taken together: a rollout that settles
+	// meanwhile is in one or the other (or both: the live view is kept).
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.mu.RLock()
 	removed, changed, stale := h.take()
-	whole := !h.loaded || stale || h.merged == nil
+	whole := stale || h.merged == nil
 	live := map[string][]*rollout.View{}
 	for k, v := range s.views {
 		if whole || changed[k.Cluster] {
@@ -151,7 +154,7 @@ func (r *Reader) Histories() (map[string]environments.History, error) {
 	case len(removed) > 0:
 		if err := h.settle(r.archive, removed); err != nil {
 			// Read again at the next call, whole.
-			h.loaded, h.merged = false, nil
+			h.merged = nil
 			return nil, err
 		}
 	}
@@ -167,7 +170,7 @@ func (r *Reader) Histories() (map[string]environments.History, error) {
 	}
 	for c := range changed {
 		views := live[c]
-		slices.SortFunc(views, newestFirst)
+		slices.SortFunc(views, rollout.NewestFirst)
 		hist := environments.History{Rollouts: views}
 		if sh := h.of[c]; sh != nil {
 			hist = environments.History{Rollouts: merge(views, sh.views), Cut: sh.cut}
@@ -181,19 +184,6 @@ func (r *Reader) Histories() (map[string]environments.History, error) {
 	return maps.Clone(h.merged), nil
 }
 
-// newestFirst orders one cluster's rollouts as the model does, newest
-// first: by first evidence, then, within one second (Flux stamps events to
-// the second, and a layer's status may carry a condition's older time), by
-// hash, the greater the newer (rollout's logEntry). The list's order
-// (compareListed) breaks those ties the other way, which for "what runs
-// now" would put the older of two first.
-func newestFirst(a, b *rollout.View) int {
-	if c := b.FirstSeen.Compare(a.FirstSeen); c != 0 {
-		return c
-	}
-	return strings.Compare(b.Hash, a.Hash)
-}
-
 // merge is one cluster's live and settled rollouts, both newest first,
 // in that order; a settled view of a rollout still live (it settled
 // after the live ones were read) is left out. A cluster has few live ones.
@@ -204,7 +194,7 @@ func merge(live, settled []*rollout.View) []*rollout.View {
 		if len(live) > 0 && slices.ContainsFunc(live, func(l *rollout.View) bool { return l.FirstSeen.Equal(v.FirstSeen) && l.Hash == v.Hash }) {
 			continue
 		}
-		for ; i < len(live) && newestFirst(live[i], v) < 0; i++ {
+		for ; i < len(live) && rollout.NewestFirst(live[i], v) < 0; i++ {
 			out = append(out, live[i])
 		}
 		out = append(out, v)
@@ -248,9 +238,9 @@ func (h *histories) load(a Archive) error {
 	}
 	for _, sh := range of {
 		// The archive's scan is by first evidence alone.
-		slices.SortStableFunc(sh.views, newestFirst)
+		slices.SortStableFunc(sh.views, rollout.NewestFirst)
 	}
-	h.of, h.loaded = of, true
+	h.of = of
 	return nil
 }
 
@@ -277,7 +267,7 @@ func (h *histories) settle(a Archive, removed []*rollout.View) error {
 		if slices.ContainsFunc(sh.views, func(o *rollout.View) bool { return o.Key() == v.Key() }) {
 			continue // read by the load already
 		}
-		i, _ := slices.BinarySearchFunc(sh.views, v, newestFirst)
+		i, _ := slices.BinarySearchFunc(sh.views, v, rollout.NewestFirst)
 		sh.views = slices.Insert(sh.views, i, slim(v))
 		if len(sh.views) > HistoryDepth {
 			sh.views, sh.cut = sh.views[:HistoryDepth], true

@@ -136,16 +136,7 @@ func (s *snapshot) publish(views []*rollout.View, removed []rollout.Key, replace
 		s.hist.reset()
 	}
 	appeared := false
-	if s.hist.tracking.Load() {
-		clusters := make([]string, 0, len(views)+len(removed))
-		for _, v := range views {
-			clusters = append(clusters, v.Cluster)
-		}
-		for _, k := range removed {
-			clusters = append(clusters, k.Cluster)
-		}
-		s.hist.touched(clusters)
-	}
+	s.hist.touched(views, removed)
 	for _, v := range views {
 		k := v.Key()
 		old := s.views[k]

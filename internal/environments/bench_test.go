@@ -44,7 +44,7 @@ func BenchmarkStatus(b *testing.B) {
 	m, _ := environments.New(declared, nil)
 	b.ReportAllocs()
 	for b.Loop() {
-		st := m.Status(names, func(c string) environments.History { return hist[c] })
+		st := m.Status(names, hist)
 		if len(st.Between[0].Commits) != ahead {
 			b.Fatalf("%d commits between, want %d", len(st.Between[0].Commits), ahead)
 		}

@@ -17,7 +17,7 @@ var t0 = time.Date(2026, 12, 8, 9, 0, 0, 0, time.UTC)
 // minute n of its letter (a=1), on every cluster, and ended a minute
 // later. "applied!" is applied, then a failure after it; "cut" at the end
 // says older rollouts exist.
-func histories(t *testing.T, spec ...string) (clusters []string, h func(string) environments.History) {
+func histories(t *testing.T, spec ...string) (clusters []string, h map[string]environments.History) {
 	t.Helper()
 	m := map[string]environments.History{}
 	for _, s := range spec {
@@ -50,7 +50,7 @@ func histories(t *testing.T, spec ...string) (clusters []string, h func(string) 
 		}
 		m[cluster] = hist
 	}
-	return clusters, func(c string) environments.History { return m[c] }
+	return clusters, m
 }
 
 func short(hash string) string { return hash[:1] }

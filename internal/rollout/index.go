@@ -74,6 +74,14 @@ func (a logEntry) compare(b logEntry) int {
 	return strings.Compare(a.hash, b.hash)
 }
 
+// NewestFirst orders one cluster's rollouts as the model does, the newest
+// first: by first evidence, then, within one instant (Flux stamps events
+// to the second), by hash, the greater the newer. The list of rollouts
+// (engine's) breaks that tie the other way; what runs now must not.
+func NewestFirst(a, b *View) int {
+	return logEntry{b.FirstSeen, b.Hash}.compare(logEntry{a.FirstSeen, a.Hash})
+}
+
 func newCluster(name string) *cluster {
 	return &cluster{name: name, rollouts: map[string]*rolloutState{}, logs: map[Emitter]*emitterLog{}, floors: map[Emitter]logEntry{},
 		silent: map[Emitter]map[*rolloutState]struct{}{}, holds: map[Emitter][]holdEntry{}, words: map[string]string{}}

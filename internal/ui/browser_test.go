@@ -87,7 +87,7 @@ func TestInBrowser(t *testing.T) {
 			}
 			declared, _ := environments.Parse("staging=staging;production=prod")
 			m, _ := environments.New(declared, nil)
-			return m.Status([]string{"prod", "staging"}, func(c string) environments.History { return hs[c] }), nil
+			return m.Status([]string{"prod", "staging"}, hs), nil
 		}}
 	}, obs...)
 	var dialogs atomic.Int32

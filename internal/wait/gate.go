@@ -77,18 +77,12 @@ func SoakOf(deployed *rollout.View, since []*rollout.View, soak time.Duration, n
 	return SoakMet, ends, ""
 }
 
-// failedAt is when a failed rollout failed: its first failure's time (a
-// failed rollout need not have completed).
+// failedAt is when a failed rollout failed: its deciding failure's time
+// (a failed rollout need not have completed).
 func failedAt(v *rollout.View) time.Time {
-	var at time.Time
-	for _, f := range v.Failures {
-		if !f.AfterApplied && (at.IsZero() || f.At.Before(at)) {
-			at = f.At
-		}
-	}
-	switch {
-	case !at.IsZero():
-		return at
+	switch f := v.DecidingFailure(); {
+	case f != nil:
+		return f.At
 	case v.CompletedAt != nil:
 		return *v.CompletedAt
 	}
